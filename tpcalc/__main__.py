@@ -1,0 +1,3 @@
+from tpcalc.cli import main
+
+main()

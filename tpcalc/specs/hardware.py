@@ -1,0 +1,53 @@
+"""HardwareSpec: one accelerator kind and the links around it; every number carries a source."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt
+
+
+class Sourced(BaseModel):
+    """A number and where it comes from (datasheet, paper, seed section)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    value: PositiveFloat
+    source: str
+
+
+class SourcedCount(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    value: PositiveInt
+    source: str
+
+
+class SourcedSeconds(BaseModel):
+    """A latency: zero is allowed (the seeds price bandwidth only)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    value: float
+    source: str
+
+
+class HardwareSpec(BaseModel):
+    """An accelerator and its links, in base units (bytes, FLOP/s, bytes/s, s).
+
+    Bandwidths are one direction, per GPU: ``intra_node_bandwidth_bytes_per_s`` is what one GPU
+    can send over NVLink, ``inter_node_bandwidth_bytes_per_s`` what it can send through its NIC.
+    A collective over a group is priced on the slowest link the group crosses.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    display_name: str
+    memory_bytes: Sourced
+    peak_bf16_flop_per_s: Sourced
+    peak_fp8_flop_per_s: Sourced | None = None
+    achieved_flop_per_s: Sourced
+    intra_node_bandwidth_bytes_per_s: Sourced
+    inter_node_bandwidth_bytes_per_s: Sourced
+    intra_node_latency_s: SourcedSeconds
+    inter_node_latency_s: SourcedSeconds
+    gpus_per_node: SourcedCount

@@ -1,0 +1,119 @@
+"""The result model every calculator returns: named terms in base units, traceable to a source.
+
+A ``Term`` is one number with its unit, the formula that produced it, the source of that formula
+and the values substituted into it. A ``Row`` is one line of a report (one t, one seq, ...): the
+inputs it echoes plus its terms. Calculators build terms; only ``tpcalc.render`` formats them.
+
+Breakdowns: a term whose ``part_of`` names another term's key is one of the parts that add up to
+that total; ``Row.check_breakdowns`` (and a property test) verify that they do.
+"""
+
+from __future__ import annotations
+
+import math
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Scalar = int | float | str | bool | None
+
+
+class Unit(str, Enum):
+    """The base unit of a term. The renderer picks the display prefix; the JSON keeps the base."""
+
+    bytes = "bytes"
+    seconds = "s"
+    flop = "FLOP"
+    flop_per_s = "FLOP/s"
+    bytes_per_s = "bytes/s"
+    count = "count"
+    ratio = "ratio"
+    params = "params"
+    text = "text"
+
+
+class Term(BaseModel):
+    """One named result: ``key`` carries the unit suffix (``send_bytes_per_rank``, ``time_s``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    key: str
+    label: str
+    value: Scalar
+    unit: Unit
+    formula: str = ""
+    source: str = ""
+    inputs: dict[str, Scalar] = Field(default_factory=dict)
+    part_of: str | None = None
+
+
+def term(
+    key: str,
+    label: str,
+    value: Scalar,
+    unit: Unit,
+    *,
+    formula: str = "",
+    source: str = "",
+    part_of: str | None = None,
+    **inputs: Scalar,
+) -> Term:
+    """Build a Term; keyword arguments beyond the named ones are the substituted inputs."""
+    return Term(
+        key=key,
+        label=label,
+        value=value,
+        unit=unit,
+        formula=formula,
+        source=source,
+        inputs=inputs,
+        part_of=part_of,
+    )
+
+
+class Row(BaseModel):
+    """One report line: the inputs it was computed from, then its terms, in display order."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    inputs: dict[str, Scalar]
+    terms: tuple[Term, ...]
+
+    def get(self, key: str) -> Term:
+        for t in self.terms:
+            if t.key == key:
+                return t
+        raise KeyError(f"no term {key!r} in row; have {[t.key for t in self.terms]}")
+
+    def value(self, key: str) -> Any:
+        return self.get(key).value
+
+    def flat(self) -> dict[str, Scalar]:
+        """Inputs then term values, one flat mapping (the JSON/CSV contract)."""
+        out: dict[str, Scalar] = dict(self.inputs)
+        out.update({t.key: t.value for t in self.terms})
+        return out
+
+    def check_breakdowns(self, rel_tol: float = 1e-9) -> list[str]:
+        """Return a message for every total whose parts do not add up to it (empty when fine)."""
+        problems = []
+        for total in self.terms:
+            parts = [t.value for t in self.terms if t.part_of == total.key]
+            if not parts:
+                continue
+            s = sum(float(p) for p in parts)  # type: ignore[arg-type]
+            if not math.isclose(s, float(total.value), rel_tol=rel_tol, abs_tol=1e-9):  # type: ignore[arg-type]
+                problems.append(f"{total.key}: parts sum to {s}, total is {total.value}")
+        return problems
+
+
+class Report(BaseModel):
+    """What a command prints: a title, rows, and warnings that go to stderr."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    title: str
+    rows: tuple[Row, ...]
+    warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
