@@ -1,0 +1,216 @@
+"""Render a Report as a rich table, JSON or CSV: the only module that formats numbers.
+
+JSON and CSV carry raw base-unit values under unit-suffixed keys (one flat object per row,
+inputs echoed). Tables choose a display prefix per column (GB or GiB, ms or s, TFLOP ...).
+``--explain`` adds, for every term, its formula, its source and the numbers substituted in.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Sequence
+from enum import Enum
+from typing import Any, TextIO
+
+from tpcalc.terms import Report, Row, Scalar, Term, Unit
+from tpcalc.units import GB, MB, PFLOP, TB, TFLOP, ByteUnits, GiB, KiB, MiB, TiB
+
+
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
+_DECIMAL_BYTES = ((TB, "TB"), (GB, "GB"), (MB, "MB"), (1, "B"))
+_BINARY_BYTES = ((TiB, "TiB"), (GiB, "GiB"), (MiB, "MiB"), (KiB, "KiB"), (1, "B"))
+_SECONDS = ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"))
+_FLOP = ((PFLOP, "PFLOP"), (TFLOP, "TFLOP"), (10**9, "GFLOP"), (1, "FLOP"))
+_FLOPS = ((PFLOP, "PFLOP/s"), (TFLOP, "TFLOP/s"), (10**9, "GFLOP/s"), (1, "FLOP/s"))
+_PARAMS = ((10**9, "B params"), (10**6, "M params"), (1, "params"))
+
+
+def _scales(unit: Unit, byte_units: ByteUnits) -> tuple[tuple[float, str], ...] | None:
+    binary = byte_units is ByteUnits.GiB
+    if unit is Unit.bytes:
+        return _BINARY_BYTES if binary else _DECIMAL_BYTES
+    if unit is Unit.bytes_per_s:
+        table = _BINARY_BYTES if binary else _DECIMAL_BYTES
+        return tuple((f, f"{name}/s") for f, name in table)
+    return {
+        Unit.seconds: _SECONDS,
+        Unit.flop: _FLOP,
+        Unit.flop_per_s: _FLOPS,
+        Unit.params: _PARAMS,
+    }.get(unit)
+
+
+def pick_scale(values: Sequence[Scalar], unit: Unit, byte_units: ByteUnits) -> tuple[float, str]:
+    """The largest prefix in which the column's largest magnitude is at least 1."""
+    scales = _scales(unit, byte_units)
+    if scales is None:
+        return 1.0, {Unit.ratio: "", Unit.count: "", Unit.text: ""}.get(unit, unit.value)
+    nums = [abs(float(v)) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    biggest = max(nums, default=0.0)
+    for factor, name in scales:
+        if biggest >= factor:
+            return factor, name
+    return scales[-1]
+
+
+def fmt_number(value: Scalar, factor: float = 1.0, digits: int = 4) -> str:
+    """A number at ``digits`` significant digits, with thousands separators for big integers."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, str):
+        return value
+    x = value / factor
+    if isinstance(value, int) and factor == 1:
+        return f"{value:,}"
+    if x == 0 or not math.isfinite(x):
+        return f"{x:g}"
+    magnitude = math.floor(math.log10(abs(x)))
+    decimals = max(0, digits - 1 - magnitude)
+    return f"{x:,.{decimals}f}"
+
+
+def fmt_quantity(value: Scalar, unit: Unit, byte_units: ByteUnits = ByteUnits.GB) -> str:
+    """A single value with its own best prefix, e.g. '73.40 MB'."""
+    if unit is Unit.ratio and isinstance(value, int | float) and not isinstance(value, bool):
+        return f"{fmt_number(value)} ({value:.1%})"
+    factor, name = pick_scale([value], unit, byte_units)
+    text = fmt_number(value, factor)
+    return f"{text} {name}".rstrip()
+
+
+def _varying_inputs(rows: Sequence[Row]) -> tuple[list[str], dict[str, Scalar]]:
+    keys: list[str] = []
+    for row in rows:
+        keys.extend(k for k in row.inputs if k not in keys)
+    varying = [k for k in keys if len({repr(r.inputs.get(k)) for r in rows}) > 1]
+    constant = {k: rows[0].inputs.get(k) for k in keys if k not in varying}
+    return varying, constant
+
+
+def _term_columns(rows: Sequence[Row]) -> list[Term]:
+    seen: dict[str, Term] = {}
+    for row in rows:
+        for t in row.terms:
+            seen.setdefault(t.key, t)
+    return list(seen.values())
+
+
+def render_table(report: Report, byte_units: ByteUnits, out: TextIO, explain: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=out, soft_wrap=True)
+    rows = report.rows
+    varying, constant = _varying_inputs(rows)
+    caption = "  ".join(f"{k}={fmt_number(v)}" for k, v in constant.items())
+    table = Table(title=report.title, caption=caption or None, caption_justify="left")
+    for key in varying:
+        table.add_column(key, justify="right")
+    columns = _term_columns(rows)
+    scales = {}
+    for col in columns:
+        values = [r.value(col.key) for r in rows if any(t.key == col.key for t in r.terms)]
+        factor, name = pick_scale(values, col.unit, byte_units)
+        scales[col.key] = factor
+        header = f"{col.label} ({name})" if name else col.label
+        table.add_column(header, justify="left" if col.unit is Unit.text else "right")
+    for row in rows:
+        present = {t.key: t for t in row.terms}
+        cells = [fmt_number(row.inputs.get(k)) for k in varying]
+        for col in columns:
+            t = present.get(col.key)
+            if t is None:
+                cells.append("—")
+            elif t.unit is Unit.ratio and isinstance(t.value, float):
+                cells.append(f"{t.value:.1%}" if abs(t.value) < 100 else fmt_number(t.value))
+            else:
+                cells.append(fmt_number(t.value, scales[col.key]))
+        table.add_row(*cells)
+    console.print(table)
+    for note in report.notes:
+        console.print(note, markup=False, highlight=False)
+    if explain:
+        console.print(explain_text(report, byte_units), markup=False, highlight=False)
+
+
+def explain_text(report: Report, byte_units: ByteUnits = ByteUnits.GB) -> str:
+    """For each row and term: formula, source, the inputs substituted, the result."""
+    lines: list[str] = []
+    for row in report.rows:
+        head = ", ".join(f"{k}={fmt_number(v)}" for k, v in row.inputs.items())
+        lines.append(f"\n[{head}]")
+        for t in row.terms:
+            if not t.formula:
+                continue
+            lines.append(f"  {t.key} = {t.formula}")
+            if t.inputs:
+                subs = ", ".join(f"{k}={fmt_number(v)}" for k, v in t.inputs.items())
+                lines.append(f"      with {subs}")
+            lines.append(f"      = {fmt_quantity(t.value, t.unit, byte_units)}")
+            if t.source:
+                lines.append(f"      source: {t.source}")
+    return "\n".join(lines)
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def report_records(report: Report, explain: bool = False) -> list[dict[str, Any]]:
+    records = []
+    for row in report.rows:
+        rec = {k: _json_safe(v) for k, v in row.flat().items()}
+        if explain:
+            rec["explain"] = {
+                t.key: {"formula": t.formula, "source": t.source, "inputs": t.inputs}
+                for t in row.terms
+                if t.formula
+            }
+        records.append(rec)
+    return records
+
+
+def render_json(report: Report, out: TextIO, explain: bool) -> None:
+    json.dump(report_records(report, explain), out, indent=2, allow_nan=False)
+    out.write("\n")
+
+
+def render_csv(report: Report, out: TextIO) -> None:
+    records = report_records(report)
+    fields: list[str] = []
+    for rec in records:
+        fields.extend(k for k in rec if k not in fields)
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(records)
+    out.write(buf.getvalue())
+
+
+def render(
+    report: Report,
+    fmt: Format,
+    out: TextIO,
+    *,
+    byte_units: ByteUnits = ByteUnits.GB,
+    explain: bool = False,
+) -> None:
+    """Write ``report`` to ``out`` in ``fmt``. Warnings are the caller's (they go to stderr)."""
+    if fmt is Format.json:
+        render_json(report, out, explain)
+    elif fmt is Format.csv:
+        render_csv(report, out)
+    else:
+        render_table(report, byte_units, out, explain)
