@@ -1,0 +1,77 @@
+"""tpcalc comm: tensor-parallel communication per all-reduce, layer and step, and link times."""
+
+from __future__ import annotations
+
+import typer
+
+from tpcalc.calc.activations import Recompute
+from tpcalc.calc.params import ParamConvention
+from tpcalc.cli.common import emit
+from tpcalc.cli.options import (
+    DEFAULT_HARDWARE,
+    DEFAULT_MODEL,
+    DtypeOpt,
+    ExplainOpt,
+    FormatOpt,
+    HardwareOpt,
+    LatencyOpt,
+    MicroBatchOpt,
+    ModelOpt,
+    ParamsOpt,
+    RecomputeOpt,
+    SeqOpt,
+    SpOpt,
+    TpOpt,
+    UnitsOpt,
+)
+from tpcalc.render import Format
+from tpcalc.units import ByteUnits, Dtype
+
+app = typer.Typer()
+
+
+@app.command()
+def comm(
+    model: ModelOpt = DEFAULT_MODEL,
+    tp: TpOpt = None,
+    seq: SeqOpt = None,
+    micro_batch: MicroBatchOpt = 1,
+    hardware: HardwareOpt = DEFAULT_HARDWARE,
+    sp: SpOpt = False,
+    recompute: RecomputeOpt = Recompute.selective,
+    dtype: DtypeOpt = Dtype.bf16,
+    params: ParamsOpt = ParamConvention.matmul,
+    latency: LatencyOpt = True,
+    units: UnitsOpt = ByteUnits.GB,
+    fmt: FormatOpt = Format.table,
+    explain: ExplainOpt = False,
+) -> None:
+    """TP communication of one micro-batch (fwd + bwd): bytes per all-reduce, per layer, per
+    step, and the time on NVLink and on the inter-node link, as a share of compute.
+
+    Examples:
+
+      tpcalc comm --model llama3-70b -t 8
+
+      tpcalc comm -m qwen3.8 -s 4096 -t 1,2,4,8 --hardware h800 --format json
+
+      tpcalc comm -m llama3-70b -t 8 --params all --no-latency --explain
+    """
+
+    def build():
+        from tpcalc.reports.tp import comm_report
+
+        return comm_report(
+            model,
+            hardware,
+            tp=tp,
+            seq=seq,
+            micro_batch=micro_batch,
+            sp=sp,
+            recompute_full=recompute is Recompute.full,
+            dtype=dtype,
+            params=params,
+            with_latency=latency,
+        )
+
+    emit(build, fmt, units=units, explain=explain)

@@ -1,0 +1,56 @@
+"""What every command does after parsing: build a report, print warnings, render, exit.
+
+Only the CLI layer exits. Domain errors (``TpcalcError``) become one line on stderr and exit 1;
+stdout then stays empty, so ``--format json`` output is valid JSON or nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable
+
+import typer
+
+from tpcalc.errors import TpcalcError
+from tpcalc.render import Format, render
+from tpcalc.terms import Report
+from tpcalc.units import ByteUnits
+
+
+def error(message: str) -> None:
+    sys.stderr.write(f"Error: {message}\n")
+
+
+def warn(message: str) -> None:
+    sys.stderr.write(f"Warning: {message}\n")
+
+
+def emit(
+    build: Callable[[], Report],
+    fmt: Format,
+    *,
+    units: ByteUnits = ByteUnits.GB,
+    explain: bool = False,
+) -> None:
+    """Run ``build``; on success render to stdout and warnings to stderr; on error exit 1."""
+    try:
+        report = build()
+    except TpcalcError as exc:
+        error(str(exc))
+        raise typer.Exit(1) from None
+    except (OverflowError, ValueError, ZeroDivisionError) as exc:
+        error(f"the inputs are out of range: {exc}")
+        raise typer.Exit(1) from None
+    overflowed = [
+        t.key
+        for row in report.rows
+        for t in row.terms
+        if isinstance(t.value, float) and not math.isfinite(t.value)
+    ]
+    if overflowed:
+        error(f"the inputs are too large to compute {overflowed[0]} (result is not finite)")
+        raise typer.Exit(1)
+    for w in report.warnings:
+        warn(w)
+    render(report, fmt, sys.stdout, byte_units=units, explain=explain)

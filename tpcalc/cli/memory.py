@@ -1,0 +1,86 @@
+"""tpcalc memory: activation memory (with/without SP, recompute modes) and model states per rank."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from tpcalc.calc.activations import FullRecomputeSharding, Recompute
+from tpcalc.calc.states import StateRecipe
+from tpcalc.cli.common import emit
+from tpcalc.cli.options import (
+    DEFAULT_HARDWARE,
+    DEFAULT_MODEL,
+    ExplainOpt,
+    FormatOpt,
+    HardwareOpt,
+    MicroBatchOpt,
+    ModelOpt,
+    RecomputeOpt,
+    SeqOpt,
+    SpOpt,
+    TpOpt,
+    UnitsOpt,
+)
+from tpcalc.render import Format
+from tpcalc.units import ByteUnits
+
+app = typer.Typer()
+
+
+@app.command()
+def memory(
+    model: ModelOpt = DEFAULT_MODEL,
+    tp: TpOpt = None,
+    seq: SeqOpt = None,
+    micro_batch: MicroBatchOpt = 1,
+    hardware: HardwareOpt = DEFAULT_HARDWARE,
+    sp: SpOpt = True,
+    recompute: RecomputeOpt = Recompute.selective,
+    full_sharding: Annotated[
+        FullRecomputeSharding,
+        typer.Option(
+            "--full-recompute-sharding",
+            help="Full recompute keeps 2sbh per layer: 'paper' (Table 2, not /t) or 'sp' (/t).",
+        ),
+    ] = FullRecomputeSharding.paper,
+    state_recipe: Annotated[
+        StateRecipe,
+        typer.Option(
+            "--state-recipe",
+            help="Model states: zero16 (2+2+12 B/param) or megatron18 (fp32 grads, 18 B/param).",
+        ),
+    ] = StateRecipe.zero16,
+    units: UnitsOpt = ByteUnits.GB,
+    fmt: FormatOpt = Format.table,
+    explain: ExplainOpt = False,
+) -> None:
+    """Per-rank memory: activations (Korthikanti et al. 2022 Table 2), logits, model states,
+    and what is left on the card.
+
+    Examples:
+
+      tpcalc memory --seq 4096
+
+      tpcalc memory -m qwen3.8 -s 4096 -t 1,8 --recompute selective --format json
+
+      tpcalc memory -m llama3-70b -t 8 --no-sp --recompute none --explain
+    """
+
+    def build():
+        from tpcalc.reports.memory import memory_report
+
+        return memory_report(
+            model,
+            hardware,
+            tp=tp,
+            seq=seq,
+            micro_batch=micro_batch,
+            sp=sp,
+            recompute=recompute,
+            full_sharding=full_sharding,
+            recipe=state_recipe,
+        )
+
+    emit(build, fmt, units=units, explain=explain)

@@ -1,0 +1,110 @@
+"""Tensor-parallel reports: comm, flops (and memory, in tpcalc.reports.memory)."""
+
+from __future__ import annotations
+
+from tpcalc.calc.comm import tp_comm_row
+from tpcalc.calc.flops import flops_terms
+from tpcalc.calc.params import ParamConvention
+from tpcalc.reports.inputs import Inputs, resolve
+from tpcalc.terms import Report, Row
+from tpcalc.units import Dtype
+
+
+def tp_warnings(inputs: Inputs) -> list[str]:
+    """Impossible splits raise (t must divide the query heads, ...); KV replication only warns."""
+    from tpcalc.calc.shards_rules import kv_split, require_tp, uses_kv_heads
+
+    spec, warnings = inputs.spec, []
+    for t in inputs.tps:
+        require_tp(spec, t)
+        if uses_kv_heads(spec) and t > spec.kv_heads:
+            _, replicas = kv_split(spec, t)
+            warnings.append(
+                f"t={t} > num_key_value_heads={spec.kv_heads}: each KV head is replicated on "
+                f"{replicas} ranks (K/V weights and activations stored {replicas}x; "
+                f"t={spec.kv_heads} is the largest t without replication)"
+            )
+    return warnings
+
+
+def comm_report(
+    model: str,
+    hardware: str,
+    *,
+    tp: str | int | list[int] | None = None,
+    seq: int | None = None,
+    micro_batch: int = 1,
+    sp: bool = False,
+    recompute_full: bool = False,
+    dtype: Dtype = Dtype.bf16,
+    params: ParamConvention = ParamConvention.matmul,
+    with_latency: bool = True,
+) -> Report:
+    """One row per t: TP bytes per collective / layer / step and link times (tpcalc comm)."""
+    inputs = resolve(model, hardware, seq=seq, micro_batch=micro_batch, tp=tp)
+    warnings = tp_warnings(inputs)
+    rows = tuple(
+        tp_comm_row(
+            inputs.spec,
+            inputs.hw,
+            t=t,
+            seq=inputs.seq,
+            micro_batch=inputs.micro_batch,
+            dtype=dtype,
+            sp=sp,
+            recompute_full=recompute_full,
+            params=params,
+            with_latency=with_latency,
+        )
+        for t in inputs.tps
+    )
+    return Report(
+        title=f"TP communication per rank, one micro-batch fwd+bwd: {inputs.spec.name}",
+        rows=rows,
+        warnings=tuple(warnings),
+    )
+
+
+def flops_report(
+    model: str,
+    hardware: str,
+    *,
+    tp: str | int | list[int] | None = None,
+    seq: int | None = None,
+    micro_batch: int = 1,
+    params: ParamConvention = ParamConvention.matmul,
+    attention: bool = False,
+) -> Report:
+    """One row per t: per-rank FLOPs of one micro-batch and compute time (tpcalc flops)."""
+    inputs = resolve(model, hardware, seq=seq, micro_batch=micro_batch, tp=tp)
+    warnings = tp_warnings(inputs)
+    rows = []
+    for t in inputs.tps:
+        terms = flops_terms(
+            inputs.spec,
+            inputs.hw,
+            t=t,
+            seq=inputs.seq,
+            micro_batch=inputs.micro_batch,
+            params=params,
+            attention=attention,
+        )
+        rows.append(
+            Row(
+                inputs={
+                    "model": inputs.spec.name,
+                    "hardware": inputs.hw.name,
+                    "t": t,
+                    "seq": inputs.seq,
+                    "micro_batch": inputs.micro_batch,
+                    "params_convention": params.value,
+                    "attention_term": attention,
+                },
+                terms=terms,
+            )
+        )
+    return Report(
+        title=f"FLOPs per rank, one micro-batch fwd+bwd: {inputs.spec.name}",
+        rows=tuple(rows),
+        warnings=tuple(warnings),
+    )
