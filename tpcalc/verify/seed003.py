@@ -1,0 +1,90 @@
+"""Seed 003 §7.3.2–7.3.3, the two-card hand example, recomputed in exact integers (int64).
+
+Inputs are the book's: X = [2, 1], W1 (2 × 4), ReLU, W2 (4 × 2), dY = [1, −1], t = 2. Every
+result below comes from the same simulated schemes and f/g operators as the float64 bench;
+ReLU and matrix products keep int64 arrays integer, so equality is exact (difference 0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tpcalc.verify.activations import Activation, activate
+from tpcalc.verify.backward import mlp_backward, mlp_forward, mlp_single
+from tpcalc.verify.schemes import Diff, FfnProblem, Scheme, compare, run_scheme
+from tpcalc.verify.sim import Cards, Tally
+
+# seed 003 §7.3.2 「代入数字」 and §7.3.3 「设输出的梯度为 dY = [1, −1]」: the example's inputs.
+SEED003_X = ((2, 1),)
+SEED003_W1 = ((1, 0, -1, 2), (0, 1, 1, -1))
+SEED003_W2 = ((1, 0), (2, 1), (0, 1), (1, -1))
+SEED003_DY = ((1, -1),)
+SEED003_CARDS = 2
+SEED003_ACTIVATION = Activation.relu
+
+
+def seed003_problem() -> FfnProblem:
+    def arr(rows: tuple) -> np.ndarray:
+        return np.array(rows, dtype=np.int64)
+
+    return FfnProblem(arr(SEED003_X), arr(SEED003_W1), arr(SEED003_W2))
+
+
+@dataclass(frozen=True)
+class Seed003Result:
+    """Every number of the hand example, as computed."""
+
+    y_single: np.ndarray  # ReLU(X·W1)·W2
+    pre_single: np.ndarray  # X·W1
+    h_single: np.ndarray  # ReLU(X·W1): the correct intermediate
+    card_y: tuple[np.ndarray, ...]  # column → row: each card's partial output
+    y_column_row: np.ndarray  # after the all-reduce
+    column_row: Diff
+    row_first_card_pre: tuple[np.ndarray, ...]  # row-first: each card's X_i·W1_i
+    row_first_no_sync: np.ndarray  # ReLU on each card, then summed
+    row_first_error: Diff  # against the correct intermediate
+    row_first_synced: np.ndarray  # summed, then ReLU
+    dx_single: np.ndarray
+    card_dh: tuple[np.ndarray, ...]  # each card's gradient after ReLU'
+    card_dx: tuple[np.ndarray, ...]  # each card's contribution to dX
+    dx_tp: np.ndarray  # after f's backward all-reduce
+    backward: Diff
+    tally: Tally  # forward + backward collectives of the column → row MLP
+
+
+def seed003_example() -> Seed003Result:
+    """Recompute seed 003 §7.3.2–7.3.3 on two simulated cards, in integers."""
+    p = seed003_problem()
+    dy = np.array(SEED003_DY, dtype=np.int64)
+    act, t = SEED003_ACTIVATION, SEED003_CARDS
+    single = mlp_single(p, p.x, dy, act)
+    pre = p.x @ p.a
+    h_single = activate(pre, act)
+
+    col_row = run_scheme(Scheme.column_row, p, t, act)
+    no_sync = run_scheme(Scheme.row_first_no_sync, p, t, act)
+    synced = run_scheme(Scheme.row_first, p, t, act)
+
+    cards = Cards(t)
+    fwd = mlp_forward(p, p.x, act, cards)
+    grad = mlp_backward(p, fwd, dy, act, cards)
+    return Seed003Result(
+        y_single=single.y,
+        pre_single=pre,
+        h_single=h_single,
+        card_y=col_row.partial_outputs,
+        y_column_row=col_row.output,
+        column_row=compare(col_row.output, single.y),
+        row_first_card_pre=no_sync.card_preactivations,
+        row_first_no_sync=no_sync.intermediate,
+        row_first_error=compare(no_sync.intermediate, h_single),
+        row_first_synced=synced.intermediate,
+        dx_single=single.dx,
+        card_dh=grad.card_dh,
+        card_dx=grad.card_dx,
+        dx_tp=grad.dx,
+        backward=compare(grad.dx, single.dx),
+        tally=cards.tally,
+    )
