@@ -105,37 +105,60 @@ def _term_columns(rows: Sequence[Row]) -> list[Term]:
     return list(seen.values())
 
 
-def render_table(report: Report, byte_units: ByteUnits, out: TextIO, explain: bool) -> None:
+def _cell(t: Term | None, factor: float) -> str:
+    if t is None:
+        return "—"
+    if t.unit is Unit.ratio and isinstance(t.value, float) and abs(t.value) < 100:
+        return f"{t.value:.1%}"
+    return fmt_number(t.value, factor)
+
+
+def _console(out: TextIO):
     from rich.console import Console
+
+    # Piped output has no terminal width; do not crush columns to 80 characters.
+    return Console(file=out, soft_wrap=True, width=None if out.isatty() else 160)
+
+
+def render_table(report: Report, byte_units: ByteUnits, out: TextIO, explain: bool) -> None:
+    """A rich table. Sweeps with more terms than rows are transposed: one line per term, one
+    column per row of the sweep (t=1, t=2, ...), so 20 terms stay readable."""
     from rich.table import Table
 
-    console = Console(file=out, soft_wrap=True)
+    console = _console(out)
     rows = report.rows
     varying, constant = _varying_inputs(rows)
     caption = "  ".join(f"{k}={fmt_number(v)}" for k, v in constant.items())
     table = Table(title=report.title, caption=caption or None, caption_justify="left")
-    for key in varying:
-        table.add_column(key, justify="right")
     columns = _term_columns(rows)
     scales = {}
     for col in columns:
         values = [r.value(col.key) for r in rows if any(t.key == col.key for t in r.terms)]
-        factor, name = pick_scale(values, col.unit, byte_units)
-        scales[col.key] = factor
-        header = f"{col.label} ({name})" if name else col.label
-        table.add_column(header, justify="left" if col.unit is Unit.text else "right")
-    for row in rows:
-        present = {t.key: t for t in row.terms}
-        cells = [fmt_number(row.inputs.get(k)) for k in varying]
+        scales[col.key] = pick_scale(values, col.unit, byte_units)
+    if len(columns) > len(rows) + len(varying):
+        table.add_column("quantity", justify="left")
+        table.add_column("unit", justify="left")
+        for row in rows:
+            name = ", ".join(f"{k}={fmt_number(row.inputs.get(k))}" for k in varying)
+            table.add_column(name or "value", justify="right")
         for col in columns:
-            t = present.get(col.key)
-            if t is None:
-                cells.append("—")
-            elif t.unit is Unit.ratio and isinstance(t.value, float):
-                cells.append(f"{t.value:.1%}" if abs(t.value) < 100 else fmt_number(t.value))
-            else:
-                cells.append(fmt_number(t.value, scales[col.key]))
-        table.add_row(*cells)
+            factor, unit_name = scales[col.key]
+            cells = [
+                _cell(next((t for t in r.terms if t.key == col.key), None), factor) for r in rows
+            ]
+            table.add_row(col.label, unit_name, *cells)
+    else:
+        for key in varying:
+            table.add_column(key, justify="right")
+        for col in columns:
+            name = scales[col.key][1]
+            header = f"{col.label} ({name})" if name else col.label
+            table.add_column(header, justify="left" if col.unit is Unit.text else "right")
+        for row in rows:
+            present = {t.key: t for t in row.terms}
+            cells = [fmt_number(row.inputs.get(k)) for k in varying]
+            cells += [_cell(present.get(col.key), scales[col.key][0]) for col in columns]
+            table.add_row(*cells)
     console.print(table)
     for note in report.notes:
         console.print(note, markup=False, highlight=False)

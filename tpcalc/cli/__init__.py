@@ -11,7 +11,7 @@ import sys
 
 import typer
 
-from tpcalc.cli import comm, flops, memory
+from tpcalc.cli import comm, flops, hardware, memory
 
 app = typer.Typer(
     name="tpcalc",
@@ -30,28 +30,38 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-for module in (comm, flops, memory):
+for module in (comm, memory, flops, hardware):
     app.add_typer(module.app)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Console entry point: run the app, turning click's usage errors into one line (exit 2)."""
-    import click
+def _click_exceptions() -> tuple[type[Exception], type[Exception]]:
+    """(UsageError, ClickException) of the click typer runs on (typer >= 0.25 vendors its own)."""
+    mro = typer.BadParameter.__mro__
+    usage = next(c for c in mro if c.__name__ == "UsageError")
+    base = next(c for c in mro if c.__name__ == "ClickException")
+    return usage, base
 
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: run the app, turning usage errors into one line (exit 2)."""
+    usage_error, click_exception = _click_exceptions()
     try:
         code = app(args=argv, prog_name="tpcalc", standalone_mode=False)
-    except click.UsageError as exc:
-        hint = f" (see 'tpcalc {exc.ctx.info_name} --help')" if exc.ctx else ""
-        if exc.ctx and exc.ctx.parent is None:
-            hint = " (see 'tpcalc --help')"
-        sys.stderr.write(f"Error: {exc.format_message()}{hint}\n")
+    except usage_error as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # bare 'tpcalc': help on stdout, exit 0
+            sys.stdout.write(exc.format_message() + "\n")
+            sys.exit(0)
+        ctx = getattr(exc, "ctx", None)
+        where = (
+            f"tpcalc {ctx.info_name}" if ctx is not None and ctx.parent is not None else "tpcalc"
+        )
+        message = exc.format_message().replace("Value error, ", "")
+        sys.stderr.write(f"Error: {message} (see '{where} --help')\n")
         sys.exit(2)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
-    except click.Abort:
+    except click_exception as exc:
+        sys.stderr.write(f"Error: {exc.format_message()}\n")
+        sys.exit(getattr(exc, "exit_code", 1))
+    except typer.Abort:
         sys.stderr.write("Aborted.\n")
         sys.exit(1)
-    except click.ClickException as exc:
-        sys.stderr.write(f"Error: {exc.format_message()}\n")
-        sys.exit(exc.exit_code)
     sys.exit(code if isinstance(code, int) else 0)

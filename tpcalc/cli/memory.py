@@ -56,8 +56,9 @@ def memory(
     fmt: FormatOpt = Format.table,
     explain: ExplainOpt = False,
 ) -> None:
-    """Per-rank memory: activations (Korthikanti et al. 2022 Table 2), logits, model states,
-    and what is left on the card.
+    """Per-rank memory: activations, logits, model states and what is left on the card.
+
+    Activations follow Korthikanti et al. 2022, Table 2 (the seeds' formula).
 
     Examples:
 

@@ -32,7 +32,8 @@ ModelOpt = Annotated[
     typer.Option(
         "--model",
         "-m",
-        help="Built-in model name ('tpcalc models'), a YAML in tpcalc's schema, or a HF config.json.",
+        help="Built-in model name ('tpcalc models'), a YAML in tpcalc's schema, or a HF "
+        "config.json.",
     ),
 ]
 TpOpt = Annotated[

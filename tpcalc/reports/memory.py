@@ -1,4 +1,4 @@
-"""Memory report: activations (Korthikanti Table 2), logits and model states per rank vs the card."""
+"""Memory report: activations (Korthikanti Table 2), logits and model states per rank."""
 
 from __future__ import annotations
 
