@@ -1,0 +1,226 @@
+"""Pipeline parallelism: layers per stage, stage-to-stage bytes, bubbles, in-flight activations.
+
+The model's layers are cut into p stages; each micro-batch's activation is sent from stage to
+stage in the forward pass and its gradient back in the backward pass (seed 000 summary table
+"流水线并行"). Times F, B, W are one micro-batch on one stage: forward, backward for inputs,
+backward for weights (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", §2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+from tpcalc.errors import DivisibilityError, InputError, divide
+from tpcalc.units import Dtype
+
+SRC_GPIPE = "Huang et al. 2019 (GPipe) §2.3; Narayanan et al. 2021 §2.2.1: bubble (p-1)/m"
+SRC_INTERLEAVED = "Narayanan et al. 2021 §2.2.2: interleaved bubble (p-1)/(m·v)"
+SRC_ZB = "Qi et al. 2023 (Zero Bubble Pipeline Parallelism) §3.1: ZB-H1 bubble (p-1)(F+B-W)"
+SRC_DUALPIPE = "DeepSeek-V3 report §3.2.1 Table 2: DualPipe bubble (PP/2-1)(F&B+B-3W), 2x params"
+SRC_P2P = "Narayanan et al. 2021 §4.1: s·b·h per micro-batch, /t with the scatter/gather trick"
+SRC_SPLIT = "layers over p·v chunks; extra layers to middle stages (ends hold embedding, LM head)"
+SRC_INFLIGHT = (
+    "GPipe m; 1F1B p-r (Narayanan et al. 2021 §2.2.1); interleaved p+(p-1)/v "
+    "(Korthikanti et al. 2022 §4.2.3); ZB-H1 p (Qi et al. 2023); DualPipe p+1 (DeepSeek-V3 Table 2)"
+)
+
+# DualPipe feeds micro-batches from both ends, so each rank keeps two model chunks
+# (DeepSeek-V3 report §3.2.1, Table 2: "Parameter 2x").
+DUALPIPE_PARAM_COPIES = 2
+DUALPIPE_EXTRA_IN_FLIGHT = 1  # Table 2: activation PP+1 micro-batches
+DUALPIPE_DIRECTIONS = 2  # micro-batches split evenly between the two directions
+
+
+class Schedule(str, Enum):
+    """Pipeline schedules tpcalc prices."""
+
+    one_f_one_b = "1f1b"
+    interleaved = "interleaved"
+    zb_h1 = "zb-h1"
+    dualpipe = "dualpipe"
+    gpipe = "gpipe"
+
+
+@dataclass(frozen=True)
+class StageTimes:
+    """One micro-batch on one stage, seconds: forward F, backward-for-input B, for-weights W.
+
+    ``fb_overlap_s`` is DualPipe's F&B (a forward and a backward chunk run overlapped); None
+    means no overlap, F&B = F + B + W, the case the official DualPipe schedule figure draws.
+    """
+
+    forward_s: float
+    backward_input_s: float
+    backward_weight_s: float
+    fb_overlap_s: float | None = None
+
+    @property
+    def full_s(self) -> float:
+        return self.forward_s + self.backward_input_s + self.backward_weight_s
+
+    @property
+    def fb_s(self) -> float:
+        return self.full_s if self.fb_overlap_s is None else self.fb_overlap_s
+
+
+# F = B = W: the assumption behind seed 000's "ZB-H1 = 1/3 of 1F1B" (Qi et al. 2023 §3.1); the
+# bubble ratios of GPipe, 1F1B and interleaved do not depend on the times at all.
+EQUAL_TIMES = StageTimes(1.0, 1.0, 1.0)
+
+
+def check_pipeline(
+    num_layers: int, p: int, m: int, v: int, schedule: Schedule, *, allow_uneven: bool = True
+) -> None:
+    """Raise a one-line TpcalcError for an impossible pipeline; return None when it is fine."""
+    for name, value in (("pp", p), ("microbatches", m), ("vpp", v)):
+        if value < 1:
+            raise InputError(f"{name}={value} must be a positive integer")
+    if v > 1 and schedule is not Schedule.interleaved:
+        raise InputError(f"vpp={v} applies only to the interleaved schedule; use vpp=1")
+    if schedule is Schedule.interleaved and v < 2:
+        raise InputError("the interleaved schedule needs vpp >= 2 (vpp=1 is plain 1f1b)")
+    if p > num_layers:
+        raise InputError(f"pp={p} exceeds num_hidden_layers={num_layers}: a stage needs a layer")
+    if p * v > num_layers:
+        raise InputError(
+            f"vpp={v} needs pp·vpp={p * v} model chunks but there are only "
+            f"num_hidden_layers={num_layers} layers; lower vpp or pp"
+        )
+    if not allow_uneven:
+        divide(num_layers, p * v, what="num_hidden_layers", by="pp·vpp" if v > 1 else "pp")
+    if schedule is Schedule.dualpipe:
+        if p % DUALPIPE_DIRECTIONS:
+            raise DivisibilityError(f"DualPipe needs an even pp, got pp={p}")
+        if m % DUALPIPE_DIRECTIONS or m < DUALPIPE_DIRECTIONS * p:
+            raise InputError(f"DualPipe needs an even microbatches >= 2·pp={2 * p}, got {m}")
+
+
+def chunk_layer_counts(num_layers: int, chunks: int) -> tuple[int, ...]:
+    """Layers of each of ``chunks`` consecutive model chunks, as even as possible.
+
+    The first and last chunks also hold the embedding and the LM head, so the remainder of an
+    uneven split goes to the middle chunks first (Megatron-LM sets the ends by hand with
+    --decoder-first/last-pipeline-num-layers).
+    """
+    base, extra = divmod(num_layers, chunks)
+    counts = [base] * chunks
+    order = list(range(1, chunks - 1)) + [0, chunks - 1]
+    for i in order[:extra]:
+        counts[i] += 1
+    return tuple(counts)
+
+
+def rank_chunks(p: int, v: int, rank: int) -> list[int]:
+    """Model chunks held by ``rank``: r, r+p, ..., r+(v-1)p (Narayanan et al. 2021 §2.2.2)."""
+    return [rank + k * p for k in range(v)]
+
+
+def rank_layer_counts(num_layers: int, p: int, v: int = 1) -> tuple[int, ...]:
+    """Decoder layers held by each of the p ranks (summing its v chunks)."""
+    chunks = chunk_layer_counts(num_layers, p * v)
+    return tuple(sum(chunks[c] for c in rank_chunks(p, v, r)) for r in range(p))
+
+
+def rank_params(
+    layer_params: Sequence[int],
+    p: int,
+    v: int,
+    *,
+    embedding_params: int,
+    lm_head_params: int,
+    other_params: int = 0,
+    schedule: Schedule = Schedule.one_f_one_b,
+) -> tuple[int, ...]:
+    """Parameters each rank holds: its layers, + embedding on the first chunk, + LM head and
+    ``other_params`` (final norm, MTP) on the last. DualPipe ranks hold stages r and p-1-r."""
+    chunks = chunk_layer_counts(len(layer_params), p * v)
+    bounds = [sum(chunks[:c]) for c in range(len(chunks) + 1)]
+    chunk_params = [sum(layer_params[bounds[c] : bounds[c + 1]]) for c in range(len(chunks))]
+    chunk_params[0] += embedding_params
+    chunk_params[-1] += lm_head_params + other_params
+    per_rank = [sum(chunk_params[c] for c in rank_chunks(p, v, r)) for r in range(p)]
+    if schedule is Schedule.dualpipe:
+        return tuple(per_rank[r] + per_rank[p - 1 - r] for r in range(p))
+    return tuple(per_rank)
+
+
+def p2p_bytes(
+    seq: int, micro_batch: int, hidden: int, dtype: Dtype, *, tp: int = 1, scatter_gather: bool
+) -> float:
+    """Bytes of one activation (or its gradient) sent between stages for one micro-batch.
+
+    s·b·h·dtype; with TP and the scatter/gather optimization each of the t ranks sends 1/t and
+    the next stage all-gathers over NVLink. Source: Narayanan et al. 2021 §4.1; seed 000
+    (4,096 × 5,120 × 2 B = 41.9 MB, printed as 0.0 GB).
+    """
+    full = seq * micro_batch * hidden * dtype.bytes
+    return full / tp if scatter_gather else float(full)
+
+
+def p2p_sends_per_rank(schedule: Schedule, p: int, m: int, v: int) -> int:
+    """Activations plus gradients a middle rank sends per step: 2·m per chunk it holds."""
+    if p == 1:
+        return 0
+    return 2 * m * (v if schedule is Schedule.interleaved else 1)
+
+
+def bubble_time_s(schedule: Schedule, p: int, m: int, times: StageTimes, v: int = 1) -> float:
+    """Idle time of one rank per step.
+
+    GPipe, 1F1B: (p-1)(F+B+W) (GPipe §2.3; Narayanan 2021 §2.2.1); interleaved: (p-1)(F+B+W)/v
+    (Narayanan 2021 §2.2.2); ZB-H1: (p-1)(F+B-W) (Qi et al. 2023 §3.1); DualPipe:
+    (p/2-1)(F&B + B_full - 3W) with B_full = B + W (DeepSeek-V3 report Table 2).
+    """
+    f, b, w = times.forward_s, times.backward_input_s, times.backward_weight_s
+    if schedule in (Schedule.gpipe, Schedule.one_f_one_b):
+        return (p - 1) * times.full_s
+    if schedule is Schedule.interleaved:
+        return (p - 1) * times.full_s / v
+    if schedule is Schedule.zb_h1:
+        return (p - 1) * max(0.0, f + b - w)
+    half = p / DUALPIPE_DIRECTIONS - 1
+    return max(0.0, half * (times.fb_s + (b + w) - 3 * w))
+
+
+def bubble_ratio(schedule: Schedule, p: int, m: int, times: StageTimes, v: int = 1) -> float:
+    """Bubble over useful compute, bubble / (m·(F+B+W)): (p-1)/m for 1F1B (seed 000: 21.9%)."""
+    return bubble_time_s(schedule, p, m, times, v) / (m * times.full_s)
+
+
+def bubble_share(schedule: Schedule, p: int, m: int, times: StageTimes, v: int = 1) -> float:
+    """Bubble as a share of the step, bubble / (bubble + m·(F+B+W)): (p-1)/(m+p-1) for 1F1B
+    (Narayanan et al. 2021 §2.2.1; seed 000: 17.9%)."""
+    bubble = bubble_time_s(schedule, p, m, times, v)
+    return bubble / (bubble + m * times.full_s)
+
+
+def in_flight_chunks(schedule: Schedule, p: int, m: int, v: int, rank: int) -> int:
+    """Micro-batch × chunk activations ``rank`` keeps at its peak (a chunk = L/(p·v) layers).
+
+    GPipe: all m (Huang et al. 2019). 1F1B and ZB-H1: p - rank, at most m (Narayanan 2021
+    §2.2.1; Qi et al. 2023 §3.1 keeps 1F1B's peak). Interleaved: Megatron-LM's warm-up
+    2(p-r-1) + (v-1)p, plus the one in steady state, at most m·v — for rank 0, p·v + p - 1, which
+    is Korthikanti et al. 2022 §4.2.3's factor 1 + (p-1)/(p·v) on p stages. DualPipe: p + 1
+    (DeepSeek-V3 Table 2).
+    """
+    if schedule is Schedule.gpipe:
+        return m
+    if schedule in (Schedule.one_f_one_b, Schedule.zb_h1):
+        return min(p - rank, m)
+    if schedule is Schedule.interleaved:
+        return min(2 * (p - rank - 1) + (v - 1) * p + 1, m * v)
+    return p + DUALPIPE_EXTRA_IN_FLIGHT
+
+
+def stage_activation_bytes(
+    schedule: Schedule, p: int, m: int, v: int, layers: Sequence[int], layer_act_bytes: float
+) -> tuple[float, int]:
+    """(bytes, rank) of the most loaded rank: in-flight chunks × layers per chunk × per-layer
+    activation bytes of one micro-batch (``layers`` as from ``rank_layer_counts``)."""
+    loads = [
+        in_flight_chunks(schedule, p, m, v, r) * layers[r] / v * layer_act_bytes for r in range(p)
+    ]
+    worst = max(range(p), key=lambda r: loads[r])
+    return loads[worst], worst

@@ -1,0 +1,192 @@
+"""The pipeline breakdown of one model on one layout: the terms ``tpcalc pipeline`` prints.
+
+Formulas and their sources live in ``tpcalc.calc.pipeline``; this module feeds them a model
+(layers, parameters per stage from ``tpcalc.calc.params``) and a card (achieved FLOP/s, links).
+"""
+
+from __future__ import annotations
+
+from tpcalc.calc import pipeline as pp
+from tpcalc.calc.dp import (
+    BACKWARD_INPUT_FLOP_PER_PARAM_TOKEN,
+    BACKWARD_WEIGHT_FLOP_PER_PARAM_TOKEN,
+    FORWARD_FLOP_PER_PARAM_TOKEN,
+)
+from tpcalc.calc.links import Link, transfer_time_s
+from tpcalc.calc.params import (
+    declared_params,
+    embedding_params,
+    final_norm_params,
+    layer_params,
+    lm_head_params,
+    mtp_params,
+)
+from tpcalc.calc.pipeline import Schedule, StageTimes
+from tpcalc.specs import HardwareSpec, ModelSpec
+from tpcalc.terms import Term, Unit, term
+from tpcalc.units import Dtype
+
+SRC_TIMES = (
+    "F = 2·N_stage·s·b/(t·achieved), B = W = F (Qi et al. 2023 §2: matmul B and W cost as F)"
+)
+
+
+def stage_params(spec: ModelSpec, p: int, v: int, schedule: Schedule) -> tuple[int, ...]:
+    """Parameters each rank stores: its layers; embedding and declared parts (vision tower) on
+    the first stage; final norm, LM head and MTP on the last (DeepSeek-V3 §3.2 puts MTP there)."""
+    layers = [layer_params(spec, i) for i in range(spec.num_hidden_layers)]
+    return pp.rank_params(
+        layers, p, v,
+        embedding_params=embedding_params(spec) + declared_params(spec),
+        lm_head_params=lm_head_params(spec),
+        other_params=final_norm_params(spec) + mtp_params(spec),
+        schedule=schedule,
+    )  # fmt: skip
+
+
+def stage_matmul_params(spec: ModelSpec, p: int, v: int) -> tuple[int, ...]:
+    """Parameters that multiply on each rank: its layers, + the LM head matrix (V·h even when
+    tied) and final norm on the last stage; the lookup-only embedding is left out (seed 000)."""
+    layers = [layer_params(spec, i) for i in range(spec.num_hidden_layers)]
+    head = spec.vocab_size * spec.hidden_size
+    return pp.rank_params(
+        layers, p, v, embedding_params=0, lm_head_params=head,
+        other_params=final_norm_params(spec),
+    )  # fmt: skip
+
+
+def flop_stage_times(
+    spec: ModelSpec, hw: HardwareSpec, *, p: int, v: int, tokens: int, tp: int
+) -> StageTimes:
+    """F, B, W of the slowest rank for one micro-batch of ``tokens`` tokens, from 2·N FLOP each."""
+    n = max(stage_matmul_params(spec, p, v))
+    rate = tp * hw.achieved_flop_per_s.value
+    return StageTimes(
+        FORWARD_FLOP_PER_PARAM_TOKEN * n * tokens / rate,
+        BACKWARD_INPUT_FLOP_PER_PARAM_TOKEN * n * tokens / rate,
+        BACKWARD_WEIGHT_FLOP_PER_PARAM_TOKEN * n * tokens / rate,
+    )
+
+
+def pipeline_terms(
+    spec: ModelSpec,
+    hw: HardwareSpec,
+    *,
+    p: int,
+    m: int,
+    v: int = 1,
+    schedule: Schedule = Schedule.one_f_one_b,
+    seq: int,
+    micro_batch: int,
+    tp: int = 1,
+    dtype: Dtype = Dtype.bf16,
+    scatter_gather: bool = True,
+    link: Link,
+    allow_uneven: bool = True,
+    times: StageTimes | None = None,
+    layer_act_bytes: float | None = None,
+    with_latency: bool = False,
+) -> tuple[Term, ...]:
+    """Layers and parameters per stage, p2p bytes and time, bubble, in-flight activations.
+
+    ``times`` defaults to ``flop_stage_times``; ``layer_act_bytes`` is one layer's activations
+    for one micro-batch on one rank (e.g. ``tpcalc.calc.activations``), used for the most loaded
+    stage. Raises a TpcalcError for an impossible split (see ``pipeline.check_pipeline``).
+    """
+    L = spec.num_hidden_layers
+    pp.check_pipeline(L, p, m, v, schedule, allow_uneven=allow_uneven)
+    layers = pp.rank_layer_counts(L, p, v)
+    params = stage_params(spec, p, v, schedule)
+    t = times or flop_stage_times(spec, hw, p=p, v=v, tokens=seq * micro_batch, tp=tp)
+    msg = pp.p2p_bytes(
+        seq, micro_batch, spec.hidden_size, dtype, tp=tp, scatter_gather=scatter_gather
+    )
+    sends = pp.p2p_sends_per_rank(schedule, p, m, v)
+    p2p_s = transfer_time_s(sends * msg, sends, hw, link, with_latency=with_latency)
+    bubble = pp.bubble_time_s(schedule, p, m, t, v)
+    ref = pp.bubble_time_s(Schedule.one_f_one_b, p, m, t)
+    sched_src = {
+        Schedule.gpipe: pp.SRC_GPIPE,
+        Schedule.one_f_one_b: pp.SRC_GPIPE,
+        Schedule.interleaved: pp.SRC_INTERLEAVED,
+        Schedule.zb_h1: pp.SRC_ZB,
+        Schedule.dualpipe: pp.SRC_DUALPIPE,
+    }[schedule]
+    fb = dict(p=p, m=m, v=v, F=t.forward_s, B=t.backward_input_s, W=t.backward_weight_s)
+    copies = pp.DUALPIPE_PARAM_COPIES if schedule is Schedule.dualpipe else 1
+    out = [
+        term("stage_layers", "layers per stage", ",".join(map(str, layers)), Unit.text,
+             formula="L over p·v chunks", source=pp.SRC_SPLIT, L=L, p=p, v=v),
+        term("layers_per_stage_max_count", "layers, most loaded stage", max(layers), Unit.count,
+             formula="max over stages", source=pp.SRC_SPLIT, L=L, p=p, v=v),
+        term("stage_params_max", "parameters, most loaded stage", max(params), Unit.params,
+             formula="layers + embedding (first) + LM head (last)" + (" ×2" if copies > 1 else ""),
+             source=pp.SRC_DUALPIPE if copies > 1 else pp.SRC_SPLIT, p=p, v=v),
+        term("param_copies_count", "parameter copies", copies, Unit.count,
+             formula="2 for DualPipe, else 1", source=pp.SRC_DUALPIPE),
+        term("p2p_bytes_per_microbatch", "stage-to-stage, per micro-batch", msg, Unit.bytes,
+             formula="s·b·h·dtype" + ("/t" if scatter_gather and tp > 1 else ""), source=pp.SRC_P2P,
+             s=seq, b=micro_batch, h=spec.hidden_size, dtype_bytes=dtype.bytes,
+             t=tp if scatter_gather else 1),
+        term("p2p_send_bytes_per_rank", "p2p sent per rank per step", sends * msg, Unit.bytes,
+             formula="2·m·(v) × message (activations forward, gradients back)", source=pp.SRC_P2P,
+             m=m, v=v, message=msg),
+        term("p2p_time_s", f"p2p time on {link.value}", p2p_s, Unit.seconds,
+             formula="bytes / bandwidth", source=f"{hw.name} {link.value}: alpha-beta model",
+             bytes=sends * msg),
+        term("forward_time_s", "F (one micro-batch, one stage)", t.forward_s, Unit.seconds,
+             formula="given" if times else "2·N_stage·s·b/(t·achieved)", source=SRC_TIMES),
+        term("backward_input_time_s", "B (grad w.r.t. inputs)", t.backward_input_s, Unit.seconds,
+             formula="given" if times else "2·N_stage·s·b/(t·achieved)", source=SRC_TIMES),
+        term("backward_weight_time_s", "W (grad w.r.t. weights)", t.backward_weight_s, Unit.seconds,
+             formula="given" if times else "2·N_stage·s·b/(t·achieved)", source=SRC_TIMES),
+        term("compute_time_s", "useful compute per step", m * t.full_s, Unit.seconds,
+             formula="m·(F+B+W)", source=pp.SRC_GPIPE, part_of="step_time_s", **fb),
+        term("bubble_time_s", "bubble per step", bubble, Unit.seconds,
+             formula=bubble_formula(schedule), source=sched_src, part_of="step_time_s", **fb),
+        term("step_time_s", "step (compute + bubble)", m * t.full_s + bubble, Unit.seconds,
+             formula="m·(F+B+W) + bubble", source=pp.SRC_GPIPE),
+        term("bubble_ratio", "bubble / compute", pp.bubble_ratio(schedule, p, m, t, v), Unit.ratio,
+             formula="bubble / (m·(F+B+W))", source=sched_src, **fb),
+        term("bubble_share_ratio", "bubble / step", pp.bubble_share(schedule, p, m, t, v),
+             Unit.ratio, formula="bubble / (bubble + m·(F+B+W))", source=sched_src, **fb),
+        term("bubble_vs_1f1b_ratio", "bubble / 1F1B's", bubble / ref if ref else 0.0, Unit.ratio,
+             formula="bubble / ((p-1)(F+B+W))", source=sched_src, **fb),
+    ]  # fmt: skip
+    out += memory_terms(schedule, p, m, v, layers, layer_act_bytes)
+    return tuple(out)
+
+
+def bubble_formula(schedule: Schedule) -> str:
+    return {
+        Schedule.gpipe: "(p-1)(F+B+W)",
+        Schedule.one_f_one_b: "(p-1)(F+B+W)",
+        Schedule.interleaved: "(p-1)(F+B+W)/v",
+        Schedule.zb_h1: "(p-1)(F+B-W)",
+        Schedule.dualpipe: "(p/2-1)(F&B + (B+W) - 3W), F&B = F+B+W",
+    }[schedule]
+
+
+def memory_terms(
+    schedule: Schedule,
+    p: int,
+    m: int,
+    v: int,
+    layers: tuple[int, ...],
+    layer_act_bytes: float | None,
+) -> list[Term]:
+    """Micro-batches in flight on the worst rank and, given per-layer bytes, its activations."""
+    chunks = max(pp.in_flight_chunks(schedule, p, m, v, r) for r in range(p))
+    out = [
+        term("in_flight_microbatches", "micro-batches in flight (worst rank)", chunks / v,
+             Unit.count, formula="in-flight chunks / v", source=pp.SRC_INFLIGHT,
+             p=p, m=m, v=v, chunks=chunks),
+    ]  # fmt: skip
+    if layer_act_bytes is not None:
+        act, rank = pp.stage_activation_bytes(schedule, p, m, v, layers, layer_act_bytes)
+        out.append(
+            term("stage_activation_bytes", "activations, most loaded stage", act, Unit.bytes,
+                 formula="in-flight chunks × layers/v × per-layer bytes", source=pp.SRC_INFLIGHT,
+                 rank=rank, layers=layers[rank], per_layer=layer_act_bytes)
+        )  # fmt: skip
+    return out
