@@ -23,6 +23,21 @@ QKV_BIAS_TYPES = frozenset({"qwen2", "qwen2_moe"})
 LAYERNORM_TYPES = frozenset({"gpt_neox", "gpt2", "gpt_bigcode", "gptj", "opt", "bloom"})
 
 
+LINEAR_ATTENTION_FIELDS = (
+    "linear_num_key_heads",
+    "linear_num_value_heads",
+    "linear_key_head_dim",
+    "linear_value_head_dim",
+    "linear_conv_kernel_dim",
+)
+
+
+def _require(spec: BaseModel, because: str, fields: tuple[str, ...]) -> None:
+    missing = [f for f in fields if getattr(spec, f) is None]
+    if missing:
+        raise ValueError(f"{because} is set, so {', '.join(missing)} must be set too")
+
+
 class DeclaredPart(BaseModel):
     """A part counted but not derived (e.g. a vision tower), with where its count comes from."""
 
@@ -85,6 +100,12 @@ class ModelSpec(BaseModel):
     moe_intermediate_size: PositiveInt | None = None
     shared_expert_intermediate_size: PositiveInt | None = None
     first_k_dense_replace: NonNegativeInt = 0
+    # Qwen-MoE placement: layer i is MoE when (i + 1) % decoder_sparse_step == 0 and i is not in
+    # mlp_only_layers (transformers qwen3_moe Qwen3MoeDecoderLayer).
+    decoder_sparse_step: PositiveInt = 1
+    mlp_only_layers: tuple[NonNegativeInt, ...] = ()
+    norm_topk_prob: bool = False
+    # A per-expert bias on the router scores (DeepSeek-V3 e_score_correction_bias, noaux_tc).
     router_bias: bool = False
     n_group: PositiveInt | None = None
     topk_group: PositiveInt | None = None
@@ -96,8 +117,9 @@ class ModelSpec(BaseModel):
     qk_rope_head_dim: PositiveInt | None = None
     v_head_dim: PositiveInt | None = None
 
-    # Multi-token prediction modules (DeepSeek: num_nextn_predict_layers; Qwen3.5: mtp_num_hidden_layers).
+    # Multi-token prediction modules (DeepSeek name; Qwen3.5 name).
     num_nextn_predict_layers: NonNegativeInt = 0
+    mtp_num_hidden_layers: NonNegativeInt = 0
 
     tpcalc: TpcalcBlock = Field(description="tpcalc's own facts: name, training seq length")
 
@@ -117,6 +139,15 @@ class ModelSpec(BaseModel):
             )
         if self.n_routed_experts is not None and self.moe_intermediate_size is None:
             raise ValueError("n_routed_experts is set but moe_intermediate_size is missing")
+        if any(i >= self.num_hidden_layers for i in self.mlp_only_layers):
+            raise ValueError(
+                f"mlp_only_layers={list(self.mlp_only_layers)} names a layer >= "
+                f"num_hidden_layers={self.num_hidden_layers}"
+            )
+        if self.kv_lora_rank is not None:
+            _require(self, "kv_lora_rank", ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"))
+        if "linear_attention" in self.resolved_layer_types:
+            _require(self, "layer_types has linear_attention", LINEAR_ATTENTION_FIELDS)
         if self.first_k_dense_replace > self.num_hidden_layers:
             raise ValueError(
                 f"first_k_dense_replace={self.first_k_dense_replace} exceeds "
@@ -139,6 +170,9 @@ class ModelSpec(BaseModel):
 
     @property
     def head_dim_resolved(self) -> int:
+        """Query/key width per head; for MLA the q·k width qk_nope_head_dim + qk_rope_head_dim."""
+        if self.qk_nope_head_dim is not None and self.qk_rope_head_dim is not None:
+            return self.qk_nope_head_dim + self.qk_rope_head_dim
         return self.head_dim or self.hidden_size // self.num_attention_heads
 
     @property
@@ -149,6 +183,20 @@ class ModelSpec(BaseModel):
     @property
     def uses_qk_norm(self) -> bool:
         return self.qk_norm if self.qk_norm is not None else self.model_type in QK_NORM_TYPES
+
+    @property
+    def qkv_bias(self) -> bool:
+        """q, k and v projections carry a bias (attention_bias, or Qwen2's hard-coded one)."""
+        return self.attention_bias or self.model_type in QKV_BIAS_TYPES
+
+    @property
+    def o_proj_bias(self) -> bool:
+        return self.attention_bias
+
+    @property
+    def mtp_layers(self) -> int:
+        """MTP modules: DeepSeek num_nextn_predict_layers or Qwen3.5 mtp_num_hidden_layers."""
+        return self.num_nextn_predict_layers or self.mtp_num_hidden_layers
 
     @property
     def uses_layernorm(self) -> bool:
@@ -174,9 +222,18 @@ class ModelSpec(BaseModel):
     def linear_attention_layers(self) -> int:
         return self.num_hidden_layers - self.full_attention_layers
 
+    def is_moe_layer(self, i: int) -> bool:
+        """Layer i (0-based) has routed experts: DeepSeek first_k_dense_replace, Qwen step/list."""
+        return (
+            self.is_moe
+            and i >= self.first_k_dense_replace
+            and i not in self.mlp_only_layers
+            and (i + 1) % self.decoder_sparse_step == 0
+        )
+
     @property
     def moe_layers(self) -> int:
-        return self.num_hidden_layers - self.first_k_dense_replace if self.is_moe else 0
+        return sum(1 for i in range(self.num_hidden_layers) if self.is_moe_layer(i))
 
     @property
     def dense_layers(self) -> int:
