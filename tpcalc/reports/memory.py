@@ -40,39 +40,12 @@ def memory_row(
     )
     logits = logits_terms(spec, seq=seq, micro_batch=micro_batch, t=t)
     states = model_states_terms(total_params(spec), recipe, shards=t)
-    act = acts[-1].value
-    logit = logits[-1].value
-    state = states[-1].value
-    total = act + logit + state
+    parts = [
+        x[-1].model_copy(update={"part_of": "total_bytes_per_rank"}) for x in (acts, logits, states)
+    ]
+    total = sum(float(p.value) for p in parts)
     card = hw.memory_bytes.value
     tail: list[Term] = [
-        term(
-            "activation_bytes_per_rank",
-            "activations",
-            act,
-            Unit.bytes,
-            formula="activation_bytes",
-            source="Korthikanti et al. 2022 Table 2",
-            part_of="total_bytes_per_rank",
-        ),
-        term(
-            "logits_bytes_per_rank",
-            "logits",
-            logit,
-            Unit.bytes,
-            formula="logits_fp32_bytes_per_rank",
-            source="seed 003 §7.3.4",
-            part_of="total_bytes_per_rank",
-        ),
-        term(
-            "states_bytes_per_rank",
-            "model states",
-            state,
-            Unit.bytes,
-            formula="model_states_bytes (params/t, every parameter sharded: seed 003 §7.3.7)",
-            source="seed 003 §7.3.7: 1,128.9 GB ÷ 8 ≈ 141 GB",
-            part_of="total_bytes_per_rank",
-        ),
         term(
             "total_bytes_per_rank",
             "total",
@@ -111,7 +84,8 @@ def memory_row(
         "full_recompute_sharding": full_sharding.value,
         "state_recipe": recipe.value,
     }
-    return Row(inputs=inputs, terms=(*acts, *logits, *states, *tail))
+    terms = (*acts[:-1], parts[0], *logits[:-1], parts[1], *states[:-1], parts[2], *tail)
+    return Row(inputs=inputs, terms=terms)
 
 
 def memory_report(
