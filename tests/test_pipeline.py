@@ -1,0 +1,198 @@
+"""Pipeline parallelism: seed 000's stage, p2p and bubble figures; schedules; bad splits."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tpcalc.calc import pipeline as pp
+from tpcalc.calc.links import Link
+from tpcalc.calc.params import total_params
+from tpcalc.calc.pipeline import EQUAL_TIMES, Schedule, StageTimes
+from tpcalc.calc.pipeline_terms import pipeline_terms, stage_params
+from tpcalc.errors import DivisibilityError, InputError
+from tpcalc.terms import Row
+from tpcalc.units import GB, MB, Dtype
+
+SEED_P, SEED_M, SEED_V = 8, 32, 4  # seed 000 §流水线并行: p = 8, m = 32, interleaved v = 4
+
+
+def test_layers_per_stage(qwen38):
+    # seed 000 summary: 64 layers, p = 8 -> 8 layers per stage
+    assert pp.rank_layer_counts(qwen38.num_hidden_layers, SEED_P) == (8,) * 8
+
+
+def test_p2p_per_microbatch(qwen38):
+    v = pp.p2p_bytes(4096, 1, qwen38.hidden_size, Dtype.bf16, scatter_gather=False)
+    # seed 000 summary: 0.0 GB between stages per micro-batch of 4,096 tokens (41.9 MB)
+    assert f"{v / GB:.1f}" == "0.0"
+    assert abs(v / MB - 41.9) <= 0.05
+
+
+def test_p2p_scatter_gather_divides_by_t(qwen38):
+    # Narayanan et al. 2021 §4.1: each of the t ranks sends 1/t, the next stage all-gathers
+    full = pp.p2p_bytes(4096, 1, qwen38.hidden_size, Dtype.bf16, tp=8, scatter_gather=False)
+    split = pp.p2p_bytes(4096, 1, qwen38.hidden_size, Dtype.bf16, tp=8, scatter_gather=True)
+    assert split * 8 == full
+
+
+def test_1f1b_bubble_and_share():
+    r = pp.bubble_ratio(Schedule.one_f_one_b, SEED_P, SEED_M, EQUAL_TIMES)
+    s = pp.bubble_share(Schedule.one_f_one_b, SEED_P, SEED_M, EQUAL_TIMES)
+    # seed 000 §流水线并行: bubble (p-1)/m = 21.9%, 17.9% of the total time
+    assert abs(r * 100 - 21.9) <= 0.05
+    assert abs(s * 100 - 17.9) <= 0.05
+
+
+def test_interleaved_bubble():
+    r = pp.bubble_ratio(Schedule.interleaved, SEED_P, SEED_M, EQUAL_TIMES, SEED_V)
+    # seed 000 §流水线并行: interleaved v = 4 still leaves 5.5%
+    assert abs(r * 100 - 5.5) <= 0.05
+
+
+def test_zb_h1_is_a_third_of_1f1b_when_f_b_w_are_equal():
+    zb = pp.bubble_time_s(Schedule.zb_h1, SEED_P, SEED_M, EQUAL_TIMES)
+    ref = pp.bubble_time_s(Schedule.one_f_one_b, SEED_P, SEED_M, EQUAL_TIMES)
+    # seed 000; Qi et al. 2023 §3.1: with F = B = W, ZB-H1's bubble is 1/3 of 1F1B's
+    assert Fraction(zb / ref).limit_denominator(10) == Fraction(1, 3)
+
+
+def test_dualpipe_table2():
+    # DeepSeek-V3 Table 2 with F = B_in = W = 1, B_full = 2, F&B = F + B_full = 3 (no overlap):
+    # DualPipe (8/2-1)(3 + 2 - 3) = 6; 1F1B (8-1)(F + B_full) = 21
+    assert pp.bubble_time_s(Schedule.dualpipe, 8, 32, EQUAL_TIMES) == 6
+    assert pp.bubble_time_s(Schedule.one_f_one_b, 8, 32, EQUAL_TIMES) == 21
+    overlapped = StageTimes(1, 1, 1, fb_overlap_s=2)  # F&B = max(F, B_full)
+    assert pp.bubble_time_s(Schedule.dualpipe, 8, 32, overlapped) == 3
+    assert pp.in_flight_chunks(Schedule.dualpipe, 8, 32, 1, 0) == 9  # Table 2: PP + 1
+
+
+def test_dualpipe_holds_two_parameter_copies(qwen38):
+    # DeepSeek-V3 Table 2: "Parameter 2x"; every parameter sits on two ranks
+    assert sum(stage_params(qwen38, 8, 1, Schedule.dualpipe)) == 2 * total_params(qwen38)
+
+
+@pytest.mark.parametrize(("p", "v"), [(1, 1), (8, 1), (4, 4), (16, 2), (5, 3)])
+def test_stage_params_add_up_to_the_model(qwen38, p, v):
+    schedule = Schedule.interleaved if v > 1 else Schedule.one_f_one_b
+    assert sum(stage_params(qwen38, p, v, schedule)) == total_params(qwen38)
+
+
+def test_in_flight_per_schedule():
+    p, m = 8, 32
+    assert pp.in_flight_chunks(Schedule.gpipe, p, m, 1, 0) == m  # GPipe keeps all m
+    assert pp.in_flight_chunks(Schedule.one_f_one_b, p, m, 1, 0) == p  # 1F1B: p on stage 0
+    assert pp.in_flight_chunks(Schedule.one_f_one_b, p, m, 1, p - 1) == 1  # and 1 on the last
+    assert pp.in_flight_chunks(Schedule.one_f_one_b, p, 3, 1, 0) == 3  # never more than m
+    assert pp.in_flight_chunks(Schedule.zb_h1, p, m, 1, 0) == p  # ZB-H1 keeps 1F1B's peak
+
+
+@pytest.mark.parametrize(("p", "v"), [(2, 2), (4, 2), (8, 4), (16, 3)])
+def test_interleaved_in_flight_matches_korthikanti(p, v):
+    # Korthikanti et al. 2022 §4.2.3: interleaving multiplies the first stage's p micro-batches
+    # by 1 + (p-1)/(p·v)
+    chunks = pp.in_flight_chunks(Schedule.interleaved, p, 64, v, 0)
+    assert chunks / v == pytest.approx(p * (1 + (p - 1) / (p * v)))
+
+
+def test_uneven_split_puts_extra_layers_in_the_middle():
+    counts = pp.rank_layer_counts(62, 8)
+    assert sum(counts) == 62 and max(counts) - min(counts) == 1
+    assert counts[0] == counts[-1] == 7  # the ends hold the embedding and the LM head
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "error", "message"),
+    [
+        ((64, 6, 32, 1, Schedule.one_f_one_b), {"allow_uneven": False}, DivisibilityError,
+         "num_hidden_layers=64 is not divisible by pp=6"),
+        ((64, 128, 32, 1, Schedule.one_f_one_b), {}, InputError, "pp=128 exceeds"),
+        ((64, 8, 0, 1, Schedule.one_f_one_b), {}, InputError, "microbatches=0"),
+        ((64, 0, 4, 1, Schedule.one_f_one_b), {}, InputError, "pp=0"),
+        ((64, 16, 32, 8, Schedule.interleaved), {}, InputError, "vpp=8 needs pp·vpp=128"),
+        ((64, 8, 32, 4, Schedule.one_f_one_b), {}, InputError, "only to the interleaved"),
+        ((64, 8, 32, 1, Schedule.interleaved), {}, InputError, "needs vpp >= 2"),
+        ((64, 7, 32, 1, Schedule.dualpipe), {}, DivisibilityError, "even pp"),
+        ((64, 8, 10, 1, Schedule.dualpipe), {}, InputError, ">= 2·pp=16"),
+    ],
+)  # fmt: skip
+def test_impossible_pipelines_raise_one_line(args, kwargs, error, message):
+    with pytest.raises(error, match=message) as exc:
+        pp.check_pipeline(*args, **kwargs)
+    assert "\n" not in str(exc.value)
+
+
+def test_pipeline_row_on_the_seed(qwen38, h800):
+    terms = pipeline_terms(
+        qwen38, h800, p=8, m=32, seq=4096, micro_batch=1, link=Link.inter_node,
+        layer_act_bytes=1e9,
+    )  # fmt: skip
+    row = Row(inputs={}, terms=terms)
+    assert row.check_breakdowns() == []
+    assert row.value("stage_layers") == "8,8,8,8,8,8,8,8"
+    assert row.value("bubble_ratio") == pytest.approx(7 / 32)
+    # 1F1B stage 0 keeps p = 8 micro-batches of its 8 layers
+    assert row.value("stage_activation_bytes") == pytest.approx(8 * 8 * 1e9)
+    assert row.value("p2p_send_bytes_per_rank") == pytest.approx(2 * 32 * 4096 * 5120 * 2)
+
+
+times_st = st.builds(
+    StageTimes,
+    st.floats(min_value=0.01, max_value=10),
+    st.floats(min_value=0.01, max_value=10),
+    st.floats(min_value=0.01, max_value=10),
+)
+p_st = st.integers(min_value=2, max_value=64)
+m_st = st.integers(min_value=1, max_value=512)
+
+
+@given(p=p_st, m=m_st, times=times_st, schedule=st.sampled_from(list(Schedule)))
+def test_bubble_never_grows_with_m(p, m, times, schedule):
+    v = 2 if schedule is Schedule.interleaved else 1
+    assert pp.bubble_ratio(schedule, p, m + 1, times, v) <= pp.bubble_ratio(
+        schedule, p, m, times, v
+    )
+    assert pp.bubble_share(schedule, p, m + 1, times, v) <= pp.bubble_share(
+        schedule, p, m, times, v
+    )
+
+
+@given(p=p_st, m=m_st, v=st.integers(min_value=2, max_value=16), times=times_st)
+def test_interleaved_bubble_shrinks_with_v(p, m, v, times):
+    s = Schedule.interleaved
+    assert pp.bubble_ratio(s, p, m, times, v + 1) < pp.bubble_ratio(s, p, m, times, v)
+    assert pp.bubble_ratio(s, p, m, times, v) < pp.bubble_ratio(Schedule.one_f_one_b, p, m, times)
+
+
+@given(p=p_st, m=m_st, times=times_st)
+def test_zero_bubble_never_worse_than_1f1b(p, m, times):
+    zb = pp.bubble_time_s(Schedule.zb_h1, p, m, times)
+    assert 0 <= zb <= pp.bubble_time_s(Schedule.one_f_one_b, p, m, times)
+
+
+@given(L=st.integers(min_value=1, max_value=200), p=st.integers(min_value=1, max_value=64))
+def test_split_covers_every_layer(L, p):
+    if p > L:
+        return
+    counts = pp.rank_layer_counts(L, p)
+    assert sum(counts) == L and min(counts) >= 1 and max(counts) - min(counts) <= 1
+
+
+@given(
+    p=st.sampled_from([2, 4, 8, 16]),
+    mult=st.integers(min_value=1, max_value=8),
+    schedule=st.sampled_from(list(Schedule)),
+)
+def test_pipeline_rows_add_up(qwen38, h800, p, mult, schedule):
+    m = 2 * p * mult
+    v = 2 if schedule is Schedule.interleaved else 1
+    terms = pipeline_terms(
+        qwen38, h800, p=p, m=m, v=v, schedule=schedule, seq=4096, micro_batch=1,
+        link=Link.inter_node, layer_act_bytes=1e9,
+    )  # fmt: skip
+    row = Row(inputs={}, terms=terms)
+    assert row.check_breakdowns() == []
+    assert 0 <= row.value("bubble_share_ratio") < 1
