@@ -189,7 +189,7 @@ def tp_comm_row(
         ),
         term(
             "forward_send_bytes_per_step",
-            "forward",
+            "step: forward",
             fwd * ar_bytes * layers,
             Unit.bytes,
             formula="2 · 2(t-1)/t · M · L",
@@ -199,7 +199,7 @@ def tp_comm_row(
         ),
         term(
             "backward_send_bytes_per_step",
-            "backward",
+            "step: backward",
             bwd * ar_bytes * layers,
             Unit.bytes,
             formula="2 · 2(t-1)/t · M · L",
@@ -209,7 +209,7 @@ def tp_comm_row(
         ),
         term(
             "recompute_send_bytes_per_step",
-            "recompute",
+            "step: recompute",
             rec * ar_bytes * layers,
             Unit.bytes,
             formula="2 · 2(t-1)/t · M · L if --recompute full else 0",
