@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from tpcalc.calc.collectives import Collective, ring_factor
+from tpcalc.calc.flops import FLOP_PER_PARAM_TOKEN_BWD, FLOP_PER_PARAM_TOKEN_FWD
 from tpcalc.calc.links import Link, bandwidth_bytes_per_s, transfer_time_s
 from tpcalc.calc.states import check_params
 from tpcalc.errors import InputError
@@ -22,14 +23,14 @@ from tpcalc.units import Dtype, MiB
 DDP_BUCKET_MIB = 25
 DDP_BUCKET_BYTES = DDP_BUCKET_MIB * MiB
 
-# Matmul FLOP per parameter per token: forward 2 (multiply + add); backward 2 for the input
-# gradient and 2 for the weight gradient (Kaplan et al. 2020 §2.1; Narayanan et al. 2021 §5.1;
-# Qi et al. 2023 §2 split the backward into B and W of equal cost).
-FORWARD_FLOP_PER_PARAM_TOKEN = 2
-BACKWARD_INPUT_FLOP_PER_PARAM_TOKEN = 2
-BACKWARD_WEIGHT_FLOP_PER_PARAM_TOKEN = 2
-BACKWARD_FLOP_PER_PARAM_TOKEN = (
-    BACKWARD_INPUT_FLOP_PER_PARAM_TOKEN + BACKWARD_WEIGHT_FLOP_PER_PARAM_TOKEN
+# Matmul FLOP per parameter per token (forward 2, backward 4) live in tpcalc.calc.flops; the
+# backward splits evenly into the input gradient B and the weight gradient W (Qi et al. 2023 §2:
+# both are one matmul of the forward's size).
+FORWARD_FLOP_PER_PARAM_TOKEN = FLOP_PER_PARAM_TOKEN_FWD
+BACKWARD_FLOP_PER_PARAM_TOKEN = FLOP_PER_PARAM_TOKEN_BWD
+BACKWARD_INPUT_FLOP_PER_PARAM_TOKEN = FLOP_PER_PARAM_TOKEN_BWD // 2
+BACKWARD_WEIGHT_FLOP_PER_PARAM_TOKEN = (
+    FLOP_PER_PARAM_TOKEN_BWD - BACKWARD_INPUT_FLOP_PER_PARAM_TOKEN
 )
 
 RING_SOURCE = "Patarasuk & Yuan 2009 (ring all-reduce 2(N-1)/N); seed 000 summary table"
