@@ -1,0 +1,332 @@
+"""Context parallelism: ring attention K/V traffic, causal load balance, Ulysses' head limit.
+
+A sequence of s tokens is split over ``cp`` ranks; each rank keeps s/cp tokens of every
+activation. Attention needs every K and V, so the K/V blocks travel around a ring: at each of
+cp-1 steps a rank sends the block it holds to its neighbour while it computes attention of its
+queries against the block it received (Liu et al. 2023, "Ring Attention with Blockwise
+Transformers", arXiv 2310.01889, §3; seed 000 summary: "让 K、V 块沿环传一圈").
+
+Only layers with softmax attention over the whole sequence need the ring. In a hybrid model
+(Qwen3.8: 16 full-attention layers of 64) the linear-attention layers pass no K/V, so tpcalc
+counts ``spec.full_attention_layers`` and says so.
+"""
+
+from __future__ import annotations
+
+from tpcalc.calc.cp_causal import causal_terms
+from tpcalc.calc.links import Link, bandwidth_bytes_per_s, transfer_time_s
+from tpcalc.errors import InputError, divide
+from tpcalc.specs import HardwareSpec, ModelSpec
+from tpcalc.terms import Row, Unit, term
+from tpcalc.units import Dtype
+
+RING = "Liu et al. 2023 Ring Attention (arXiv 2310.01889) §3; seed 000 summary (CP)"
+RING_BWD = (
+    "Liu et al. 2023 Ring Attention §3 (backward circulates K,V and dK,dV); Megatron-Core CP via "
+    "TransformerEngine AttnFuncWithCPAndKVP2P.backward: K,V sent cp-1 times, dK,dV cp times"
+)
+FLASH = "Dao et al. 2022 FlashAttention §3: forward 4·Nq·Nk·d FLOP per head (QK^T and PV)"
+ULYSSES = "Jacobs et al. 2023 DeepSpeed-Ulysses (arXiv 2309.14509) §3: all-to-all over heads"
+
+FLOP_PER_MAC = 2
+
+
+# ---------------------------------------------------------------- shapes
+def kv_dims(spec: ModelSpec) -> tuple[int, int, int]:
+    """(KV heads, K head dim, V head dim) of a full-attention layer.
+
+    MLA models (DeepSeek-V3) are ring-passed with K and V materialised per head: K of
+    qk_nope + qk_rope, V of v_head_dim, one per query head.
+    """
+    if spec.is_mla:
+        k_dim = (spec.qk_nope_head_dim or 0) + (spec.qk_rope_head_dim or 0)
+        v_dim = spec.v_head_dim or spec.head_dim_resolved
+        return spec.num_attention_heads, k_dim, v_dim
+    d = spec.head_dim_resolved
+    return spec.kv_heads, d, d
+
+
+def kv_block_bytes(spec: ModelSpec, *, seq: int, cp: int, micro_batch: int, dtype: Dtype) -> int:
+    """Bytes of the K,V block one rank passes per ring step: (s/cp)·b·n_kv·(d_k+d_v)·dtype.
+
+    With d_k = d_v = head_dim this is (s/cp)·n_kv·head_dim·2·dtype (seed 000: s = 131,072,
+    8 cards, 4 KV heads × 256 × (K,V) × 2 B = 67.1 MB). Source: ``RING``.
+    """
+    local = divide(seq, cp, what="seq", by="cp")
+    n_kv, d_k, d_v = kv_dims(spec)
+    return local * micro_batch * n_kv * (d_k + d_v) * dtype.bytes
+
+
+def block_pair_flop(spec: ModelSpec, *, seq: int, cp: int, micro_batch: int) -> int:
+    """Forward FLOP of one query block against one K/V block (unmasked): 4·c²·b·heads·d.
+
+    c = s/cp tokens per block; QK^T costs 2·c²·d_k and PV 2·c²·d_v per query head.
+    Source: ``FLASH``.
+    """
+    c = divide(seq, cp, what="seq", by="cp")
+    _, d_k, d_v = kv_dims(spec)
+    return FLOP_PER_MAC * c * c * micro_batch * spec.num_attention_heads * (d_k + d_v)
+
+
+# ---------------------------------------------------------------- Ulysses
+def ulysses_max_cp(spec: ModelSpec) -> int:
+    """Largest Ulysses degree without replicating K/V heads: the number of KV heads.
+
+    Ulysses swaps the sequence split for a head split with an all-to-all, so each rank must get
+    whole KV heads. Source: ``ULYSSES``; seed 000 summary: "Ulysses 按头切,KV 只有 4 个头".
+    """
+    return kv_dims(spec)[0]
+
+
+def ulysses_fits(spec: ModelSpec, cp: int) -> bool:
+    """True when cp divides both the query heads and the KV heads (Ulysses' head split)."""
+    n_kv = ulysses_max_cp(spec)
+    return n_kv % cp == 0 and spec.num_attention_heads % cp == 0
+
+
+# ---------------------------------------------------------------- the ring, one row
+def cp_row(
+    spec: ModelSpec,
+    hw: HardwareSpec,
+    *,
+    seq: int,
+    cp: int,
+    micro_batch: int = 1,
+    dtype: Dtype = Dtype.bf16,
+    grad_dtype: Dtype | None = None,
+    link: Link = Link.intra_node,
+    chunks: int | None = None,
+    with_latency: bool = False,
+) -> Row:
+    """Ring-attention traffic, overlap check, causal balance and Ulysses limit for one cp.
+
+    Counted per rank per micro-batch (forward + backward), on ``spec.full_attention_layers``:
+    forward sends cp-1 K,V blocks; backward sends the K,V blocks again (cp-1) and the dK,dV
+    accumulators, which travel with their block and make a last hop home (cp sends, in
+    ``grad_dtype``; ring-flash-attention accumulates them in fp32). Sources: ``RING``,
+    ``RING_BWD``. ``chunks`` (default 2·cp) sets the causal-balance granularity.
+    """
+    if cp < 1:
+        raise InputError(f"cp={cp} must be a positive integer")
+    if micro_batch < 1:
+        raise InputError(f"micro_batch={micro_batch} must be a positive integer")
+    grad_dtype = grad_dtype or dtype
+    chunks = chunks or 2 * cp
+    local = divide(seq, cp, what="seq", by="cp")
+    n_kv, d_k, d_v = kv_dims(spec)
+    block = kv_block_bytes(spec, seq=seq, cp=cp, micro_batch=micro_batch, dtype=dtype)
+    grad_block = block // dtype.bytes * grad_dtype.bytes
+    steps = cp - 1
+    grad_sends = cp if cp > 1 else 0
+    layers = spec.full_attention_layers
+    fwd = steps * block
+    bwd_kv = steps * block
+    bwd_dkv = grad_sends * grad_block
+    per_layer = fwd + bwd_kv + bwd_dkv
+    flop = block_pair_flop(spec, seq=seq, cp=cp, micro_batch=micro_batch)
+    achieved = hw.achieved_flop_per_s.value
+    kv_time = transfer_time_s(block, 1, hw, link, with_latency=with_latency) if cp > 1 else 0.0
+    attn_time = flop / achieved
+    bw = bandwidth_bytes_per_s(hw, link)
+    total = layers * per_layer
+    terms = [
+        term(
+            "tokens_per_rank",
+            "tokens per rank",
+            local,
+            Unit.count,
+            formula="s / cp",
+            source=RING,
+            s=seq,
+            cp=cp,
+        ),
+        term(
+            "kv_block_bytes",
+            "K,V block per ring step",
+            block,
+            Unit.bytes,
+            formula="(s/cp)·b·n_kv·(d_k+d_v)·dtype",
+            source=RING,
+            s=seq,
+            cp=cp,
+            b=micro_batch,
+            n_kv=n_kv,
+            d_k=d_k,
+            d_v=d_v,
+            dtype_bytes=dtype.bytes,
+        ),
+        term(
+            "ring_steps",
+            "ring steps per layer forward",
+            steps,
+            Unit.count,
+            formula="cp - 1",
+            source=RING,
+            cp=cp,
+        ),
+        term(
+            "full_attention_layers",
+            "layers with a ring",
+            layers,
+            Unit.count,
+            formula="layers whose layer_type is full attention",
+            source="model config layer_types",
+            num_hidden_layers=spec.num_hidden_layers,
+        ),
+        term(
+            "fwd_kv_bytes_per_layer",
+            "forward K,V sent per layer",
+            fwd,
+            Unit.bytes,
+            formula="(cp-1)·block",
+            source=RING,
+            part_of="send_bytes_per_layer",
+            cp=cp,
+            block_bytes=block,
+        ),
+        term(
+            "bwd_kv_bytes_per_layer",
+            "backward K,V sent per layer",
+            bwd_kv,
+            Unit.bytes,
+            formula="(cp-1)·block",
+            source=RING_BWD,
+            part_of="send_bytes_per_layer",
+            cp=cp,
+            block_bytes=block,
+        ),
+        term(
+            "bwd_dkv_bytes_per_layer",
+            "backward dK,dV sent per layer",
+            bwd_dkv,
+            Unit.bytes,
+            formula="cp·block·grad_dtype/dtype",
+            source=RING_BWD,
+            part_of="send_bytes_per_layer",
+            cp=cp,
+            grad_block_bytes=grad_block,
+        ),
+        term(
+            "send_bytes_per_layer",
+            "sent per layer, fwd+bwd",
+            per_layer,
+            Unit.bytes,
+            formula="fwd K,V + bwd K,V + bwd dK,dV",
+            source=RING_BWD,
+        ),
+        term(
+            "fwd_send_bytes_per_micro_batch",
+            "forward sent, all ring layers",
+            layers * fwd,
+            Unit.bytes,
+            formula="L_full·(cp-1)·block",
+            source=RING,
+            part_of="send_bytes_per_micro_batch",
+            L_full=layers,
+            fwd_bytes_per_layer=fwd,
+        ),
+        term(
+            "bwd_send_bytes_per_micro_batch",
+            "backward sent, all ring layers",
+            layers * (bwd_kv + bwd_dkv),
+            Unit.bytes,
+            formula="L_full·(bwd K,V + bwd dK,dV)",
+            source=RING_BWD,
+            part_of="send_bytes_per_micro_batch",
+            L_full=layers,
+        ),
+        term(
+            "send_bytes_per_micro_batch",
+            "sent per rank per micro-batch",
+            total,
+            Unit.bytes,
+            formula="L_full·send_bytes_per_layer",
+            source=RING_BWD,
+            L_full=layers,
+        ),
+        term(
+            "comm_time_s",
+            "ring time per micro-batch if not hidden",
+            total / bw,
+            Unit.seconds,
+            formula="send_bytes / bandwidth",
+            source="alpha-beta model, bandwidth term",
+            send_bytes=total,
+            bandwidth_bytes_per_s=bw,
+            link=link.value,
+        ),
+        term(
+            "kv_step_time_s",
+            "K,V transfer per ring step",
+            kv_time,
+            Unit.seconds,
+            formula="block / bandwidth (+ latency)",
+            source="alpha-beta model (links.py)",
+            block_bytes=block,
+            bandwidth_bytes_per_s=bw,
+            link=link.value,
+        ),
+        term(
+            "block_pair_flop",
+            "attention FLOP per ring step (one block pair, fwd)",
+            flop,
+            Unit.flop,
+            formula="2·c²·b·heads·(d_k+d_v), c = s/cp",
+            source=FLASH,
+            c=local,
+            b=micro_batch,
+            heads=spec.num_attention_heads,
+            d_k=d_k,
+            d_v=d_v,
+        ),
+        term(
+            "attn_step_time_s",
+            "attention compute per ring step",
+            attn_time,
+            Unit.seconds,
+            formula="block_pair_flop / achieved FLOP/s",
+            source=FLASH,
+            flop=flop,
+            achieved_flop_per_s=achieved,
+        ),
+        term(
+            "kv_over_compute_ratio",
+            "transfer / compute per step (<= 1 hides)",
+            kv_time / attn_time,
+            Unit.ratio,
+            formula="kv_step_time / attn_step_time",
+            source="Liu et al. 2023 §3.1: overlap needs compute >= transfer per block",
+        ),
+        term(
+            "ulysses_max_cp",
+            "largest Ulysses degree (KV heads)",
+            n_kv,
+            Unit.count,
+            formula="n_kv",
+            source=ULYSSES,
+        ),
+        term(
+            "ulysses_fits",
+            "cp divides q and KV heads (Ulysses possible)",
+            ulysses_fits(spec, cp),
+            Unit.text,
+            formula="n_kv % cp == 0 and n_q % cp == 0",
+            source=ULYSSES,
+            n_kv=n_kv,
+            n_q=spec.num_attention_heads,
+            cp=cp,
+        ),
+        *causal_terms(chunks, cp),
+    ]
+    inputs = {
+        "model": spec.name,
+        "seq": seq,
+        "cp": cp,
+        "micro_batch": micro_batch,
+        "dtype": dtype.value,
+        "grad_dtype": grad_dtype.value,
+        "link": link.value,
+        "chunks": chunks,
+        "latency": with_latency,
+    }
+    return Row(inputs=inputs, terms=tuple(terms))
