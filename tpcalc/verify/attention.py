@@ -21,6 +21,7 @@ from tpcalc.verify.schemes import TOY_HIDDEN, sentence_x
 from tpcalc.verify.sim import Cards, Phase, Role, Tally
 
 TOY_HEAD_DIM = 2  # small enough to print, large enough that Q·Kᵀ is a real contraction
+ATTENTION_STREAM = 1  # attention weights come from their own stream of the same --seed
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ def draw_attention(
 ) -> AttentionProblem:
     """The sentence X and a draw of attention weights, scaled by 1/sqrt(fan-in)."""
     divide(n_heads, n_kv, what="num_attention_heads", by="num_key_value_heads")
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng([seed, ATTENTION_STREAM])
 
     def w(rows: int, cols: int) -> np.ndarray:
         return rng.standard_normal((rows, cols)) / np.sqrt(rows)
@@ -192,5 +193,5 @@ def attention_tp(p: AttentionProblem, t: int) -> AttentionRun:
     layout = head_layout(p.n_heads, p.n_kv, t)
     cards = Cards(t)
     partial = [heads_forward(p, p.x, c.q_heads)[0] for c in layout]
-    out = cards.all_reduce(partial, phase=Phase.forward, role=Role.hidden, label="g (attention)")
+    out = cards.all_reduce(partial, phase=Phase.forward, role=Role.hidden, label="g attention")
     return AttentionRun(out[0], layout, cards.tally)

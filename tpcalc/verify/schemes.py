@@ -41,11 +41,11 @@ class Scheme(str, Enum):
 
 
 SCHEME_LABELS: dict[Scheme, str] = {
-    Scheme.naive: "naive: A split by rows (contraction), f on partial sums, sum outputs",
-    Scheme.column_row: "column → row (Megatron): A by columns, B by rows",
-    Scheme.row_first_no_sync: "row-first, no sync: f on partial sums, then sum",
-    Scheme.row_first: "row-first: all-reduce the intermediate before f",
-    Scheme.column_column: "column → column: all-gather intermediate and output",
+    Scheme.naive: "A by rows (the contraction dim), f on partial sums, whole B, sum outputs",
+    Scheme.column_row: "Megatron: A by columns, f local, B by rows, all-reduce the output (g)",
+    Scheme.row_first_no_sync: "A by rows, f on partial sums, then sum: the sync comes too late",
+    Scheme.row_first: "A by rows, all-reduce the full intermediate before f, B by rows",
+    Scheme.column_column: "A and B by columns: all-gather the intermediate and the output",
 }
 
 
@@ -112,7 +112,7 @@ def _naive(p: FfnProblem, cards: Cards, act: Activation) -> tuple:
     z = [p.x[:, s] @ p.a[s, :] for s in rows]  # partial sums of X·A, full width
     h = [activate(zi, act) for zi in z]  # f on partial sums
     partial = [hi @ p.b for hi in h]  # every card holds the whole B
-    y = cards.all_reduce(partial, phase=Phase.forward, role=Role.hidden, label="sum outputs")
+    y = cards.all_reduce(partial, phase=Phase.forward, role=Role.hidden, label="sum")
     return y[0], partial, sum(h[1:], h[0]), z
 
 
@@ -129,18 +129,20 @@ def _row_first(p: FfnProblem, cards: Cards, act: Activation, *, sync: bool) -> t
     rows = uneven_slices(p.hidden, cards.t)
     z = [p.x[:, s] @ p.a[s, :] for s in rows]  # partial sums of X·A, full width
     if sync:  # sum first, then f: correct
-        full = cards.all_reduce(z, phase=Phase.forward, role=Role.intermediate, label="before f")
+        full = cards.all_reduce(
+            z, phase=Phase.forward, role=Role.intermediate, label="before the nonlinearity"
+        )
         h = [activate(zi, act) for zi in full]
     else:  # f first, then sum: too late
         h = cards.all_reduce(
             [activate(zi, act) for zi in z],
             phase=Phase.forward,
             role=Role.intermediate,
-            label="after f",
+            label="after the nonlinearity",
         )
     cols = column_slices(p.intermediate, cards.t, what="intermediate_size")
     partial = [hi[:, s] @ p.b[s, :] for hi, s in zip(h, cols, strict=True)]  # B by rows
-    y = cards.all_reduce(partial, phase=Phase.forward, role=Role.hidden, label="sum outputs")
+    y = cards.all_reduce(partial, phase=Phase.forward, role=Role.hidden, label="sum")
     return y[0], partial, h[0], z
 
 
@@ -148,12 +150,10 @@ def _column_column(p: FfnProblem, cards: Cards, act: Activation) -> tuple:
     cols = column_slices(p.intermediate, cards.t, what="intermediate_size")
     z = [p.x @ p.a[:, s] for s in cols]
     h_local = [activate(zi, act) for zi in z]
-    h = cards.all_gather(
-        h_local, phase=Phase.forward, role=Role.intermediate, label="gather intermediate"
-    )
+    h = cards.all_gather(h_local, phase=Phase.forward, role=Role.intermediate, label="")
     out_cols = uneven_slices(p.hidden, cards.t)
     partial = [hi @ p.b[:, s] for hi, s in zip(h, out_cols, strict=True)]  # B by columns
-    y = cards.all_gather(partial, phase=Phase.forward, role=Role.hidden, label="gather output")
+    y = cards.all_gather(partial, phase=Phase.forward, role=Role.hidden, label="")
     return y[0], partial, h[0], z
 
 

@@ -7,14 +7,17 @@ ReLU and matrix products keep int64 arrays integer, so equality is exact (differ
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import numpy as np
 
+from tpcalc.calc.collectives import Collective
+from tpcalc.terms import Report, Row, Scalar, Unit, term
 from tpcalc.verify.activations import Activation, activate
 from tpcalc.verify.backward import mlp_backward, mlp_forward, mlp_single
 from tpcalc.verify.schemes import Diff, FfnProblem, Scheme, compare, run_scheme
-from tpcalc.verify.sim import Cards, Tally
+from tpcalc.verify.sim import Cards, Phase, Tally
 
 # seed 003 §7.3.2 「代入数字」 and §7.3.3 「设输出的梯度为 dY = [1, −1]」: the example's inputs.
 SEED003_X = ((2, 1),)
@@ -87,4 +90,78 @@ def seed003_example() -> Seed003Result:
         dx_tp=grad.dx,
         backward=compare(grad.dx, single.dx),
         tally=cards.tally,
+    )
+
+
+def _vec(a: np.ndarray) -> str:
+    """A one-row integer array as the book prints it: [7, -2]."""
+    return json.dumps(np.asarray(a).ravel().tolist())
+
+
+def _row(step: str, value: np.ndarray, diff: Diff | None = None, **extra: Scalar) -> Row:
+    terms = [term("vector", "value", _vec(value), Unit.text)]
+    if diff is not None:
+        terms += [
+            term("matches", "= reference", diff.matches, Unit.text),
+            term("max_abs_diff", "max |diff|", diff.max_abs_diff, Unit.count),
+            term("differing_cells", "differing (row,col)", diff.cells_json(), Unit.text),
+        ]
+    terms += [term(k, k.replace("_", " "), v, Unit.count) for k, v in extra.items()]
+    return Row(inputs={"example": "seed003", "step": step}, terms=tuple(terms))
+
+
+def seed003_report() -> Report:
+    """Seed 003 §7.3.2–7.3.3 step by step, every vector recomputed on two simulated cards."""
+    r = seed003_example()
+    fwd = r.tally.count(Collective.all_reduce, Phase.forward)
+    bwd = r.tally.count(Collective.all_reduce, Phase.backward)
+    off = ", ".join(str(c + 1) for _, c in r.row_first_error.cells)
+    rows = [
+        _row("1 card: X·W1", r.pre_single),
+        _row("1 card: ReLU(X·W1)·W2", r.y_single),
+        *(
+            _row(f"column → row, card {i}: ReLU(X·W1_{i})·W2_{i}", y)
+            for i, y in enumerate(r.card_y)
+        ),
+        _row("column → row, all-reduce of the partials (g)", r.y_column_row, r.column_row),
+        *(
+            _row(f"row-first, card {i}: X_{i}·W1_{i} (a partial sum)", z)
+            for i, z in enumerate(r.row_first_card_pre)
+        ),
+        _row(
+            "row-first, ReLU on each card then sum (vs ReLU(X·W1))",
+            r.row_first_no_sync,
+            r.row_first_error,
+        ),
+        _row(
+            "row-first, sum then ReLU (all-reduce before ReLU)",
+            r.row_first_synced,
+            compare(r.row_first_synced, r.h_single),
+        ),
+        _row("1 card backward: dX", r.dx_single),
+        *(
+            _row(
+                f"card {i}: (dY·W2_iᵀ) ⊙ ReLU' = {_vec(dh)}, times W1_iᵀ".replace("_i", f"_{i}"), dx
+            )
+            for i, (dh, dx) in enumerate(zip(r.card_dh, r.card_dx, strict=True))
+        ),
+        _row(
+            "dX after f's backward all-reduce",
+            r.dx_tp,
+            r.backward,
+            forward_all_reduce_count=fwd,
+            backward_all_reduce_count=bwd,
+        ),
+    ]
+    return Report(
+        title="Seed 003 §7.3.2–7.3.3: the two-card hand example in exact integers",
+        rows=tuple(rows),
+        notes=(
+            f"X = {_vec(SEED003_X)}, W1 = {json.dumps(SEED003_W1)}, ReLU, "
+            f"W2 = {json.dumps(SEED003_W2)}, dY = {_vec(SEED003_DY)}; card i holds W1's "
+            "columns and W2's rows of block i (column → row) or X's and W1's rows (row-first).",
+            f"Row-first without the sync is wrong in cells {off} (1-based), as the book says.",
+            f"The two-card MLP used {fwd} forward and {bwd} backward all-reduce (g and f), "
+            "counted by the simulation.",
+        ),
     )

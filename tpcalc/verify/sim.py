@@ -58,7 +58,9 @@ class CollectiveCall:
         return send_bytes_per_rank(self.op, self.message_bytes, self.n, convention)
 
     def describe(self) -> str:
-        return f"{self.op.value} {self.role.value} ({self.phase.value}, {self.label})"
+        """E.g. ``all-reduce(hidden: g mlp)``; Megatron's f acts in backward, g in forward."""
+        label = f": {self.label}" if self.label else ""
+        return f"{self.op.value}({self.role.value}{label})"
 
 
 @dataclass
@@ -90,7 +92,7 @@ class Tally:
         ]
 
     def describe(self) -> str:
-        """E.g. ``all-reduce(intermediate, forward) + all-reduce(hidden, forward)``; ``none``."""
+        """E.g. ``all-gather(intermediate) + all-gather(hidden)``, or ``none``."""
         return " + ".join(c.describe() for c in self.calls) or "none"
 
 
