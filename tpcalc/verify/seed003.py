@@ -140,10 +140,12 @@ def seed003_report() -> Report:
         ),
         _row("1 card backward: dX", r.dx_single),
         *(
-            _row(
-                f"card {i}: (dY·W2_iᵀ) ⊙ ReLU' = {_vec(dh)}, times W1_iᵀ".replace("_i", f"_{i}"), dx
-            )
+            row
             for i, (dh, dx) in enumerate(zip(r.card_dh, r.card_dx, strict=True))
+            for row in (
+                _row(f"card {i}: (dY·W2_{i}ᵀ) ⊙ ReLU'(X·W1_{i})", dh),
+                _row(f"card {i}: that times W1_{i}ᵀ (its part of dX)", dx),
+            )
         ),
         _row(
             "dX after f's backward all-reduce",
