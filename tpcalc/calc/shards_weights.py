@@ -89,29 +89,23 @@ class _Builder:
 
 def _gqa_attention(spec: ModelSpec, b: _Builder) -> list[ShardedWeight]:
     """Q/K/V column-split by head, W_O row-split (seed 003 §7.3.4; Shoeybi et al. 2019 §3)."""
-    h, d, n_h, n_kv = (
-        spec.hidden_size,
-        spec.head_dim_resolved,
-        spec.num_attention_heads,
-        spec.kv_heads,
-    )
+    h, d = spec.hidden_size, spec.head_dim_resolved
+    q, kv = spec.num_attention_heads * d, spec.kv_heads * d
     kv_per_rank, replicas = kv_split(spec, b.t)
-    blk = "attention"
-    out = [b.column(blk, "W_Q", "self_attn.q_proj", h, n_h * d)]
-    if spec.attn_output_gate:
-        # Qwen3.5: q_proj also produces a same-width output gate (2 × n_h × d columns in all).
-        out.append(b.column(blk, "W_Q gate", "self_attn.q_proj (gate)", h, n_h * d))
-    for name, module in (("W_K", "self_attn.k_proj"), ("W_V", "self_attn.v_proj")):
-        full = b.replicated(blk, name, module, h, n_kv * d)
-        out.append(replace(full, split=Split.column, shard_cols=kv_per_rank * d, replicas=replicas))
-    out.append(b.row(blk, "W_O", "self_attn.o_proj", n_h * d, h))
-    if spec.qkv_bias:
-        out.append(b.column(blk, "b_Q", "self_attn.q_proj.bias", 1, n_h * d))
-        for name, module in (("b_K", "self_attn.k_proj.bias"), ("b_V", "self_attn.v_proj.bias")):
-            full = b.replicated(blk, name, module, 1, n_kv * d)
+    blk, out = "attention", []
+    # The weights [h, ·], then (with qkv_bias) the biases [1, ·], split the same way.
+    for w, suffix, n_in in (("W", "", h), ("b", ".bias", 1))[: 1 + spec.qkv_bias]:
+        out.append(b.column(blk, f"{w}_Q", f"self_attn.q_proj{suffix}", n_in, q))
+        if spec.attn_output_gate:
+            # Qwen3.5: q_proj also emits a same-width output gate (2 × n_h × d columns in all).
+            out.append(b.column(blk, f"{w}_Q gate", f"self_attn.q_proj{suffix} (gate)", n_in, q))
+        for x in "KV":
+            module = f"self_attn.{x.lower()}_proj{suffix}"
+            full = b.replicated(blk, f"{w}_{x}", module, n_in, kv)
             out.append(
                 replace(full, split=Split.column, shard_cols=kv_per_rank * d, replicas=replicas)
             )
+    out.append(b.row(blk, "W_O", "self_attn.o_proj", q, h))
     if spec.o_proj_bias:
         out.append(b.replicated(blk, "b_O", "self_attn.o_proj.bias", 1, h))
     if spec.uses_qk_norm:
