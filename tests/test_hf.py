@@ -188,3 +188,11 @@ def test_errors_name_file_and_field(name, edit, message):
     edit(d)
     with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
         model_from_hf_config(d, source_path="m.json")
+
+
+def test_qwen35_wrapper_tie_wins():
+    d = data("qwen3.8-27b")
+    d["tie_word_embeddings"], d["text_config"]["tie_word_embeddings"] = True, False
+    s = model_from_hf_config(d, source_path="t.json")
+    assert s.tie_word_embeddings and lm_head_params(s) == 0
+    assert total_params(s) == 27_781_427_952 - 248320 * 5120

@@ -120,11 +120,11 @@ def model_from_hf_config(data: dict[str, Any], *, source_path: str) -> ModelSpec
     fields: dict[str, Any] = {"model_type": model_type}
     fields |= GPT_NEOX_DEFAULTS if model_type == "gpt_neox" else {}
     fields |= QWEN3_5_DEFAULTS if model_type == "qwen3_5" else {}
-    if model_type == "qwen3_5" and "tie_word_embeddings" in data:
-        fields["tie_word_embeddings"] = data["tie_word_embeddings"]
     for key in (*REQUIRED, *COMMON, *extra):
         if text.get(key) is not None:
             fields[key] = text[key]
+    if text is not data and data.get("tie_word_embeddings") is not None:
+        fields["tie_word_embeddings"] = data["tie_word_embeddings"]  # the wrapper owns the head
     for hf_key, spec_key in renamed.items():
         fields[spec_key] = text[hf_key]
     fields |= _special_fields(model_type, text)
