@@ -281,15 +281,8 @@ def param_terms(spec: ModelSpec) -> tuple[Term, ...]:
         (d.name, f"{d.name.replace('_', ' ')} (declared)", d.params, "declared", d.source, {})
         for d in spec.tpcalc.declared_parts
     ]
-    # fmt: on
-    parts = [
-        term(
-            f"{k}_params", lbl, v, Unit.params, formula=f, source=src, part_of="total_params", **inp
-        )
-        for k, lbl, v, f, src, inp in rows
-    ]
-    k_top = spec.num_experts_per_tok or 0
-    # fmt: off
+    parts = [term(f"{k}_params", lbl, v, Unit.params, formula=f, source=src,
+                  part_of="total_params", **inp) for k, lbl, v, f, src, inp in rows]
     return (
         *parts,
         term("total_params", "total", sum(r[2] for r in rows), Unit.params,
@@ -298,6 +291,5 @@ def param_terms(spec: ModelSpec) -> tuple[Term, ...]:
              formula="decoder layers + final norm + V·h", source=SRC_MATMUL),
         term("active_params", "active per token", active_params(spec), Unit.params,
              formula="total − MTP − declared − L_moe·(E − k)·P_mlp(I_moe)", source=SRC_MOE,
-             L_moe=L_moe, E=E, k=k_top),
+             L_moe=L_moe, E=E, k=spec.num_experts_per_tok or 0),
     )
-    # fmt: on
