@@ -42,7 +42,7 @@ from tpcalc.calc.shards_table import (
 )
 from tpcalc.calc.shards_weights import ShardedWeight, model_weights
 from tpcalc.specs import ModelSpec
-from tpcalc.terms import Row, Term, Unit, term
+from tpcalc.terms import Report, Row, Term, Unit, term
 from tpcalc.units import Dtype
 
 SRC_HEADS = "Shoeybi et al. 2019 §3 (attention split by head); seed 003 §7.3.4"
@@ -174,10 +174,51 @@ def check_tp(
     )
 
 
+# seed 000: "现代配置里 TP 通常不超过 8"; seed 003 §7.3.5: TP stays inside one 8-GPU node.
+DEFAULT_MAX_T = 8
+
+
+def check_report(
+    spec: ModelSpec,
+    tps: list[int] | None = None,
+    *,
+    vocab_pad_multiple: int = DEFAULT_VOCAB_PAD_MULTIPLE,
+    shards: bool = False,
+) -> Report:
+    """``tpcalc check``: one ``check_tp`` row per t, or with ``shards`` the per-card shard table
+    of every t. ``tps`` None means every valid t up to DEFAULT_MAX_T. KV replication warnings
+    and the valid t list travel with the report; a bad t raises DivisibilityError."""
+    if tps is None:
+        tps = valid_tp_sizes(spec, DEFAULT_MAX_T)
+    checks = [check_tp(spec, t, vocab_pad_multiple=vocab_pad_multiple) for t in tps]
+    valid = ", ".join(str(t) for t in valid_tp_sizes(spec, spec.num_attention_heads))
+    notes = [f"valid t for {spec.name}: {valid}"]
+    if uses_kv_heads(spec):
+        notes.append(f"largest t without KV replication: {max_t_without_replication(spec)}")
+    notes += [
+        f"{p.name} ({p.params} params) is declared, not sharded: excluded from params per rank"
+        for p in spec.tpcalc.declared_parts
+    ]
+    if shards:
+        rows = tuple(
+            r for t in tps for r in shard_shapes(spec, t, vocab_pad_multiple=vocab_pad_multiple)
+        )
+        title = (
+            f"Per-card shard shapes (rows = in, cols = out) under tensor parallelism: {spec.name}"
+        )
+    else:
+        rows = tuple(c.row for c in checks)
+        title = f"Tensor-parallel divisibility, KV replication and vocab padding: {spec.name}"
+    warnings = tuple(w for c in checks for w in c.warnings)
+    return Report(title=title, rows=rows, warnings=warnings, notes=tuple(notes))
+
+
 __all__ = [
+    "DEFAULT_MAX_T",
     "DEFAULT_VOCAB_PAD_MULTIPLE",
     "Split",
     "TpCheck",
+    "check_report",
     "check_tp",
     "kv_warning",
     "layer_params_per_rank",
