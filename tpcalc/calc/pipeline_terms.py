@@ -178,7 +178,8 @@ def memory_terms(
     """Micro-batches in flight on the worst rank and, given per-layer bytes, its activations."""
     chunks = max(pp.in_flight_chunks(schedule, p, m, v, r) for r in range(p))
     out = [
-        term("in_flight_microbatches", "micro-batches in flight (worst rank)", chunks / v,
+        term("in_flight_microbatches", "micro-batches in flight (worst rank)",
+             chunks // v if chunks % v == 0 else chunks / v,
              Unit.count, formula="in-flight chunks / v", source=pp.SRC_INFLIGHT,
              p=p, m=m, v=v, chunks=chunks),
     ]  # fmt: skip

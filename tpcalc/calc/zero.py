@@ -62,6 +62,15 @@ def zero_states_bytes(params: int, recipe: StateRecipe, stage: ZeroStage, n: int
     return params * (rb.weight_bytes / dw + rb.grad_bytes / dg + rb.optimizer_bytes / do)
 
 
+COMM_LABELS = {
+    "all_reduce_grads": ("all-reduce gradients", "2(n-1)/n × N × grad_bytes"),
+    "reduce_scatter_grads": ("reduce-scatter gradients", "(n-1)/n × N × grad_bytes"),
+    "all_gather_params_update": ("all-gather updated params", "(n-1)/n × N × weight_bytes"),
+    "all_gather_params_fwd": ("all-gather params (forward)", "(n-1)/n × N × weight_bytes"),
+    "all_gather_params_bwd": ("all-gather params (backward)", "(n-1)/n × N × weight_bytes"),
+}
+
+
 def zero_comm_parts(params: int, recipe: StateRecipe, stage: ZeroStage, n: int) -> dict[str, float]:
     """Bytes each rank sends per step, by collective (ring convention), at ``stage``.
 
@@ -75,24 +84,17 @@ def zero_comm_parts(params: int, recipe: StateRecipe, stage: ZeroStage, n: int) 
     grads, weights = params * rb.grad_bytes, params * rb.weight_bytes
     rs = ring_factor(Collective.reduce_scatter, n)
     ag = ring_factor(Collective.all_gather, n)
+    parts = dict.fromkeys(COMM_LABELS, 0.0)  # every key in every row: stable JSON/CSV columns
     if stage is ZeroStage.none:
-        return {"all_reduce_grads": ring_factor(Collective.all_reduce, n) * grads}
+        parts["all_reduce_grads"] = ring_factor(Collective.all_reduce, n) * grads
+    else:
+        parts["reduce_scatter_grads"] = rs * grads
+    if stage in (ZeroStage.optimizer, ZeroStage.gradients):
+        parts["all_gather_params_update"] = ag * weights
     if stage is ZeroStage.parameters:
-        return {
-            "reduce_scatter_grads": rs * grads,
-            "all_gather_params_fwd": ag * weights,
-            "all_gather_params_bwd": ag * weights,
-        }
-    return {"reduce_scatter_grads": rs * grads, "all_gather_params_update": ag * weights}
-
-
-COMM_LABELS = {
-    "all_reduce_grads": ("all-reduce gradients", "2(n-1)/n × N × grad_bytes"),
-    "reduce_scatter_grads": ("reduce-scatter gradients", "(n-1)/n × N × grad_bytes"),
-    "all_gather_params_update": ("all-gather updated params", "(n-1)/n × N × weight_bytes"),
-    "all_gather_params_fwd": ("all-gather params (forward)", "(n-1)/n × N × weight_bytes"),
-    "all_gather_params_bwd": ("all-gather params (backward)", "(n-1)/n × N × weight_bytes"),
-}
+        parts["all_gather_params_fwd"] = ag * weights
+        parts["all_gather_params_bwd"] = ag * weights
+    return parts
 
 
 def zero_comm_bytes(params: int, recipe: StateRecipe, stage: ZeroStage, n: int) -> float:
@@ -195,6 +197,16 @@ def zero_terms(
     if activation_bytes is not None:
         out.append(
             term(
+                "activation_bytes",
+                "activations (given)",
+                activation_bytes,
+                Unit.bytes,
+                formula="the caller's activations per rank",
+                source="e.g. Korthikanti et al. 2022 Table 2 (tpcalc.calc.activations)",
+            )
+        )
+        out.append(
+            term(
                 "activations_fit",
                 "activations fit",
                 activation_bytes <= mem - states,
@@ -244,7 +256,8 @@ def comm_terms(
         )
     comm = sum(parts.values())
     dp = zero_comm_bytes(params, recipe, ZeroStage.none, n)
-    steps = 2 * (n - 1) if stage is ZeroStage.none else (n - 1) * len(parts)
+    collectives = sum(1 for v in parts.values() if v)
+    steps = (n - 1) * (2 if stage is ZeroStage.none else collectives)
     time_s = transfer_time_s(comm, steps, hw, link, with_latency=with_latency)
     out += [
         term(total, "sent per rank per step", comm, Unit.bytes, formula="sum of the collectives",

@@ -1,0 +1,159 @@
+"""tpcalc dp | zero | pipeline: every format, seed figures through the CLI, one-line errors."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+
+from tpcalc.cli import app, dp, pipeline, zero
+
+# Register the three commands if tpcalc/cli/__init__.py does not yet (idempotent afterwards).
+_known = {info.typer_instance for info in app.registered_groups}
+for _module in (dp, zero, pipeline):
+    if _module.app not in _known:
+        app.add_typer(_module.app)
+
+SEED_DP = ["dp", "-m", "qwen3.8", "--hardware", "h800", "-s", "4096", "--link", "ib"]
+SEED_ZERO = ["zero", "-m", "qwen3.8", "--hardware", "h800", "-s", "4096", "--dp", "8"]
+SEED_PP = ["pipeline", "-m", "qwen3.8", "--hardware", "h800", "-s", "4096", "--pp", "8"]
+COMMANDS = [
+    SEED_DP + ["--dp", "8,64"],
+    SEED_ZERO,
+    SEED_PP + ["--microbatches", "32"],
+    SEED_PP + ["--schedule", "interleaved", "--vpp", "4"],
+    SEED_PP + ["--schedule", "zb-h1"],
+    SEED_PP + ["--schedule", "dualpipe"],
+    SEED_PP + ["--schedule", "gpipe"],
+    ["zero", "-m", "llama3-70b", "--tp", "8", "--dp", "1,8", "--state-recipe", "megatron18"],
+    ["pipeline", "-m", "deepseek-v3", "--pp", "16", "--schedule", "dualpipe", "--tp", "1"],
+]
+
+
+def json_rows(cli, *args: str) -> list[dict]:
+    r = cli(*args, "--format", "json", "--no-latency")
+    assert r.code == 0, r.err
+    return json.loads(r.out)
+
+
+@pytest.mark.parametrize("args", COMMANDS, ids=lambda a: " ".join(a[:1] + a[-2:]))
+@pytest.mark.parametrize("fmt", ["table", "json", "csv"])
+def test_every_command_in_every_format(cli, args, fmt):
+    r = cli(*args, "--format", fmt)
+    assert r.code == 0, r.err
+    assert "Traceback" not in r.err
+    if fmt == "json":
+        rows = json.loads(r.out)
+        assert rows and all(row["model"] for row in rows)
+    elif fmt == "csv":
+        rows = list(csv.DictReader(io.StringIO(r.out)))
+        assert rows and "model" in rows[0]
+    else:
+        assert args[1] != "-m" or args[2] in r.out
+
+
+def test_dp_seed_figures(cli):
+    by_n = {row["dp"]: row for row in json_rows(cli, *SEED_DP, "--dp", "8,64")}
+    # seed 000 summary: BF16 gradients 55.6 GB; ring 97.2 GB (8 cards), 109.4 GB (64 cards)
+    assert abs(by_n[8]["grad_bytes"] / 1e9 - 55.6) <= 0.05
+    assert abs(by_n[8]["ring_send_bytes_per_rank"] / 1e9 - 97.2) <= 0.05
+    assert abs(by_n[64]["ring_send_bytes_per_rank"] / 1e9 - 109.4) <= 0.05
+    # seed 000 §数据并行: 1.94 s over IB 50 GB/s vs a 1.05 s backward: cannot hide
+    assert abs(by_n[8]["comm_time_s"] - 1.94) <= 0.005
+    assert abs(by_n[8]["backward_time_s"] - 1.05) <= 0.005
+    assert by_n[8]["hides_behind_backward"] is False
+
+
+def test_dp_link_auto_crosses_nodes_only_beyond_a_node(cli):
+    rows = json_rows(cli, "dp", "--hardware", "h800", "--dp", "8,16")
+    assert [r["link"] for r in rows] == ["nvlink", "ib"]
+    one_gpu_nodes = json_rows(cli, "dp", "--hardware", "h800", "--dp", "8", "--gpus-per-node", "1")
+    assert one_gpu_nodes[0]["link"] == "ib"
+
+
+def test_zero_seed_figures(cli):
+    rows = {row["zero"]: row for row in json_rows(cli, *SEED_ZERO)}
+    # seed 000 §ZeRO: 444.5 -> 152.8 -> 104.2 -> 55.6 GB per card on 8 cards
+    for stage, printed in ((0, 444.5), (1, 152.8), (2, 104.2), (3, 55.6)):
+        assert abs(rows[stage]["model_states_bytes"] / 1e9 - printed) <= 0.05
+    # 145.9 GB sent per card (1.5x DP); 24.4 GB left; 45.6 GB of selective activations do not fit
+    assert abs(rows[3]["comm_send_bytes_per_rank"] / 1e9 - 145.9) <= 0.05
+    assert abs(rows[3]["comm_vs_dp_ratio"] - 1.5) <= 0.05
+    assert abs(rows[3]["free_for_activations_bytes"] / 1e9 - 24.4) <= 0.05
+    assert abs(rows[3]["activation_bytes"] / 1e9 - 45.6) <= 0.05
+    assert rows[3]["activations_fit"] is False
+
+
+def test_zero_llama_states_per_card_at_tp8(cli):
+    row = json_rows(cli, "zero", "-m", "llama3-70b", "--tp", "8", "--dp", "1", "--zero", "0")[0]
+    # seed 003 §7.3: 1,128.9 GB ÷ 8 ≈ 141 GB per card
+    assert abs(row["model_states_bytes"] / 1e9 - 141) <= 0.5
+
+
+def test_zero_csv_columns_are_the_same_for_every_stage(cli):
+    r = cli(*SEED_ZERO, "--format", "csv")
+    rows = list(csv.DictReader(io.StringIO(r.out)))
+    assert len(rows) == 4 and all(None not in row for row in rows)
+
+
+def test_pipeline_seed_figures(cli):
+    row = json_rows(cli, *SEED_PP, "--microbatches", "32")[0]
+    # seed 000 §流水线并行: 8 layers per stage, 41.9 MB per micro-batch, 21.9% / 17.9% bubble
+    assert row["layers_per_stage_max_count"] == 8
+    assert abs(row["p2p_bytes_per_microbatch"] / 1e6 - 41.9) <= 0.05
+    assert abs(row["bubble_ratio"] * 100 - 21.9) <= 0.05
+    assert abs(row["bubble_share_ratio"] * 100 - 17.9) <= 0.05
+    inter = json_rows(cli, *SEED_PP, "--schedule", "interleaved", "--vpp", "4")[0]
+    assert abs(inter["bubble_ratio"] * 100 - 5.5) <= 0.05  # seed 000: interleaved v=4, 5.5%
+    zb = json_rows(cli, *SEED_PP, "--schedule", "zb-h1")[0]
+    assert abs(zb["bubble_vs_1f1b_ratio"] - 1 / 3) <= 0.005  # seed 000: ZB-H1 = 1/3 of 1F1B
+
+
+def test_pipeline_explain_names_the_paper(cli):
+    r = cli(*SEED_PP, "--schedule", "zb-h1", "--explain")
+    assert r.code == 0 and "Zero Bubble Pipeline Parallelism" in r.out
+
+
+def test_too_few_microbatches_is_a_warning(cli):
+    r = cli(*SEED_PP, "--microbatches", "4")
+    assert r.code == 0 and "never fills" in r.err
+
+
+BAD = [
+    (["pipeline", "--pp", "128"], 1, "pp=128 exceeds num_hidden_layers=64"),
+    (["pipeline", "--pp", "6", "--no-uneven"], 1, "num_hidden_layers=64 is not divisible by pp=6"),
+    (["pipeline", "--pp", "16", "--schedule", "interleaved", "--vpp", "8"], 1, "vpp=8 needs"),
+    (["pipeline", "--vpp", "4"], 1, "vpp=4 applies only to the interleaved schedule"),
+    (["pipeline", "--schedule", "interleaved"], 1, "needs vpp >= 2"),
+    (["pipeline", "--pp", "7", "--schedule", "dualpipe"], 1, "DualPipe needs an even pp"),
+    (["pipeline", "--microbatches", "0"], 1, "microbatches=0"),
+    (["pipeline", "--pp", "0"], 1, "--pp must be a positive integer"),
+    (["pipeline", "--pp", "x"], 1, "--pp 'x'"),
+    (["zero", "--zero", "4"], 1, "ZeRO stage 4 does not exist"),
+    (["zero", "--dp", "0"], 1, "--dp must be a positive integer"),
+    (["dp", "--dp", "8", "--gpus-per-node", "0"], 1, "--gpus-per-node must be a positive"),
+    (["dp", "--bucket-mib", "0"], 1, "--bucket-mib must be a positive integer"),
+    (["dp", "-m", "llama3-70b", "--tp", "3"], 1, "use t in 1, 2, 4, 8"),
+    (["dp", "--microbatches", "-1"], 1, "--microbatches must be a positive integer"),
+    (["pipeline", "--schedule", "pipedream"], 2, "'pipedream' is not one of"),
+    (["zero", "--state-recipe", "zero20"], 2, "'zero20' is not one of"),
+]
+
+
+@pytest.mark.parametrize(("args", "code", "text"), BAD, ids=lambda x: str(x))
+@pytest.mark.parametrize("fmt", ["table", "json"])
+def test_bad_combinations_are_one_line(cli, args, code, text, fmt):
+    r = cli(*args, "--format", fmt)
+    assert r.code == code, (r.out, r.err)
+    assert r.out == ""
+    lines = r.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), r.err
+    assert text in lines[0]
+
+
+@pytest.mark.parametrize("name", ["dp", "zero", "pipeline"])
+def test_help(cli, name):
+    r = cli(name, "--help")
+    assert r.code == 0 and "Usage:" in r.out and "Example" in r.out

@@ -1,0 +1,88 @@
+"""tpcalc dp: data-parallel gradient all-reduce per rank, link time, buckets, overlap."""
+
+from __future__ import annotations
+
+import typer
+
+from tpcalc.calc.dp import DDP_BUCKET_MIB
+from tpcalc.calc.params import ParamConvention
+from tpcalc.calc.states import StateRecipe
+from tpcalc.cli.common import emit
+from tpcalc.cli.options import (
+    DEFAULT_HARDWARE,
+    DEFAULT_MODEL,
+    ExplainOpt,
+    FormatOpt,
+    HardwareOpt,
+    LatencyOpt,
+    MicroBatchOpt,
+    ModelOpt,
+    ParamsOpt,
+    SeqOpt,
+    UnitsOpt,
+)
+from tpcalc.cli.parallel_options import (
+    BucketMibOpt,
+    DpListOpt,
+    GpusPerNodeOpt,
+    LinkOpt,
+    MicrobatchesOpt,
+    StateRecipeOpt,
+    TpIntOpt,
+)
+from tpcalc.render import Format
+from tpcalc.reports.dp_zero_pp import LinkChoice
+from tpcalc.units import ByteUnits
+
+app = typer.Typer()
+
+
+@app.command()
+def dp(
+    model: ModelOpt = DEFAULT_MODEL,
+    dp: DpListOpt = None,
+    tp: TpIntOpt = 1,
+    seq: SeqOpt = None,
+    micro_batch: MicroBatchOpt = 1,
+    microbatches: MicrobatchesOpt = 1,
+    hardware: HardwareOpt = DEFAULT_HARDWARE,
+    gpus_per_node: GpusPerNodeOpt = None,
+    link: LinkOpt = LinkChoice.auto,
+    state_recipe: StateRecipeOpt = StateRecipe.zero16,
+    bucket_mib: BucketMibOpt = DDP_BUCKET_MIB,
+    params: ParamsOpt = ParamConvention.matmul,
+    latency: LatencyOpt = True,
+    units: UnitsOpt = ByteUnits.GB,
+    fmt: FormatOpt = Format.table,
+    explain: ExplainOpt = False,
+) -> None:
+    """Data parallelism: gradient bytes, ring all-reduce vs a naive gather to rank 0, time on
+    the link the DP group crosses, DDP buckets, and whether it hides behind the backward pass.
+
+    Examples:
+
+      tpcalc dp -m qwen3.8 --hardware h800 -s 4096 --dp 8,64 --link ib --no-latency
+
+      tpcalc dp -m llama3-70b --tp 8 --dp 16 --state-recipe megatron18 --format json
+    """
+
+    def build():
+        from tpcalc.reports.dp_zero_pp import dp_report
+
+        return dp_report(
+            model,
+            hardware,
+            dp=dp,
+            tp=tp,
+            seq=seq,
+            micro_batch=micro_batch,
+            microbatches=microbatches,
+            recipe=state_recipe,
+            bucket_mib=bucket_mib,
+            params=params,
+            gpus_per_node=gpus_per_node,
+            link=link,
+            with_latency=latency,
+        )
+
+    emit(build, fmt, units=units, explain=explain)

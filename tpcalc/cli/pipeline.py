@@ -1,0 +1,105 @@
+"""tpcalc pipeline: layers per stage, stage-to-stage bytes, bubble and in-flight activations."""
+
+from __future__ import annotations
+
+import typer
+
+from tpcalc.calc.activations import Recompute
+from tpcalc.calc.pipeline import Schedule
+from tpcalc.cli.common import emit
+from tpcalc.cli.options import (
+    DEFAULT_HARDWARE,
+    DEFAULT_MODEL,
+    DtypeOpt,
+    ExplainOpt,
+    FormatOpt,
+    HardwareOpt,
+    LatencyOpt,
+    MicroBatchOpt,
+    ModelOpt,
+    RecomputeOpt,
+    SeqOpt,
+    SpOpt,
+    UnitsOpt,
+)
+from tpcalc.cli.parallel_options import (
+    DpOpt,
+    GpusPerNodeOpt,
+    LinkOpt,
+    MicrobatchesOpt,
+    PpListOpt,
+    ScatterGatherOpt,
+    ScheduleOpt,
+    TpIntOpt,
+    UnevenOpt,
+    VppOpt,
+)
+from tpcalc.render import Format
+from tpcalc.reports.dp_zero_pp import LinkChoice
+from tpcalc.units import ByteUnits, Dtype
+
+app = typer.Typer()
+
+
+@app.command()
+def pipeline(
+    model: ModelOpt = DEFAULT_MODEL,
+    pp: PpListOpt = None,
+    microbatches: MicrobatchesOpt = 32,
+    vpp: VppOpt = 1,
+    schedule: ScheduleOpt = Schedule.one_f_one_b,
+    tp: TpIntOpt = 1,
+    dp: DpOpt = 1,
+    seq: SeqOpt = None,
+    micro_batch: MicroBatchOpt = 1,
+    hardware: HardwareOpt = DEFAULT_HARDWARE,
+    dtype: DtypeOpt = Dtype.bf16,
+    sp: SpOpt = False,
+    recompute: RecomputeOpt = Recompute.selective,
+    uneven: UnevenOpt = True,
+    scatter_gather: ScatterGatherOpt = True,
+    gpus_per_node: GpusPerNodeOpt = None,
+    link: LinkOpt = LinkChoice.auto,
+    latency: LatencyOpt = True,
+    units: UnitsOpt = ByteUnits.GB,
+    fmt: FormatOpt = Format.table,
+    explain: ExplainOpt = False,
+) -> None:
+    """Pipeline parallelism: layers and parameters per stage, bytes between stages, the bubble
+    of the schedule (1f1b, interleaved, zb-h1, dualpipe, gpipe), micro-batches in flight and the
+    activations of the most loaded stage.
+
+    Examples:
+
+      tpcalc pipeline -m qwen3.8 -s 4096 --pp 8 --microbatches 32
+
+      tpcalc pipeline --pp 8 --schedule interleaved --vpp 4 --explain
+
+      tpcalc pipeline -m deepseek-v3 --pp 16 --microbatches 32 --schedule dualpipe -f json
+    """
+
+    def build():
+        from tpcalc.reports.dp_zero_pp import pipeline_report
+
+        return pipeline_report(
+            model,
+            hardware,
+            pp=pp,
+            microbatches=microbatches,
+            vpp=vpp,
+            schedule=schedule,
+            tp=tp,
+            dp=dp,
+            seq=seq,
+            micro_batch=micro_batch,
+            dtype=dtype,
+            sp=sp,
+            recompute=recompute,
+            allow_uneven=uneven,
+            scatter_gather=scatter_gather,
+            gpus_per_node=gpus_per_node,
+            link=link,
+            with_latency=latency,
+        )
+
+    emit(build, fmt, units=units, explain=explain)

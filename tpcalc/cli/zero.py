@@ -1,0 +1,89 @@
+"""tpcalc zero: model states per rank for ZeRO stages 0-3, room for activations, comm per rank."""
+
+from __future__ import annotations
+
+import typer
+
+from tpcalc.calc.activations import Recompute
+from tpcalc.calc.states import StateRecipe
+from tpcalc.cli.common import emit
+from tpcalc.cli.options import (
+    DEFAULT_HARDWARE,
+    DEFAULT_MODEL,
+    ExplainOpt,
+    FormatOpt,
+    HardwareOpt,
+    LatencyOpt,
+    MicroBatchOpt,
+    ModelOpt,
+    RecomputeOpt,
+    SeqOpt,
+    SpOpt,
+    UnitsOpt,
+)
+from tpcalc.cli.parallel_options import (
+    DpListOpt,
+    GpusPerNodeOpt,
+    LinkOpt,
+    StateRecipeOpt,
+    TpIntOpt,
+    ZeroOpt,
+)
+from tpcalc.render import Format
+from tpcalc.reports.dp_zero_pp import LinkChoice
+from tpcalc.units import ByteUnits
+
+app = typer.Typer()
+
+
+@app.command()
+def zero(
+    model: ModelOpt = DEFAULT_MODEL,
+    dp: DpListOpt = None,
+    zero: ZeroOpt = None,
+    tp: TpIntOpt = 1,
+    seq: SeqOpt = None,
+    micro_batch: MicroBatchOpt = 1,
+    hardware: HardwareOpt = DEFAULT_HARDWARE,
+    state_recipe: StateRecipeOpt = StateRecipe.zero16,
+    sp: SpOpt = False,
+    recompute: RecomputeOpt = Recompute.selective,
+    gpus_per_node: GpusPerNodeOpt = None,
+    link: LinkOpt = LinkChoice.auto,
+    latency: LatencyOpt = True,
+    units: UnitsOpt = ByteUnits.GB,
+    fmt: FormatOpt = Format.table,
+    explain: ExplainOpt = False,
+) -> None:
+    """ZeRO stages 0-3: model states per rank, memory left for activations (and whether the
+    activations fit), and the bytes each rank sends per step (ZeRO-3 = 1.5x DP).
+
+    Examples:
+
+      tpcalc zero -m qwen3.8 --hardware h800 -s 4096 --dp 8
+
+      tpcalc zero -m llama3-70b --tp 8 --dp 1 --zero 0
+
+      tpcalc zero --dp 8,64 --zero 3 --state-recipe megatron18 --format csv
+    """
+
+    def build():
+        from tpcalc.reports.dp_zero_pp import zero_report
+
+        return zero_report(
+            model,
+            hardware,
+            dp=dp,
+            zero=zero,
+            tp=tp,
+            seq=seq,
+            micro_batch=micro_batch,
+            recipe=state_recipe,
+            sp=sp,
+            recompute=recompute,
+            gpus_per_node=gpus_per_node,
+            link=link,
+            with_latency=latency,
+        )
+
+    emit(build, fmt, units=units, explain=explain)

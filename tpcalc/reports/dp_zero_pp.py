@@ -1,0 +1,231 @@
+"""Data-parallel, ZeRO and pipeline reports: the Python twins of ``tpcalc dp|zero|pipeline``."""
+
+from __future__ import annotations
+
+import itertools
+from enum import Enum
+
+from tpcalc.calc.activations import Recompute, paper_layer_terms
+from tpcalc.calc.dp import DDP_BUCKET_MIB, dp_terms
+from tpcalc.calc.links import Link, link_for_group
+from tpcalc.calc.params import ParamConvention, params_for, total_params
+from tpcalc.calc.pipeline import Schedule
+from tpcalc.calc.pipeline_terms import pipeline_terms
+from tpcalc.calc.states import StateRecipe, recipe_bytes
+from tpcalc.calc.zero import ZeroStage, zero_stage, zero_terms
+from tpcalc.errors import InputError
+from tpcalc.reports.inputs import Inputs, positive, resolve
+from tpcalc.reports.tp import tp_warnings
+from tpcalc.specs import ModelSpec
+from tpcalc.terms import Report, Row, Scalar
+from tpcalc.units import Dtype, MiB
+
+
+class LinkChoice(str, Enum):
+    """Which link a group's collectives are priced on: placed by rank order, or forced."""
+
+    auto = "auto"  # the slowest link the group crosses (tpcalc.calc.links.link_for_group)
+    nvlink = "nvlink"
+    ib = "ib"
+
+
+def int_list(value: str | int | list[int] | None, option: str, default: list[int]) -> list[int]:
+    """'8' or '8,64' or [8, 64] -> positive ints; None -> ``default``."""
+    if value is None:
+        return default
+    if isinstance(value, int):
+        return [positive(value, option)]
+    if isinstance(value, str):
+        try:
+            values = [int(v) for v in value.replace(" ", "").split(",") if v]
+        except ValueError:
+            raise InputError(f"{option} {value!r}: give an integer or a list like 8,64") from None
+    else:
+        values = list(value)
+    if not values:
+        raise InputError(f"{option}: give at least one value, e.g. 8 or 8,64")
+    return [positive(v, option) for v in values]
+
+
+def pick_link(choice: LinkChoice, group: int, stride: int, gpus_per_node: int) -> Link:
+    """The link a group of ``group`` ranks ``stride`` apart crosses, unless forced."""
+    if choice is LinkChoice.nvlink:
+        return Link.intra_node
+    if choice is LinkChoice.ib:
+        return Link.inter_node
+    return link_for_group(group, stride, gpus_per_node)
+
+
+def _common(inputs: Inputs, gpus_per_node: int | None) -> tuple[int, dict[str, Scalar]]:
+    g = inputs.hw.gpus_per_node.value
+    if gpus_per_node is not None:
+        g = positive(gpus_per_node, "--gpus-per-node")
+    return g, {"model": inputs.spec.name, "hardware": inputs.hw.name, "gpus_per_node": g}
+
+
+def dp_report(
+    model: str,
+    hardware: str,
+    *,
+    dp: str | int | list[int] | None = None,
+    tp: int = 1,
+    seq: int | None = None,
+    micro_batch: int = 1,
+    microbatches: int = 1,
+    recipe: StateRecipe = StateRecipe.zero16,
+    bucket_mib: int = DDP_BUCKET_MIB,
+    params: ParamConvention = ParamConvention.matmul,
+    gpus_per_node: int | None = None,
+    link: LinkChoice = LinkChoice.auto,
+    with_latency: bool = True,
+) -> Report:
+    """One row per DP size: gradient all-reduce per rank, link time, buckets, backward overlap.
+
+    The DP group's ranks are ``tp`` apart (TP innermost), so it crosses nodes once dp·tp exceeds
+    the GPUs per node. Tokens per rank per step = seq × micro_batch × microbatches.
+    """
+    inputs = resolve(model, hardware, seq=seq, micro_batch=micro_batch, tp=tp)
+    g, base = _common(inputs, gpus_per_node)
+    warnings = tp_warnings(inputs)
+    grad_dtype = recipe_bytes(recipe).grad_dtype
+    m = positive(microbatches, "--microbatches")
+    tokens = inputs.seq * inputs.micro_batch * m
+    rows = []
+    for n in int_list(dp, "--dp", [8]):
+        lk = pick_link(link, n, tp, g)
+        terms = dp_terms(
+            params=total_params(inputs.spec) // tp,
+            flop_params=params_for(inputs.spec, params) // tp,
+            tokens=tokens, n=n, hw=inputs.hw, link=lk, grad_dtype=grad_dtype,
+            bucket_bytes=positive(bucket_mib, "--bucket-mib") * MiB, with_latency=with_latency,
+        )  # fmt: skip
+        echo = {**base, "dp": n, "tp": tp, "seq": inputs.seq, "micro_batch": inputs.micro_batch,
+                "microbatches": m, "tokens": tokens, "state_recipe": recipe.value,
+                "grad_dtype": grad_dtype.value, "link": lk.value, "bucket_mib": bucket_mib,
+                "params_convention": params.value, "latency": with_latency}  # fmt: skip
+        rows.append(Row(inputs=echo, terms=terms))
+    return Report(
+        title=f"Data-parallel gradient all-reduce per rank per step: {inputs.spec.name}",
+        rows=tuple(rows),
+        warnings=tuple(warnings),
+        notes=(f"gradients = all parameters{' / tp' if tp > 1 else ''}; backward = 4·N·tokens "
+               f"with N '{params.value}'; buckets overlap the backward, the last cannot",),
+    )  # fmt: skip
+
+
+def activation_bytes_per_layer(
+    spec: ModelSpec, *, seq: int, micro_batch: int, t: int, sp: bool, recompute: Recompute
+) -> float:
+    """One layer's activations for one micro-batch on one rank (Korthikanti et al. 2022 Table 2)."""
+    terms = paper_layer_terms(
+        spec, seq=seq, micro_batch=micro_batch, t=t, sp=sp, recompute=recompute
+    )
+    return float(next(x.value for x in terms if x.key == "activation_bytes_per_layer"))
+
+
+def zero_report(
+    model: str,
+    hardware: str,
+    *,
+    dp: str | int | list[int] | None = None,
+    zero: int | None = None,
+    tp: str | int | list[int] | None = 1,
+    seq: int | None = None,
+    micro_batch: int = 1,
+    recipe: StateRecipe = StateRecipe.zero16,
+    sp: bool = False,
+    recompute: Recompute = Recompute.selective,
+    gpus_per_node: int | None = None,
+    link: LinkChoice = LinkChoice.auto,
+    with_latency: bool = True,
+) -> Report:
+    """One row per (t, dp, stage): model states per rank, room for activations, comm per rank.
+
+    ``zero=None`` lists all four stages. Parameters per rank are the model's / t (seed 003 §7.3:
+    1,128.9 ÷ 8 ≈ 141 GB); activations are Korthikanti Table 2 over all layers at that t.
+    """
+    inputs = resolve(model, hardware, seq=seq, micro_batch=micro_batch, tp=tp)
+    g, base = _common(inputs, gpus_per_node)
+    warnings = tp_warnings(inputs)
+    stages = list(ZeroStage) if zero is None else [zero_stage(zero)]
+    spec, rows = inputs.spec, []
+    for t, n, stage in itertools.product(inputs.tps, int_list(dp, "--dp", [8]), stages):
+        per_layer = activation_bytes_per_layer(
+            spec, seq=inputs.seq, micro_batch=inputs.micro_batch, t=t, sp=sp, recompute=recompute
+        )
+        lk = pick_link(link, n, t, g)
+        terms = zero_terms(
+            params=total_params(spec) // t, recipe=recipe, stage=stage, n=n, hw=inputs.hw,
+            link=lk, activation_bytes=per_layer * spec.num_hidden_layers, with_latency=with_latency,
+        )  # fmt: skip
+        echo = {**base, "dp": n, "zero": int(stage), "tp": t, "state_recipe": recipe.value,
+                "seq": inputs.seq, "micro_batch": inputs.micro_batch, "sp": sp,
+                "recompute": recompute.value, "link": lk.value,
+                "latency": with_latency}  # fmt: skip
+        rows.append(Row(inputs=echo, terms=terms))
+    return Report(
+        title=f"ZeRO model states and communication per rank: {spec.name}",
+        rows=tuple(rows),
+        warnings=tuple(warnings),
+        notes=(f"recipe {recipe.value}: {recipe_bytes(recipe).source}",),
+    )
+
+
+def pipeline_report(
+    model: str,
+    hardware: str,
+    *,
+    pp: str | int | list[int] | None = None,
+    microbatches: int = 32,
+    vpp: int = 1,
+    schedule: Schedule = Schedule.one_f_one_b,
+    tp: int = 1,
+    dp: int = 1,
+    seq: int | None = None,
+    micro_batch: int = 1,
+    dtype: Dtype = Dtype.bf16,
+    sp: bool = False,
+    recompute: Recompute = Recompute.selective,
+    allow_uneven: bool = True,
+    scatter_gather: bool = True,
+    gpus_per_node: int | None = None,
+    link: LinkChoice = LinkChoice.auto,
+    with_latency: bool = True,
+) -> Report:
+    """One row per pipeline size: layers and params per stage, p2p, bubble, in-flight memory.
+
+    The pipeline group's ranks are tp·dp apart (PP outermost), so it usually crosses nodes.
+    """
+    inputs = resolve(model, hardware, seq=seq, micro_batch=micro_batch, tp=tp)
+    g, base = _common(inputs, gpus_per_node)
+    dp = positive(dp, "--dp")
+    warnings = tp_warnings(inputs)
+    spec, rows = inputs.spec, []
+    per_layer = activation_bytes_per_layer(
+        spec, seq=inputs.seq, micro_batch=inputs.micro_batch, t=tp, sp=sp, recompute=recompute
+    )
+    for p in int_list(pp, "--pp", [8]):
+        lk = pick_link(link, p, tp * dp, g)
+        terms = pipeline_terms(
+            spec, inputs.hw, p=p, m=microbatches, v=vpp, schedule=schedule, seq=inputs.seq,
+            micro_batch=inputs.micro_batch, tp=tp, dtype=dtype, scatter_gather=scatter_gather,
+            link=lk, allow_uneven=allow_uneven, layer_act_bytes=per_layer,
+            with_latency=with_latency,
+        )  # fmt: skip
+        echo = {**base, "pp": p, "microbatches": microbatches, "vpp": vpp,
+                "schedule": schedule.value, "tp": tp, "dp": dp, "seq": inputs.seq,
+                "micro_batch": inputs.micro_batch, "dtype": dtype.value, "sp": sp,
+                "recompute": recompute.value, "uneven_allowed": allow_uneven,
+                "scatter_gather": scatter_gather, "link": lk.value,
+                "latency": with_latency}  # fmt: skip
+        rows.append(Row(inputs=echo, terms=terms))
+    if schedule is not Schedule.gpipe and microbatches < max(int_list(pp, "--pp", [8])):
+        warnings.append(
+            f"microbatches={microbatches} < pp: the pipeline never fills; most of the step is idle"
+        )
+    return Report(
+        title=f"Pipeline stages, bubble and stage-to-stage traffic: {spec.name}",
+        rows=tuple(rows),
+        warnings=tuple(warnings),
+        notes=("F, B, W from 2·N_stage·tokens FLOP each at the achieved FLOP/s of the card",),
+    )
