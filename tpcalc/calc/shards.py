@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict
 from tpcalc.calc.shards_rules import (
     DEFAULT_VOCAB_PAD_MULTIPLE,
     Split,
+    all_valid_tp_sizes,
     kv_split,
     max_t_without_replication,
     padded_vocab,
@@ -165,7 +166,7 @@ def check_tp(
     ws = model_weights(spec, t, vocab_pad_multiple)  # validates t first
     terms = _width_terms(spec, t)
     if uses_kv_heads(spec):
-        terms[1:1] = _kv_terms(spec, t, ws, dtype)
+        terms[1:1] = _kv_terms(spec, t, ws, dtype)  # right after the query heads
     terms += [*_vocab_terms(spec, t, vocab_pad_multiple), total_term(ws, t)]
     inputs = row_inputs(spec, t, vocab_pad_multiple, dtype=dtype.value)
     warning = kv_warning(spec, t)
@@ -191,7 +192,7 @@ def check_report(
     if tps is None:
         tps = valid_tp_sizes(spec, DEFAULT_MAX_T)
     checks = [check_tp(spec, t, vocab_pad_multiple=vocab_pad_multiple) for t in tps]
-    valid = ", ".join(str(t) for t in valid_tp_sizes(spec, spec.num_attention_heads))
+    valid = ", ".join(str(t) for t in all_valid_tp_sizes(spec))
     notes = [f"valid t for {spec.name}: {valid}"]
     if uses_kv_heads(spec):
         notes.append(f"largest t without KV replication: {max_t_without_replication(spec)}")

@@ -52,12 +52,6 @@ def shared_expert_intermediate(spec: ModelSpec) -> int:
     return spec.n_shared_experts * (spec.moe_intermediate_size or 0)
 
 
-def has_dense_mlp(spec: ModelSpec) -> bool:
-    """Some layer (and then possibly the MTP layer, which copies the last layer's FFN) has a
-    dense MLP."""
-    return spec.dense_layers > 0
-
-
 def split_sizes(spec: ModelSpec) -> tuple[tuple[str, int], ...]:
     """Every size that t must divide exactly, by its config name (seed 003 §7.3.7).
 
@@ -65,7 +59,7 @@ def split_sizes(spec: ModelSpec) -> tuple[tuple[str, int], ...]:
     split or replicated (``kv_problem``).
     """
     sizes: list[tuple[str, int]] = [("num_attention_heads", spec.num_attention_heads)]
-    if has_dense_mlp(spec):
+    if spec.dense_layers:  # the MTP layer copies the last layer's FFN, so adds no new width
         sizes.append(("intermediate_size", spec.intermediate_size))
     if spec.moe_layers and spec.moe_intermediate_size is not None:
         sizes.append(("moe_intermediate_size", spec.moe_intermediate_size))
