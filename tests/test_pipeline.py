@@ -10,9 +10,21 @@ from hypothesis import strategies as st
 
 from tpcalc.calc import pipeline as pp
 from tpcalc.calc.links import Link
-from tpcalc.calc.params import total_params
+from tpcalc.calc.params import (
+    active_params,
+    embedding_params,
+    final_norm_params,
+    lm_head_params,
+    matmul_params,
+    total_params,
+)
 from tpcalc.calc.pipeline import EQUAL_TIMES, Schedule, StageTimes
-from tpcalc.calc.pipeline_terms import pipeline_terms, stage_params
+from tpcalc.calc.pipeline_terms import (
+    active_layer_params,
+    pipeline_terms,
+    stage_matmul_params,
+    stage_params,
+)
 from tpcalc.errors import DivisibilityError, InputError
 from tpcalc.terms import Row
 from tpcalc.units import GB, MB, Dtype
@@ -79,6 +91,21 @@ def test_dualpipe_holds_two_parameter_copies(qwen38):
 def test_stage_params_add_up_to_the_model(qwen38, p, v):
     schedule = Schedule.interleaved if v > 1 else Schedule.one_f_one_b
     assert sum(stage_params(qwen38, p, v, schedule)) == total_params(qwen38)
+
+
+def test_stage_compute_params_add_up_to_seed_000_matmul_params(qwen38):
+    # seed 000: matmul parameters 25,624,600,064 = layers + final norm + LM head, split by stage
+    assert sum(stage_matmul_params(qwen38, 8, 1)) == matmul_params(qwen38)
+
+
+def test_moe_stages_compute_with_active_experts_only():
+    from tpcalc.catalog import load_model
+
+    ds = load_model("deepseek-v3")
+    layers = sum(active_layer_params(ds, i) for i in range(ds.num_hidden_layers))
+    # DeepSeek-V3 report §1: 37B activated per token (params.active_params, embedding included)
+    rest = embedding_params(ds) + final_norm_params(ds) + lm_head_params(ds)
+    assert layers + rest == active_params(ds)
 
 
 def test_in_flight_per_schedule():

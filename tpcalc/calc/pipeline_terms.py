@@ -19,6 +19,7 @@ from tpcalc.calc.params import (
     final_norm_params,
     layer_params,
     lm_head_params,
+    mlp_params,
     mtp_params,
 )
 from tpcalc.calc.pipeline import Schedule, StageTimes
@@ -44,10 +45,21 @@ def stage_params(spec: ModelSpec, p: int, v: int, schedule: Schedule) -> tuple[i
     )  # fmt: skip
 
 
+def active_layer_params(spec: ModelSpec, i: int) -> int:
+    """Parameters of layer i that one token multiplies: an MoE layer skips the E - k routed
+    experts it is not sent to (as ``params.active_params``; DeepSeek-V3 report §1, 37B active)."""
+    n = layer_params(spec, i)
+    if spec.is_moe and i >= spec.first_k_dense_replace:
+        idle = (spec.n_routed_experts or 0) - (spec.num_experts_per_tok or 0)
+        n -= idle * mlp_params(spec, spec.moe_intermediate_size or 0)
+    return n
+
+
 def stage_matmul_params(spec: ModelSpec, p: int, v: int) -> tuple[int, ...]:
-    """Parameters that multiply on each rank: its layers, + the LM head matrix (V·h even when
-    tied) and final norm on the last stage; the lookup-only embedding is left out (seed 000)."""
-    layers = [layer_params(spec, i) for i in range(spec.num_hidden_layers)]
+    """Parameters each token multiplies on each rank: its layers (active experts only), + the LM
+    head matrix (V·h even when tied) and final norm on the last stage; the lookup-only embedding
+    is left out (seed 000's matmul parameters)."""
+    layers = [active_layer_params(spec, i) for i in range(spec.num_hidden_layers)]
     head = spec.vocab_size * spec.hidden_size
     return pp.rank_params(
         layers, p, v, embedding_params=0, lm_head_params=head,
@@ -113,6 +125,10 @@ def pipeline_terms(
         Schedule.dualpipe: pp.SRC_DUALPIPE,
     }[schedule]
     fb = dict(p=p, m=m, v=v, F=t.forward_s, B=t.backward_input_s, W=t.backward_weight_s)
+    flop_in = {} if times else dict(
+        N_stage=max(stage_matmul_params(spec, p, v)), s=seq, b=micro_batch, t=tp,
+        achieved=hw.achieved_flop_per_s.value,
+    )  # fmt: skip
     copies = pp.DUALPIPE_PARAM_COPIES if schedule is Schedule.dualpipe else 1
     out = [
         term("stage_layers", "layers per stage", ",".join(map(str, layers)), Unit.text,
@@ -135,11 +151,14 @@ def pipeline_terms(
              formula="bytes / bandwidth", source=f"{hw.name} {link.value}: alpha-beta model",
              bytes=sends * msg),
         term("forward_time_s", "F (one micro-batch, one stage)", t.forward_s, Unit.seconds,
-             formula="given" if times else "2·N_stage·s·b/(t·achieved)", source=SRC_TIMES),
+             formula="given" if times else "2·N_stage·s·b/(t·achieved)", source=SRC_TIMES,
+             **flop_in),
         term("backward_input_time_s", "B (grad w.r.t. inputs)", t.backward_input_s, Unit.seconds,
-             formula="given" if times else "2·N_stage·s·b/(t·achieved)", source=SRC_TIMES),
+             formula="given" if times else "2·N_stage·s·b/(t·achieved)", source=SRC_TIMES,
+             **flop_in),
         term("backward_weight_time_s", "W (grad w.r.t. weights)", t.backward_weight_s, Unit.seconds,
-             formula="given" if times else "2·N_stage·s·b/(t·achieved)", source=SRC_TIMES),
+             formula="given" if times else "2·N_stage·s·b/(t·achieved)", source=SRC_TIMES,
+             **flop_in),
         term("compute_time_s", "useful compute per step", m * t.full_s, Unit.seconds,
              formula="m·(F+B+W)", source=pp.SRC_GPIPE, part_of="step_time_s", **fb),
         term("bubble_time_s", "bubble per step", bubble, Unit.seconds,
