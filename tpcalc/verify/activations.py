@@ -7,19 +7,14 @@ erf form (Hendrycks & Gimpel 2016, eq. 1: x·Φ(x)); SiLU is x·σ(x) (Elfwing e
 from __future__ import annotations
 
 import math
-from enum import Enum
 
 import numpy as np
+
+from tpcalc.verify.kinds import Activation
 
 _erf = np.vectorize(math.erf, otypes=[float])
 SQRT2 = math.sqrt(2.0)
 SQRT_2PI = math.sqrt(2.0 * math.pi)
-
-
-class Activation(str, Enum):
-    relu = "relu"
-    gelu = "gelu"
-    silu = "silu"
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:

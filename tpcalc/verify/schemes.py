@@ -17,11 +17,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
 
 import numpy as np
 
-from tpcalc.verify.activations import Activation, activate
+from tpcalc.verify.activations import activate
+from tpcalc.verify.kinds import Activation, Scheme
 from tpcalc.verify.sim import Cards, Phase, Role, Tally, column_slices, uneven_slices
 
 # The running example of seed 000: 「小明把苹果给了小王」 as 5 tokens.
@@ -30,14 +30,6 @@ TOY_HIDDEN = 4  # seed 000: "一个 5 × 4 的矩阵 X"
 TOY_INTERMEDIATE = 16  # seed 000: "小规模对应验算台的 16 ÷ 2"
 # A cell differs when |parallel - single| exceeds this; column → row stays near 1e-16.
 DIFF_ATOL = 1e-12
-
-
-class Scheme(str, Enum):
-    naive = "naive"
-    column_row = "column-row"
-    row_first_no_sync = "row-first-no-sync"
-    row_first = "row-first"
-    column_column = "column-column"
 
 
 SCHEME_LABELS: dict[Scheme, str] = {
