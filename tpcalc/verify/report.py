@@ -68,7 +68,6 @@ def _dy(seed: int, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def _ffn_rows(
-    p: FfnProblem,
     runs: Sequence[SchemeRun],
     ref: np.ndarray,
     spec: ModelSpec,
@@ -95,10 +94,10 @@ def _comparison_row(
     model_t: int,
     base: dict[str, Scalar],
 ) -> Row:
-    gather = runs[Scheme.column_column].tally.select(Collective.all_gather, role=Role.intermediate)[
-        0
-    ]
-    reduce = runs[Scheme.column_row].tally.select(Collective.all_reduce, role=Role.hidden)[0]
+    """Seed 000's comparison, from the calls the two schemes actually made."""
+    col_col, col_row = runs[Scheme.column_column].tally, runs[Scheme.column_row].tally
+    gather = col_col.select(Collective.all_gather, role=Role.intermediate)[0]
+    reduce = col_row.select(Collective.all_reduce, role=Role.hidden)[0]
     return Row(
         inputs={
             "check": "comparison",
@@ -233,7 +232,7 @@ def verify_report(
             "micro_batch": micro_batch,
             "dtype": dtype.value,
         }
-        rows += _ffn_rows(p, list(runs.values()), ref, spec, tokens, dtype, model_t, base)
+        rows += _ffn_rows(list(runs.values()), ref, spec, tokens, dtype, model_t, base)
         if cards > 1:
             rows.append(_comparison_row(runs, spec, tokens, dtype, model_t, base))
     if cards == 1:
