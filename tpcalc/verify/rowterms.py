@@ -151,26 +151,33 @@ def ratio_terms(
     (column → row) on the real model, under both conventions: 3.4× in message size, 1.7× in
     ring bytes per rank for Qwen3.8 (seed 000 常见误解之二; seed-figures q-allgather-vs-ar)."""
     out: list[Term] = []
+    subs: dict[str, Scalar] = {"t": t, "s_b": tokens, "B": dtype.bytes}
     for conv in (BytesConvention.message, BytesConvention.ring):
         ag = model_send_bytes(gather, spec, tokens, dtype, t, conv)
         ar = model_send_bytes(reduce, spec, tokens, dtype, t, conv)
-        key = "message_bytes" if conv is BytesConvention.message else "ring_send_bytes_per_rank"
+        ring = conv is BytesConvention.ring
+        key = "ring_send_bytes_per_rank" if ring else "message_bytes"
+        src = f"{SRC_MSG}; {SRC_RING}" if ring else SRC_MSG
         out += [
             term(
                 f"all_gather_intermediate_{key}",
                 f"all-gather intermediate ({conv.value})",
                 ag,
                 Unit.bytes,
-                formula=MODEL_RING if conv is BytesConvention.ring else MODEL_MSG,
-                source=SRC_MSG,
+                formula=("(t-1)/t·" if ring else "") + "s·b·I·B",
+                source=src,
+                I=spec.intermediate_size,
+                **subs,
             ),
             term(
                 f"all_reduce_output_{key}",
                 f"all-reduce output ({conv.value})",
                 ar,
                 Unit.bytes,
-                formula=MODEL_RING if conv is BytesConvention.ring else MODEL_MSG,
-                source=SRC_MSG,
+                formula=("2(t-1)/t·" if ring else "") + "s·b·h·B",
+                source=src,
+                h=spec.hidden_size,
+                **subs,
             ),
             term(
                 f"{conv.value}_ratio",
