@@ -8,16 +8,6 @@ import json
 
 import pytest
 
-import tpcalc.cli
-from tpcalc.cli import check
-
-# Until the lead adds `check` to tpcalc/cli/__init__.py the command does not exist; once it is
-# registered this condition is False and every test runs (delete these lines then).
-pytestmark = pytest.mark.skipif(
-    all(g.typer_instance is not check.app for g in tpcalc.cli.app.registered_groups),
-    reason="tpcalc check is not registered in tpcalc/cli/__init__.py yet",
-)
-
 
 def records(result) -> list[dict]:
     assert result.code == 0, result.err

@@ -12,18 +12,15 @@ from tpcalc.units import Dtype
 
 def tp_warnings(inputs: Inputs) -> list[str]:
     """Impossible splits raise (t must divide the query heads, ...); KV replication only warns."""
-    from tpcalc.calc.shards_rules import kv_split, require_tp, uses_kv_heads
+    from tpcalc.calc.shards import kv_warning
+    from tpcalc.calc.shards_rules import require_tp
 
-    spec, warnings = inputs.spec, []
+    warnings = []
     for t in inputs.tps:
-        require_tp(spec, t)
-        if uses_kv_heads(spec) and t > spec.kv_heads:
-            _, replicas = kv_split(spec, t)
-            warnings.append(
-                f"t={t} > num_key_value_heads={spec.kv_heads}: each KV head is replicated on "
-                f"{replicas} ranks (K/V weights and activations stored {replicas}x; "
-                f"t={spec.kv_heads} is the largest t without replication)"
-            )
+        require_tp(inputs.spec, t)
+        message = kv_warning(inputs.spec, t)
+        if message:
+            warnings.append(message)
     return warnings
 
 
