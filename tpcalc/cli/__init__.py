@@ -11,7 +11,7 @@ import sys
 
 import typer
 
-from tpcalc.cli import check, comm, flops, hardware, memory, models
+from tpcalc.cli import check, comm, dp, flops, hardware, memory, models, pipeline, zero
 
 app = typer.Typer(
     name="tpcalc",
@@ -30,7 +30,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-for module in (models, comm, memory, flops, check, hardware):
+for module in (models, comm, memory, flops, check, dp, zero, pipeline, hardware):
     app.add_typer(module.app)
 
 
