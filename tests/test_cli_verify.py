@@ -133,3 +133,16 @@ def test_importing_the_command_does_not_load_numpy():
     code = "import sys, tpcalc.cli.verify; print('numpy' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_missing_numpy_is_one_line(vcli, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "numpy" else real(name, *a)
+    )
+    r = vcli("verify")
+    assert (
+        r.code == 1 and r.err == "Error: tpcalc verify needs numpy: pip install 'tpcalc[bench]'\n"
+    )

@@ -18,12 +18,21 @@ from tpcalc.cli.options import (
     TpOpt,
     UnitsOpt,
 )
+from tpcalc.errors import TpcalcError
 from tpcalc.render import Format
 from tpcalc.terms import Report
 from tpcalc.units import ByteUnits, Dtype
 from tpcalc.verify.kinds import Activation, Example
 
 app = typer.Typer()
+
+
+def _require_numpy() -> None:
+    """The bench simulates cards in numpy, an optional dependency (extra ``bench``)."""
+    import importlib.util
+
+    if importlib.util.find_spec("numpy") is None:
+        raise TpcalcError("tpcalc verify needs numpy: pip install 'tpcalc[bench]'")
 
 
 @app.command()
@@ -79,6 +88,7 @@ def verify(
     """
 
     def build() -> Report:
+        _require_numpy()
         if example is Example.seed003:
             from tpcalc.verify.seed003 import seed003_report
 
