@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from tpcalc.calc.cp_causal import causal_terms
 from tpcalc.calc.links import Link, bandwidth_bytes_per_s, transfer_time_s
+from tpcalc.calc.shards_rules import kv_split
 from tpcalc.errors import InputError, divide
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.terms import Row, Unit, term
@@ -32,40 +33,47 @@ FLOP_PER_MAC = 2
 
 
 # ---------------------------------------------------------------- shapes
-def kv_dims(spec: ModelSpec) -> tuple[int, int, int]:
-    """(KV heads, K head dim, V head dim) of a full-attention layer.
+def kv_dims(spec: ModelSpec, tp: int = 1) -> tuple[int, int, int]:
+    """(KV heads per TP rank, K head dim, V head dim) of a full-attention layer.
 
-    MLA models (DeepSeek-V3) are ring-passed with K and V materialised per head: K of
-    qk_nope + qk_rope, V of v_head_dim, one per query head.
+    Under TP each rank holds n_kv/t KV heads, or one replicated head when t > n_kv
+    (``shards_rules.kv_split``). MLA models (DeepSeek-V3) are ring-passed with K and V
+    materialised per head: K of qk_nope + qk_rope, V of v_head_dim, one per query head.
     """
     if spec.is_mla:
         k_dim = (spec.qk_nope_head_dim or 0) + (spec.qk_rope_head_dim or 0)
         v_dim = spec.v_head_dim or spec.head_dim_resolved
-        return spec.num_attention_heads, k_dim, v_dim
+        return q_heads_per_rank(spec, tp), k_dim, v_dim
     d = spec.head_dim_resolved
-    return spec.kv_heads, d, d
+    return kv_split(spec, tp)[0], d, d
 
 
-def kv_block_bytes(spec: ModelSpec, *, seq: int, cp: int, micro_batch: int, dtype: Dtype) -> int:
+def q_heads_per_rank(spec: ModelSpec, tp: int = 1) -> int:
+    return divide(spec.num_attention_heads, tp, what="num_attention_heads", by="tp")
+
+
+def kv_block_bytes(
+    spec: ModelSpec, *, seq: int, cp: int, micro_batch: int, dtype: Dtype, tp: int = 1
+) -> int:
     """Bytes of the K,V block one rank passes per ring step: (s/cp)·b·n_kv·(d_k+d_v)·dtype.
 
     With d_k = d_v = head_dim this is (s/cp)·n_kv·head_dim·2·dtype (seed 000: s = 131,072,
-    8 cards, 4 KV heads × 256 × (K,V) × 2 B = 67.1 MB). Source: ``RING``.
+    8 cards, 4 KV heads × 256 × (K,V) × 2 B = 67.1 MB); n_kv is per TP rank. Source: ``RING``.
     """
     local = divide(seq, cp, what="seq", by="cp")
-    n_kv, d_k, d_v = kv_dims(spec)
+    n_kv, d_k, d_v = kv_dims(spec, tp)
     return local * micro_batch * n_kv * (d_k + d_v) * dtype.bytes
 
 
-def block_pair_flop(spec: ModelSpec, *, seq: int, cp: int, micro_batch: int) -> int:
+def block_pair_flop(spec: ModelSpec, *, seq: int, cp: int, micro_batch: int, tp: int = 1) -> int:
     """Forward FLOP of one query block against one K/V block (unmasked): 4·c²·b·heads·d.
 
-    c = s/cp tokens per block; QK^T costs 2·c²·d_k and PV 2·c²·d_v per query head.
-    Source: ``FLASH``.
+    c = s/cp tokens per block, heads = query heads per TP rank; QK^T costs 2·c²·d_k and PV
+    2·c²·d_v per query head. Source: ``FLASH``.
     """
     c = divide(seq, cp, what="seq", by="cp")
-    _, d_k, d_v = kv_dims(spec)
-    return FLOP_PER_MAC * c * c * micro_batch * spec.num_attention_heads * (d_k + d_v)
+    _, d_k, d_v = kv_dims(spec, tp)
+    return FLOP_PER_MAC * c * c * micro_batch * q_heads_per_rank(spec, tp) * (d_k + d_v)
 
 
 # ---------------------------------------------------------------- Ulysses
@@ -92,6 +100,7 @@ def cp_row(
     seq: int,
     cp: int,
     micro_batch: int = 1,
+    tp: int = 1,
     dtype: Dtype = Dtype.bf16,
     grad_dtype: Dtype | None = None,
     link: Link = Link.intra_node,
@@ -104,7 +113,8 @@ def cp_row(
     forward sends cp-1 K,V blocks; backward sends the K,V blocks again (cp-1) and the dK,dV
     accumulators, which travel with their block and make a last hop home (cp sends, in
     ``grad_dtype``; ring-flash-attention accumulates them in fp32). Sources: ``RING``,
-    ``RING_BWD``. ``chunks`` (default 2·cp) sets the causal-balance granularity.
+    ``RING_BWD``. ``chunks`` (default 2·cp) sets the causal-balance granularity. With ``tp`` > 1
+    each rank of the ring holds only its TP share of the heads (CP inside TP, Megatron order).
     """
     if cp < 1:
         raise InputError(f"cp={cp} must be a positive integer")
@@ -113,8 +123,8 @@ def cp_row(
     grad_dtype = grad_dtype or dtype
     chunks = chunks or 2 * cp
     local = divide(seq, cp, what="seq", by="cp")
-    n_kv, d_k, d_v = kv_dims(spec)
-    block = kv_block_bytes(spec, seq=seq, cp=cp, micro_batch=micro_batch, dtype=dtype)
+    n_kv, d_k, d_v = kv_dims(spec, tp)
+    block = kv_block_bytes(spec, seq=seq, cp=cp, micro_batch=micro_batch, dtype=dtype, tp=tp)
     grad_block = block // dtype.bytes * grad_dtype.bytes
     steps = cp - 1
     grad_sends = cp if cp > 1 else 0
@@ -123,7 +133,7 @@ def cp_row(
     bwd_kv = steps * block
     bwd_dkv = grad_sends * grad_block
     per_layer = fwd + bwd_kv + bwd_dkv
-    flop = block_pair_flop(spec, seq=seq, cp=cp, micro_batch=micro_batch)
+    flop = block_pair_flop(spec, seq=seq, cp=cp, micro_batch=micro_batch, tp=tp)
     achieved = hw.achieved_flop_per_s.value
     kv_time = transfer_time_s(block, 1, hw, link, with_latency=with_latency) if cp > 1 else 0.0
     attn_time = flop / achieved
@@ -275,7 +285,7 @@ def cp_row(
             source=FLASH,
             c=local,
             b=micro_batch,
-            heads=spec.num_attention_heads,
+            heads=q_heads_per_rank(spec, tp),
             d_k=d_k,
             d_v=d_v,
         ),
@@ -323,6 +333,7 @@ def cp_row(
         "seq": seq,
         "cp": cp,
         "micro_batch": micro_batch,
+        "tp": tp,
         "dtype": dtype.value,
         "grad_dtype": grad_dtype.value,
         "link": link.value,

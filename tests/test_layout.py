@@ -1,0 +1,198 @@
+"""Combined layouts: seed 000's Llama 3 405B and DeepSeek-V3 layouts, checks, placement, sums."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tpcalc.calc.layout import (
+    LayoutRun,
+    ParallelLayout,
+    group_link,
+    layout_problems,
+    place_groups,
+)
+from tpcalc.calc.layout_examples import DEEPSEEK_V3, LLAMA3_405B, matching_example
+from tpcalc.calc.layout_memory import rank_layers
+from tpcalc.calc.layout_report import DIM_ORDER, layout_report
+from tpcalc.calc.links import Link
+from tpcalc.calc.params import layer_params, total_params
+from tpcalc.calc.pipeline import Schedule
+from tpcalc.calc.zero import ZeroStage
+from tpcalc.catalog import load_hardware, load_model
+from tpcalc.errors import InputError
+from tpcalc.terms import Report
+
+
+def rows_by_dim(report: Report) -> dict:
+    return {r.inputs["dimension"]: r for r in report.rows}
+
+
+def example_report(example, **run_kwargs) -> Report:
+    spec, hw = load_model(example.model), load_hardware(example.hardware)
+    run = LayoutRun(seq=example.seq, microbatches=example.microbatches, **run_kwargs)
+    return layout_report(spec, hw, example.layout(hw.gpus_per_node.value), run,
+                         cited=example.cited)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def llama405():
+    return example_report(LLAMA3_405B)
+
+
+@pytest.fixture(scope="module")
+def deepseek():
+    return example_report(DEEPSEEK_V3, schedule=Schedule.dualpipe)
+
+
+def test_llama405_4d_layout(llama405):
+    # seed 000 summary: Llama 3 405B [TP, CP, PP, DP] = 8 × 1 × 16 × 128 on 16,384 H100
+    rows = rows_by_dim(llama405)
+    sizes = [rows[d].value("group_size") for d in ("tp", "cp", "pp", "dp")]
+    assert sizes == [8, 1, 16, 128]
+    assert rows["total"].inputs["world_size"] == 16_384
+    assert rows["tp"].value("link") == "nvlink"  # TP = 8 innermost, inside one node
+    assert rows["pp"].value("link") == "ib"
+    assert rows["pp"].value("stride") == 8 * 1 * 128  # PP outermost
+
+
+def test_llama405_mfu_cited_beside_the_estimate(llama405):
+    # seed 000 summary: BF16 MFU 41% — a measurement, shown as cited, never computed
+    total = rows_by_dim(llama405)["total"]
+    cited = total.get("mfu_cited_ratio")
+    assert abs(cited.value - 0.41) <= 0.005
+    assert "measured" in cited.label and "Table 4" in cited.source
+    est = total.value("mfu_estimate_ratio")
+    # the estimate can never beat achieved/peak (400 / 989.5 TFLOP/s), the compute assumption
+    assert 0 < est < 400 / 989.5
+
+
+def test_llama405_stage_params_per_rank(llama405):
+    # the busiest stages hold 8 of the 126 layers (uneven split: ends hold 7 + embedding/head)
+    spec = load_model("llama3-405b")
+    assert max(len(r) for r in rank_layers(126, 16)) == 8
+    total = rows_by_dim(llama405)["total"]
+    assert total.value("worst_pp_rank") not in (0, 15)  # a middle stage, 8 layers, no head
+    # 8 identical layers split 8 ways by TP: one layer's parameters per rank
+    assert total.value("dense_params_per_rank") == layer_params(spec, 1)
+
+
+def test_deepseek_parallel_layout(deepseek):
+    # seed 000 summary: DeepSeek-V3 PP 16 × EP 64 × ZeRO-1 DP on 2,048 H800, no TP
+    rows = rows_by_dim(deepseek)
+    assert rows["pp"].value("group_size") == 16 and rows["ep"].value("group_size") == 64
+    assert rows["tp"].value("group_size") == 1 and rows["tp"].value("send_bytes_per_step") == 0
+    assert rows["total"].inputs["world_size"] == 2048 and rows["total"].inputs["zero"] == 1
+    assert rows["ep"].value("experts_per_rank") == 4  # seed 000: 4 per card per layer
+    assert rows["ep"].value("link") == "ib"  # 64 ranks span 8 nodes
+    # DualPipe hides the all-to-alls behind compute (DeepSeek-V3 §3.2.1)
+    assert rows["ep"].value("exposed_time_s") < rows["ep"].value("comm_time_s")
+
+
+def test_examples_are_found_by_model_and_sizes():
+    lay = ParallelLayout(tp=8, cp=1, pp=16, dp=128, gpus_per_node=8)
+    assert matching_example("llama3-405b", lay) is LLAMA3_405B
+    assert matching_example("llama3-70b", lay) is None
+
+
+def test_tp_larger_than_a_node_is_priced_on_the_inter_node_link(llama70b, h100):
+    run = LayoutRun(seq=8192, microbatches=1)
+    report = layout_report(llama70b, h100, ParallelLayout(tp=16, gpus_per_node=8), run)
+    tp = rows_by_dim(report)["tp"]
+    assert tp.value("link") == "ib"
+    # bandwidth only (latency off): bytes / 50 GB/s, not / 450 GB/s
+    assert tp.value("comm_time_s") == pytest.approx(tp.value("send_bytes_per_step") / 50e9)
+    assert any("crosses nodes" in w for w in report.warnings)
+
+
+def test_straddling_groups_cross_nodes():
+    # span 4 on 6-GPU nodes: groups at ranks 4..7 straddle nodes 0 and 1
+    assert group_link(4, 1, 6) == (Link.inter_node, True)
+    assert group_link(4, 1, 8) == (Link.intra_node, False)
+    assert group_link(2, 8, 8) == (Link.inter_node, False)
+
+
+def test_megatron_order_strides():
+    g = place_groups(ParallelLayout(tp=2, cp=4, pp=3, dp=5, gpus_per_node=8))
+    assert [g[d].stride for d in ("tp", "cp", "dp", "pp", "ep")] == [1, 2, 2, 40, 2]
+    assert g["dp"].size == 20  # gradients are summed over dp·cp
+
+
+def test_one_gpu_memory_is_all_model_states_plus_activations(llama70b, h100):
+    run = LayoutRun(seq=8192, microbatches=1)
+    total = rows_by_dim(layout_report(llama70b, h100, ParallelLayout(gpus_per_node=8), run))
+    total = total["total"]
+    # seed 003: 1,128.9 GB of model states (16 B/param) when nothing is split
+    assert abs(total.value("dense_states_bytes") / 1e9 - 1128.9) <= 0.05
+    assert total.value("dense_params_per_rank") == total_params(llama70b)
+    assert total.value("memory_fits") is False
+
+
+BAD = [
+    ({"tp": 8, "pp": 16, "dp": 128, "world_size": 8192}, r"world_size=8192 is not tp·cp·pp·dp"),
+    ({"cp": 3}, r"seq=8192 is not divisible by cp=3"),
+    ({"tp": 3}, r"tp: num_attention_heads=64 is not divisible by t=3"),
+    ({"pp": 81}, r"pp=81 exceeds num_hidden_layers=80"),
+    ({"ep": 2, "dp": 2}, r"ep=2 needs an MoE model"),
+    ({"tp": 0}, r"tp=0: every size must be a positive integer"),
+]
+
+
+@pytest.mark.parametrize(("sizes", "message"), BAD)
+def test_bad_layouts_give_one_line(llama70b, h100, sizes, message):
+    lay = ParallelLayout(gpus_per_node=8, **sizes)
+    with pytest.raises(InputError, match=message) as info:
+        layout_report(llama70b, h100, lay, LayoutRun(seq=8192, microbatches=16))
+    assert "\n" not in str(info.value)
+
+
+def test_ep_errors_name_experts_and_dp(h800):
+    ds = load_model("deepseek-v3")
+    run = LayoutRun(seq=4096, microbatches=32)
+    problems = layout_problems(ds, ParallelLayout(pp=16, dp=96, ep=96, gpus_per_node=8), run)
+    assert problems == ["n_routed_experts=256 is not divisible by ep=96"]
+    problems = layout_problems(ds, ParallelLayout(pp=16, dp=32, ep=64, gpus_per_node=8), run)
+    assert problems[0].startswith("dp·cp=32 is not divisible by ep=64")
+
+
+def test_every_problem_is_reported_at_once(llama70b):
+    run = LayoutRun(seq=8192, microbatches=16)
+    lay = ParallelLayout(tp=3, cp=3, gpus_per_node=8, world_size=10)
+    assert len(layout_problems(llama70b, lay, run)) == 3
+
+
+SIZES = st.sampled_from([1, 2, 4, 8])
+SCHEDULES = st.sampled_from([Schedule.one_f_one_b, Schedule.gpipe, Schedule.zb_h1])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tp=st.sampled_from([1, 2, 4, 8, 16]), cp=st.sampled_from([1, 2, 4]), pp=SIZES, dp=SIZES,
+       zero=st.sampled_from(list(ZeroStage)), g=st.sampled_from([4, 8]),
+       schedule=SCHEDULES)  # fmt: skip
+def test_every_layout_adds_up(llama70b, h100, tp, cp, pp, dp, zero, g, schedule):
+    lay = ParallelLayout(tp=tp, cp=cp, pp=pp, dp=dp, zero=zero, gpus_per_node=g)
+    report = layout_report(llama70b, h100, lay, LayoutRun(seq=8192, microbatches=8,
+                                                          schedule=schedule))  # fmt: skip
+    rows = rows_by_dim(report)
+    for row in report.rows:
+        assert row.check_breakdowns() == []
+    total = rows["total"]
+    for d in DIM_ORDER:  # the summary's parts are the dimension rows' values
+        assert total.value(f"{d}_exposed_time_s") == rows[d].value("exposed_time_s")
+        assert total.value(f"{d}_send_bytes_per_step") == rows[d].value("send_bytes_per_step")
+    assert total.value("step_time_s") >= total.value("compute_time_s")
+    if tp > g:
+        assert rows["tp"].value("link") == "ib"
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ep=st.sampled_from([1, 8, 16, 32, 64]), zero=st.sampled_from(list(ZeroStage)))
+def test_moe_layouts_add_up(h800, ep, zero):
+    ds = load_model("deepseek-v3")
+    lay = ParallelLayout(pp=16, dp=128, ep=ep, zero=zero, gpus_per_node=8)
+    report = layout_report(ds, h800, lay, LayoutRun(seq=4096, microbatches=32))
+    for row in report.rows:
+        assert row.check_breakdowns() == []
+    total = rows_by_dim(report)["total"]
+    assert total.value("memory_bytes_per_rank") > 0

@@ -1,0 +1,171 @@
+"""Per-rank memory of a combined layout: model states with ZeRO plus in-flight activations.
+
+Parameters per pipeline rank come from ``pipeline.rank_params`` (embedding on the first stage, LM
+head, final norm and MTP on the last; DualPipe ranks hold two stages). Dense parameters are split
+by tp and their states by ZeRO over the dp·cp ranks that replicate them; routed experts are
+split by ep·tp (Megatron-Core's default expert TP = TP) and their states by ZeRO over the
+dp·cp/ep expert-data-parallel ranks. Activations: Korthikanti et al. 2022 Table 2 per layer with
+s/cp tokens per rank, times the micro-batches in flight on that rank (``pipeline``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tpcalc.calc.activations import Recompute, paper_layer_terms
+from tpcalc.calc.layout import ParallelLayout
+from tpcalc.calc.params import (
+    embedding_params,
+    final_norm_params,
+    layer_params,
+    lm_head_params,
+    mlp_params,
+    mtp_params,
+)
+from tpcalc.calc.pipeline import (
+    Schedule,
+    chunk_layer_counts,
+    in_flight_chunks,
+    rank_chunks,
+    rank_params,
+)
+from tpcalc.calc.states import StateRecipe
+from tpcalc.calc.zero import zero_states_bytes
+from tpcalc.specs import HardwareSpec, ModelSpec
+from tpcalc.terms import Term, Unit, term
+
+SRC_STATES = "ZeRO §5 over dp·cp (dense) and dp·cp/ep (experts); Megatron-Core MoE expert-DP"
+SRC_ACT = "Korthikanti et al. 2022 Table 2 with s/cp tokens; in-flight micro-batches per schedule"
+
+
+def rank_layers(num_layers: int, p: int, v: int = 1) -> list[list[int]]:
+    """Decoder layer indices held by each of the p ranks (its v chunks, in order)."""
+    counts = chunk_layer_counts(num_layers, p * v)
+    starts = [sum(counts[:c]) for c in range(len(counts))]
+    return [
+        [i for c in rank_chunks(p, v, r) for i in range(starts[c], starts[c] + counts[c])]
+        for r in range(p)
+    ]
+
+
+def routed_params_of_layer(spec: ModelSpec, i: int) -> int:
+    """Routed-expert parameters of decoder layer i (0 for a dense layer)."""
+    if not spec.is_moe_layer(i):
+        return 0
+    return (spec.n_routed_experts or 0) * mlp_params(spec, spec.moe_intermediate_size or 0)
+
+
+def pp_rank_params(spec: ModelSpec, p: int, v: int, schedule: Schedule) -> list[tuple[int, int]]:
+    """(dense, routed-expert) parameters of each pipeline rank before any TP/EP split."""
+    n = spec.num_hidden_layers
+    routed = [routed_params_of_layer(spec, i) for i in range(n)]
+    total = [layer_params(spec, i) for i in range(n)]
+    mtp_routed = spec.mtp_layers * routed[-1]
+    experts = rank_params(
+        routed, p, v, embedding_params=0, lm_head_params=0, other_params=mtp_routed,
+        schedule=schedule,
+    )  # fmt: skip
+    everything = rank_params(
+        total, p, v, embedding_params=embedding_params(spec), lm_head_params=lm_head_params(spec),
+        other_params=final_norm_params(spec) + mtp_params(spec), schedule=schedule,
+    )  # fmt: skip
+    return [(a - e, e) for a, e in zip(everything, experts, strict=True)]
+
+
+@dataclass(frozen=True)
+class RankMemory:
+    """Memory of one pipeline rank, bytes, and what it is made of."""
+
+    pp_rank: int
+    dense_params: int
+    expert_params: int
+    dense_states_bytes: float
+    expert_states_bytes: float
+    activation_bytes: float
+    in_flight: int
+
+    @property
+    def total_bytes(self) -> float:
+        return self.dense_states_bytes + self.expert_states_bytes + self.activation_bytes
+
+
+def layer_activation_bytes(
+    spec: ModelSpec, layout: ParallelLayout, *, seq: int, micro_batch: int, sp: bool,
+    recompute: Recompute,
+) -> float:  # fmt: skip
+    """One layer's activations on one rank for one micro-batch (Table 2, s/cp tokens)."""
+    terms = paper_layer_terms(
+        spec, seq=seq // layout.cp, micro_batch=micro_batch, t=layout.tp, sp=sp,
+        recompute=recompute,
+    )  # fmt: skip
+    return float(terms[-1].value)  # type: ignore[arg-type]
+
+
+def rank_memory(
+    spec: ModelSpec,
+    layout: ParallelLayout,
+    *,
+    seq: int,
+    micro_batch: int,
+    microbatches: int,
+    vpp: int,
+    schedule: Schedule,
+    recipe: StateRecipe,
+    sp: bool,
+    recompute: Recompute,
+) -> list[RankMemory]:
+    """Memory of every pipeline rank (sources: module docstring)."""
+    per_layer = layer_activation_bytes(
+        spec, layout, seq=seq, micro_batch=micro_batch, sp=sp, recompute=recompute
+    )
+    layers = rank_layers(spec.num_hidden_layers, layout.pp, vpp)
+    out = []
+    for r, (dense, expert) in enumerate(pp_rank_params(spec, layout.pp, vpp, schedule)):
+        d = -(-dense // layout.tp)
+        e = -(-expert // (layout.tp * layout.ep))
+        chunks = in_flight_chunks(schedule, layout.pp, microbatches, vpp, r)
+        out.append(
+            RankMemory(
+                pp_rank=r,
+                dense_params=d,
+                expert_params=e,
+                dense_states_bytes=zero_states_bytes(d, recipe, layout.zero, layout.grad_group),
+                expert_states_bytes=zero_states_bytes(e, recipe, layout.zero, layout.expert_dp),
+                activation_bytes=chunks * len(layers[r]) / vpp * per_layer,
+                in_flight=chunks,
+            )
+        )
+    return out
+
+
+def memory_terms(worst: RankMemory, layout: ParallelLayout, hw: HardwareSpec) -> list[Term]:
+    """The most loaded rank's memory as parts of a total, against the card."""
+    card = hw.memory_bytes.value
+    total = "memory_bytes_per_rank"
+    return [
+        term("worst_pp_rank", "most loaded pipeline rank", worst.pp_rank, Unit.count,
+             formula="argmax over PP ranks of states + activations", source=SRC_STATES),
+        term("dense_params_per_rank", "dense parameters per rank", worst.dense_params,
+             Unit.params, formula="stage dense params / tp", source=SRC_STATES, tp=layout.tp),
+        term("expert_params_per_rank", "expert parameters per rank", worst.expert_params,
+             Unit.params, formula="stage routed params / (ep·tp)", source=SRC_STATES,
+             ep=layout.ep, tp=layout.tp),
+        term("dense_states_bytes", "dense model states (ZeRO over dp·cp)",
+             worst.dense_states_bytes, Unit.bytes, formula="zero_states(dense, stage, dp·cp)",
+             source=SRC_STATES, part_of=total, zero=int(layout.zero), n=layout.grad_group),
+        term("expert_states_bytes", "expert model states (ZeRO over dp·cp/ep)",
+             worst.expert_states_bytes, Unit.bytes,
+             formula="zero_states(expert, stage, dp·cp/ep)", source=SRC_STATES, part_of=total,
+             zero=int(layout.zero), n=layout.expert_dp),
+        term("activation_bytes", "activations in flight", worst.activation_bytes, Unit.bytes,
+             formula="in_flight · layers/v · per-layer bytes", source=SRC_ACT, part_of=total,
+             in_flight=worst.in_flight),
+        term(total, "memory per rank", worst.total_bytes, Unit.bytes,
+             formula="states + activations", source=SRC_STATES),
+        term("card_memory_bytes", "card memory", card, Unit.bytes, formula="hardware config",
+             source=hw.memory_bytes.source),
+        term("memory_free_bytes", "left on the card", card - worst.total_bytes, Unit.bytes,
+             formula="card - memory per rank", source=SRC_STATES),
+        term("memory_fits", "fits on the card", worst.total_bytes <= card, Unit.text,
+             formula="memory per rank <= card", source=SRC_STATES),
+    ]  # fmt: skip
