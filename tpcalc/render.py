@@ -74,6 +74,8 @@ def fmt_number(value: Scalar, factor: float = 1.0, digits: int = 4) -> str:
         return f"{value:,}"
     if x == 0 or not math.isfinite(x):
         return f"{x:g}"
+    if abs(x) < 1e-3:  # rounding residues (1e-16) and the like: scientific, not 20 zeros
+        return f"{x:.{digits - 1}e}"
     magnitude = math.floor(math.log10(abs(x)))
     decimals = max(0, digits - 1 - magnitude)
     return f"{x:,.{decimals}f}"

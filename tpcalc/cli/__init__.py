@@ -11,7 +11,19 @@ import sys
 
 import typer
 
-from tpcalc.cli import check, comm, dp, flops, hardware, memory, models, pipeline, zero
+from tpcalc.cli import (
+    check,
+    comm,
+    dp,
+    figures,
+    flops,
+    hardware,
+    memory,
+    models,
+    pipeline,
+    verify,
+    zero,
+)
 
 app = typer.Typer(
     name="tpcalc",
@@ -30,7 +42,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-for module in (models, comm, memory, flops, check, dp, zero, pipeline, hardware):
+for module in (models, comm, memory, flops, check, dp, zero, pipeline, verify, figures, hardware):
     app.add_typer(module.app)
 
 

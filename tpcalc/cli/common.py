@@ -32,7 +32,7 @@ def emit(
     *,
     units: ByteUnits = ByteUnits.GB,
     explain: bool = False,
-) -> None:
+) -> Report:
     """Run ``build``; on success render to stdout and warnings to stderr; on error exit 1."""
     try:
         report = build()
@@ -54,3 +54,4 @@ def emit(
     for w in report.warnings:
         warn(w)
     render(report, fmt, sys.stdout, byte_units=units, explain=explain)
+    return report

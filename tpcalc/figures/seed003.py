@@ -116,3 +116,28 @@ FIGURES = [
            "Megatron 22B layer forward without/with SP (about 6%)", "7.7 ms -> 7.2 ms",
            cited="Korthikanti et al. 2022 (measured on a 22B model), quoted by seed 003 §7.3.6"),
 ]  # fmt: skip
+
+
+def _hand():
+    from tpcalc.verify.seed003 import seed003_example  # numpy: only when the figure is asked
+
+    return seed003_example()
+
+
+def _ints(v) -> str:
+    return shape([int(x) for x in v.reshape(-1)])
+
+
+FIGURES += [
+    Figure("h-forward", "003", "§7.3.2", "X·W1 → ReLU → ·W2 on 1 card and on 2 cards agree",
+           "[7, -2]", lambda: _hand(), lambda r: _ints(r.y_column_row)
+           if (r.y_column_row == r.y_single).all() else "cards disagree"),
+    Figure("h-card-partials", "003", "§7.3.2", "per-card partial sums before the all-reduce",
+           "[4, 1] + [3, -3]", lambda: _hand(),
+           lambda r: " + ".join(_ints(y) for y in r.card_y)),
+    Figure("h-row-first-wrong", "003", "§7.3.2", "row-split first, ReLU on partial sums: wrong",
+           "[2, 1, 1, 4] vs [2, 1, 0, 3]", lambda: _hand(),
+           lambda r: f"{_ints(r.row_first_no_sync)} vs {_ints(r.h_single)}"),
+    Figure("h-backward", "003", "§7.3.3", "dY=[1,-1]; per-card dX summed by f's all-reduce",
+           "dX = [5, -1]", lambda: _hand(), lambda r: f"dX = {_ints(r.dx_tp)}"),
+]  # fmt: skip

@@ -1,0 +1,46 @@
+"""tpcalc figures: every figure of the two seed documents, recomputed, with a match mark."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from tpcalc.cli.common import emit
+from tpcalc.cli.options import ExplainOpt, FormatOpt
+from tpcalc.render import Format
+
+app = typer.Typer()
+
+
+@app.command()
+def figures(
+    seed: Annotated[
+        str | None, typer.Option("--seed", help="Only one document: 000 or 003.")
+    ] = None,
+    ids: Annotated[
+        list[str] | None, typer.Option("--id", help="Only this figure id (repeatable).")
+    ] = None,
+    fmt: FormatOpt = Format.table,
+    explain: ExplainOpt = False,
+) -> None:
+    """Every figure the two seed documents print, recomputed from configs at the printed
+    precision; exits 1 if any computed figure misses.
+
+    Examples:
+
+      tpcalc figures
+
+      tpcalc figures --seed 003 --format csv
+
+      tpcalc figures --id q-tp-step --id l-ar-step
+    """
+
+    def build():
+        from tpcalc.reports.figures import figures_report
+
+        return figures_report(seed=seed, ids=ids)
+
+    report = emit(build, fmt, explain=explain)
+    if report is not None and report.warnings:
+        raise typer.Exit(1)
