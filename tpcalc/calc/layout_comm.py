@@ -62,6 +62,8 @@ def tp_cost(
     layers: int,
 ) -> DimCost:  # fmt: skip
     """TP all-reduces (or SP's reduce-scatter + all-gather, same bytes) of the worst stage."""
+    if layout.tp == 1:
+        return DimCost()
     m = message_bytes(spec, seq=run.seq // layout.cp, micro_batch=run.micro_batch, dtype=run.dtype)
     n = sum(collectives_per_layer(run.recompute is Recompute.full))
     per_layer = n * ring_factor(Collective.all_reduce, layout.tp) * m

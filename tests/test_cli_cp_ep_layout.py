@@ -1,0 +1,161 @@
+"""tpcalc cp | ep | layout: every format, seed figures through the CLI, one-line errors."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+
+from tpcalc.cli import app, cp, ep, layout
+
+# Register the three commands if tpcalc/cli/__init__.py does not yet (idempotent afterwards).
+_known = {info.typer_instance for info in app.registered_groups}
+for _module in (cp, ep, layout):
+    if _module.app not in _known:
+        app.add_typer(_module.app)
+
+SEED_CP = ["cp", "-m", "qwen3.8", "--hardware", "h800", "-s", "131072", "--cp", "8"]
+SEED_EP = ["ep", "-m", "deepseek-v3", "--hardware", "h800", "--ep", "64"]
+LLAMA_405 = ["layout", "-m", "llama3-405b", "--tp", "8", "--cp", "1", "--pp", "16", "--dp", "128",
+             "--zero", "1", "--microbatches", "16"]  # fmt: skip
+DS_V3 = ["layout", "-m", "deepseek-v3", "--hardware", "h800", "--pp", "16", "--dp", "128",
+         "--ep", "64", "--zero", "1", "--schedule", "dualpipe"]  # fmt: skip
+COMMANDS = [
+    SEED_CP,
+    ["cp", "-s", "131072", "--cp", "2,4,8", "--chunks", "16"],
+    ["cp", "-m", "llama3-405b", "-s", "131072", "--tp", "8", "--cp", "16", "--link", "ib"],
+    SEED_EP,
+    ["ep", "--ep", "8,64", "--routing", "uniform", "--dtype", "fp8", "--combine-dtype", "bf16"],
+    LLAMA_405,
+    DS_V3,
+    ["layout", "-m", "llama3-70b", "--tp", "16", "--dp", "4"],
+    ["layout", "-m", "qwen3.8", "--tp", "8", "--cp", "4", "-s", "131072", "--pp", "4"],
+]
+
+
+def json_rows(cli, *args: str) -> list[dict]:
+    r = cli(*args, "--format", "json", "--no-latency")
+    assert r.code == 0, r.err
+    return json.loads(r.out)
+
+
+@pytest.mark.parametrize("args", COMMANDS, ids=lambda a: " ".join(a[:1] + a[-2:]))
+@pytest.mark.parametrize("fmt", ["table", "json", "csv"])
+def test_every_command_in_every_format(cli, args, fmt):
+    r = cli(*args, "--format", fmt)
+    assert r.code == 0, r.err
+    assert "Traceback" not in r.err
+    if fmt == "json":
+        rows = json.loads(r.out)
+        assert rows and all(row["model"] == args[2] for row in rows if args[1] == "-m")
+    elif fmt == "csv":
+        rows = list(csv.DictReader(io.StringIO(r.out)))
+        assert rows and "model" in rows[0]
+    else:
+        assert args[1] != "-m" or args[2] in r.out
+
+
+@pytest.mark.parametrize("command", ["cp", "ep", "layout"])
+def test_explain_prints_formulas_and_sources(cli, command):
+    r = cli(command, "--explain")
+    assert r.code == 0, r.err
+    assert "source:" in r.out and "with " in r.out
+
+
+def test_cp_seed_figures(cli):
+    (row,) = json_rows(cli, *SEED_CP)
+    # seed 000 summary: 0.1 GB block per step (67.1 MB), 7 steps, 0.5 GB per layer (469.8 MB)
+    assert abs(row["kv_block_bytes"] / 1e9 - 0.1) <= 0.05
+    assert abs(row["kv_block_bytes"] / 1e6 - 67.1) <= 0.05
+    assert row["ring_steps"] == 7
+    assert abs(row["fwd_kv_bytes_per_layer"] / 1e6 - 469.8) <= 0.05
+    assert row["full_attention_layers"] == 16
+    assert row["ulysses_max_cp"] == 4
+
+
+def test_cp_causal_load(cli):
+    (row,) = json_rows(cli, *SEED_CP[:-2], "--cp", "4", "--chunks", "16")
+    # seed 000 summary: 16 chunks on 4 cards → 10 : 26 : 42 : 58; zig-zag → 34 each
+    assert row["causal_work_contiguous"] == "10 : 26 : 42 : 58"
+    assert row["causal_work_zigzag"] == "34 : 34 : 34 : 34"
+
+
+def test_ep_seed_figures(cli):
+    (row,) = json_rows(cli, *SEED_EP)
+    # seed 000 summary: 256 / 64 = 4 experts per card; 654B routed params; at most 4 nodes
+    assert row["experts_per_rank"] == 4
+    assert abs(row["routed_expert_params"] / 1e9 - 654) <= 0.5
+    assert row["max_nodes_per_token"] == 4
+    assert row["routing"] == "node-limited"
+
+
+def test_layout_llama405_shows_cited_mfu_and_a_note(cli):
+    r = cli(*LLAMA_405, "--format", "json")
+    assert r.code == 0, r.err
+    rows = {row["dimension"]: row for row in json.loads(r.out)}
+    # seed 000 summary: [TP, CP, PP, DP] = 8 × 1 × 16 × 128 on 16,384 H100, BF16 MFU 41%
+    assert [rows[d]["group_size"] for d in ("tp", "cp", "pp", "dp")] == [8, 1, 16, 128]
+    assert rows["total"]["world_size"] == 16_384
+    assert abs(rows["total"]["mfu_cited_ratio"] - 0.41) <= 0.005
+    assert 0 < rows["total"]["mfu_estimate_ratio"] < 1
+    table = cli(*LLAMA_405)
+    assert "published layout llama3-405b-16k" in table.out
+    assert "41.0%" in table.out  # the cited MFU, printed beside the estimate
+
+
+def test_layout_deepseek(cli):
+    rows = {row["dimension"]: row for row in json_rows(cli, *DS_V3)}
+    # seed 000 summary: DeepSeek-V3 PP 16 × EP 64 × ZeRO-1 DP, no TP
+    assert rows["pp"]["group_size"] == 16 and rows["ep"]["group_size"] == 64
+    assert rows["tp"]["group_size"] == 1 and rows["total"]["zero"] == 1
+    assert rows["ep"]["experts_per_rank"] == 4
+
+
+def test_layout_json_parts_add_up(cli):
+    rows = {row["dimension"]: row for row in json_rows(cli, *LLAMA_405)}
+    total = rows["total"]
+    parts = ["compute_time_s", "bubble_time_s"] + [f"{d}_exposed_time_s" for d in rows if
+                                                  d != "total"]  # fmt: skip
+    assert sum(total[p] for p in parts) == pytest.approx(total["step_time_s"])
+    assert total["memory_bytes_per_rank"] == pytest.approx(
+        total["dense_states_bytes"] + total["expert_states_bytes"] + total["activation_bytes"]
+    )
+
+
+BAD = [
+    (["cp", "-s", "4097", "--cp", "8"], "seq=4097 is not divisible by cp=8"),
+    (["cp", "--cp", "0"], "--cp must be a positive integer"),
+    (["cp", "-s", "4096", "--cp", "4", "--chunks", "12"], "chunks=12 is not divisible by 2·cp=8"),
+    (["ep", "--ep", "3"], "n_routed_experts=256 is not divisible by ep=3"),
+    (["ep", "-m", "llama3-70b", "--ep", "8"], "has no routed experts"),
+    (["ep", "--ep", "8", "--cp", "3"], "seq·micro_batch=4096 is not divisible by cp·tp=3"),
+    (["layout", "--tp", "8", "--pp", "2", "--dp", "3", "--world-size", "64"],
+     "world_size=64 is not tp·cp·pp·dp"),
+    (["layout", "-m", "llama3-70b", "--cp", "3"], "seq=8192 is not divisible by cp=3"),
+    (["layout", "-m", "deepseek-v3", "--pp", "16", "--dp", "6", "--ep", "6"],
+     "n_routed_experts=256 is not divisible by ep=6"),
+    (["layout", "-m", "llama3-70b", "--pp", "7", "--no-uneven"],
+     "num_hidden_layers=80 is not divisible by pp=7"),
+    (["layout", "--zero", "4"], "ZeRO stage 4 does not exist"),
+    (["layout", "--gpus-per-node", "0"], "--gpus-per-node must be a positive integer"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("args", "message"), BAD, ids=lambda a: " ".join(a) if isinstance(a, list) else ""
+)
+def test_bad_combinations_exit_1_with_one_line(cli, args, message):
+    r = cli(*args)
+    assert r.code == 1, (r.out, r.err)
+    assert r.out == ""
+    lines = r.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ")
+    assert message in lines[0]
+
+
+def test_help_for_every_command(cli):
+    for command in ("cp", "ep", "layout"):
+        r = cli(command, "--help")
+        assert r.code == 0 and "Examples:" in r.out
