@@ -49,7 +49,10 @@ def _looks_like_path(name: str) -> bool:
 
 
 def _unknown(kind: str, name: str, known: list[str]) -> UnknownNameError:
-    close = difflib.get_close_matches(name.lower(), known, n=3, cutoff=0.4)
+    key = name.lower()
+    prefixed = [k for k in known if k.startswith(key) or key.startswith(k)]
+    close = list(dict.fromkeys(prefixed + difflib.get_close_matches(key, known, n=3, cutoff=0.4)))
+    close = close[:3]
     hint = f"did you mean {', '.join(close)}?" if close else f"known: {', '.join(known)}"
     return UnknownNameError(
         f"unknown {kind} {name!r}: {hint} (or pass a path to a .yaml/.json file; "
