@@ -19,6 +19,7 @@ from tpcalc.calc.activations_exact import (  # noqa: E402
     saved_tensors,
     shared_tensors,
 )
+from tpcalc.catalog import load_model  # noqa: E402
 from tpcalc.specs import ModelSpec  # noqa: E402
 
 TOOL = Path(__file__).resolve().parents[1] / "tools" / "measure_activations.py"
@@ -51,6 +52,11 @@ LLAMA_WIDE = _spec("llama", hidden_size=128, intermediate_size=352, num_attentio
 # Qwen3.5 full-attention layer: q/k RMSNorm per head and a sigmoid output gate.
 QWEN = _spec("qwen3", hidden_size=64, intermediate_size=160, num_attention_heads=4,
              num_key_value_heads=2, head_dim=32, attn_output_gate=True)  # fmt: skip
+
+# Real layer widths at a short sequence, one rank of t = 8 (the Qwen3.8 full-attention layer:
+# 24 heads / 8, its 4 KV heads replicated to one per rank, gate and q/k norm).
+LLAMA_70B, LLAMA_8B = load_model("llama3-70b"), load_model("llama3-8b")
+QWEN38_FULL = load_model("qwen3.8").model_copy(update={"layer_types": None})
 
 CASES = [
     # id, spec, seq, micro-batch, options
@@ -86,6 +92,10 @@ CASES = [
     ("qwen-eager-selective", QWEN, 64, 2, {"attention": "eager", "t": 2, "recompute": "selective"}),
     ("qwen-unfused-nosp", QWEN, 64, 2, {"t": 2, "fused_norm": False, "sequence_parallel": False}),
     ("qwen-full", QWEN, 64, 2, {"t": 2, "recompute": "full"}),
+    ("llama3-70b-layer-t8", LLAMA_70B, 256, 1, {"t": 8}),
+    ("llama3-8b-layer-t8-eager-selective", LLAMA_8B, 512, 1,
+     {"t": 8, "attention": "eager", "recompute": "selective"}),
+    ("qwen3.8-full-attention-layer-t8", QWEN38_FULL, 256, 1, {"t": 8}),
 ]  # fmt: skip
 
 

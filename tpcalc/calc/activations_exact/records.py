@@ -114,8 +114,11 @@ class Layout:
         if seq < 1 or micro_batch < 1:
             raise InputError(f"seq={seq} and micro_batch={micro_batch} must be positive integers")
         s_cp = divide(seq, cp, what="seq", by="cp")
-        if sp and t > 1:
-            divide(s_cp, t, what="seq/cp (sequence parallelism splits it)", by="t")
+        if sp and t > 1 and s_cp % t:
+            raise DivisibilityError(
+                f"seq/cp={s_cp} is not divisible by t={t}: sequence parallelism splits the "
+                "tokens t ways; pick seq a multiple of t·cp or turn SP off"
+            )
         return cls(seq, micro_batch, t, cp, sp and t > 1, SavedDtype.of(act))
 
     @property
