@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from enum import Enum
 from typing import Any, TextIO
 
-from tpcalc.terms import Report, Row, Scalar, Term, Unit
+from tpcalc.terms import Grid, Report, Row, Scalar, Term, Unit
 from tpcalc.units import GB, MB, PFLOP, TB, TFLOP, ByteUnits, GiB, KiB, MiB, TiB
 
 
@@ -162,10 +162,33 @@ def render_table(report: Report, byte_units: ByteUnits, out: TextIO, explain: bo
             cells += [_cell(present.get(col.key), scales[col.key][0]) for col in columns]
             table.add_row(*cells)
     console.print(table)
+    for grid in report.grids:
+        console.print(render_grid(grid))
     for note in report.notes:
         console.print(note, markup=False, highlight=False)
     if explain:
         console.print(explain_text(report, byte_units), markup=False, highlight=False)
+
+
+def render_grid(grid: Grid):
+    """A matrix as a rich table; highlighted cells in bold red with a * (for piped output)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    width = max((len(r) for r in grid.cells), default=0)
+    table = Table(title=grid.title, show_header=True, title_justify="left")
+    table.add_column("")
+    for j in range(width):
+        table.add_column(str(j), justify="right")
+    marked = set(grid.highlight)
+    for i, row in enumerate(grid.cells):
+        label = grid.row_labels[i] if i < len(grid.row_labels) else str(i)
+        cells = [
+            Text(f"{fmt_number(v)}*", style="bold red") if (i, j) in marked else Text(fmt_number(v))
+            for j, v in enumerate(row)
+        ]
+        table.add_row(label, *cells)
+    return table
 
 
 def explain_text(report: Report, byte_units: ByteUnits = ByteUnits.GB) -> str:

@@ -108,6 +108,21 @@ class Row(BaseModel):
         return problems
 
 
+class Grid(BaseModel):
+    """A small matrix shown under a table (e.g. a simulated output), some cells highlighted.
+
+    Tables print it with the highlighted cells in red; JSON/CSV leave it out (the rows carry
+    the same facts as values).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    title: str
+    cells: tuple[tuple[float, ...], ...]
+    highlight: tuple[tuple[int, int], ...] = ()
+    row_labels: tuple[str, ...] = ()
+
+
 class Report(BaseModel):
     """What a command prints: a title, rows, and warnings that go to stderr."""
 
@@ -117,3 +132,4 @@ class Report(BaseModel):
     rows: tuple[Row, ...]
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    grids: tuple[Grid, ...] = ()
