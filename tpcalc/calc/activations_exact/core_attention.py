@@ -11,6 +11,11 @@ Shapes per rank: S = s/cp tokens, b, a_l query heads and g_l KV heads on this ra
 - sdpa-math (PyTorch ``_scaled_dot_product_attention_math`` on CPU, measured): fp32 copies of
   the scaled q and k and of v, k and v repeated to all query heads, and the fp32 probabilities;
   with dropout also its fp32 mask and output. O is kept by the output projection.
+Not modelled (GPU details the CPU cannot show): TE's FlashAttention-2 path with the sbhd layout
+returns ``output.contiguous()``, a second copy of O (cuDNN fused attention, TE's choice on
+Hopper, writes O in place); a kernel that keeps v as a strided view of a fused QKV output keeps
+that whole buffer alive. Under CP, TE's ring attention re-sends K/V blocks in backward, so each
+rank keeps only its s/cp share.
 Selective recompute (Korthikanti §5) checkpoints this block: only its inputs q, k, v and the
 output O (kept by the output projection) remain.
 """
