@@ -1,7 +1,6 @@
 """tpcalc cp: context parallelism — ring K/V traffic, overlap, causal balance, Ulysses limit.
 
-``cp_report`` is the command's Python twin (it loads the configs, then calls
-``tpcalc.calc.cp.cp_row`` once per cp value).
+The command's Python twin is ``tpcalc.reports.cp_ep.cp_report``.
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ from tpcalc.cli.options import (
 from tpcalc.cli.parallel_options import GpusPerNodeOpt, LinkOpt, TpIntOpt
 from tpcalc.render import Format
 from tpcalc.reports.dp_zero_pp import LinkChoice
-from tpcalc.terms import Report
 from tpcalc.units import ByteUnits, Dtype
 
 app = typer.Typer()
@@ -52,63 +50,6 @@ GradDtypeOpt = Annotated[
         "ring-flash-attention accumulates them in fp32).",
     ),
 ]
-DEFAULT_CP = "2,4,8"
-
-
-def node_size(gpus_per_node: int | None, hardware_default: int) -> int:
-    """--gpus-per-node, validated, or the hardware config's value."""
-    from tpcalc.reports.inputs import positive
-
-    return hardware_default if gpus_per_node is None else positive(gpus_per_node, "--gpus-per-node")
-
-
-def cp_report(
-    model: str,
-    hardware: str,
-    *,
-    cp: str | int | list[int] | None = None,
-    tp: int = 1,
-    seq: int | None = None,
-    micro_batch: int = 1,
-    dtype: Dtype = Dtype.bf16,
-    grad_dtype: Dtype | None = None,
-    chunks: int | None = None,
-    gpus_per_node: int | None = None,
-    link: LinkChoice = LinkChoice.auto,
-    with_latency: bool = True,
-) -> Report:
-    """One row per cp: ring K/V bytes per layer and micro-batch, link time vs attention compute,
-    causal work contiguous vs zig-zag, and whether Ulysses could split the heads instead."""
-    from tpcalc.calc.cp import cp_row
-    from tpcalc.reports.dp_zero_pp import int_list, pick_link
-    from tpcalc.reports.inputs import positive, resolve
-
-    inputs = resolve(model, hardware, seq=seq, micro_batch=micro_batch, tp=tp)
-    g = node_size(gpus_per_node, inputs.hw.gpus_per_node.value)
-    chunks = positive(chunks, "--chunks") if chunks is not None else None
-    rows, warnings = [], []
-    for c in int_list(cp, "--cp", [int(v) for v in DEFAULT_CP.split(",")]):
-        row = cp_row(
-            inputs.spec, inputs.hw, seq=inputs.seq, cp=c, micro_batch=inputs.micro_batch,
-            tp=positive(tp, "--tp"), dtype=dtype, grad_dtype=grad_dtype, chunks=chunks,
-            link=pick_link(link, c, tp, g), with_latency=with_latency,
-        )  # fmt: skip
-        echo = {**row.inputs, "hardware": inputs.hw.name, "gpus_per_node": g}
-        rows.append(row.model_copy(update={"inputs": echo}))
-        if float(row.value("kv_over_compute_ratio")) > 1:
-            warnings.append(
-                f"cp={c}: a K,V block takes longer to send than its attention takes to compute; "
-                "the ring cannot hide it (use longer sequences per rank or a faster link)"
-            )
-    return Report(
-        title=f"Context parallelism (ring attention) per rank, one micro-batch: {inputs.spec.name}",
-        rows=tuple(rows),
-        warnings=tuple(warnings),
-        notes=(
-            f"ring layers = full-attention layers only ({inputs.spec.full_attention_layers} of "
-            f"{inputs.spec.num_hidden_layers}); causal work counts block pairs",
-        ),
-    )
 
 
 @app.command()
@@ -142,7 +83,9 @@ def cp(
       tpcalc cp -m llama3-405b -s 131072 --tp 8 --cp 16 -f json
     """
 
-    def build() -> Report:
+    def build():
+        from tpcalc.reports.cp_ep import cp_report
+
         return cp_report(
             model, hardware, cp=cp, tp=tp, seq=seq, micro_batch=micro_batch, dtype=dtype,
             grad_dtype=grad_dtype, chunks=chunks, gpus_per_node=gpus_per_node, link=link,

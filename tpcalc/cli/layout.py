@@ -1,8 +1,7 @@
 """tpcalc layout: a whole [TP, CP, PP, DP] (+ EP, ZeRO) layout — checks, placement, memory,
 communication per dimension, bubble, step time and MFU.
 
-``layout_cli_report`` is the command's Python twin (it loads the configs, then calls
-``tpcalc.calc.layout_report.layout_report``).
+The command's Python twin is ``tpcalc.reports.layout.layout_report``.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ from tpcalc.calc.activations import Recompute
 from tpcalc.calc.pipeline import Schedule
 from tpcalc.calc.states import StateRecipe
 from tpcalc.cli.common import emit
-from tpcalc.cli.cp import node_size
 from tpcalc.cli.options import (
     DEFAULT_HARDWARE,
     DEFAULT_MODEL,
@@ -43,7 +41,6 @@ from tpcalc.cli.parallel_options import (
     VppOpt,
 )
 from tpcalc.render import Format
-from tpcalc.terms import Report
 from tpcalc.units import ByteUnits, Dtype
 
 app = typer.Typer()
@@ -57,64 +54,6 @@ WorldSizeOpt = Annotated[
     int | None,
     typer.Option("--world-size", help="GPUs in the job; must equal tp·cp·pp·dp (default: that)."),
 ]
-
-
-def layout_cli_report(
-    model: str,
-    hardware: str,
-    *,
-    tp: int = 1,
-    cp: int = 1,
-    pp: int = 1,
-    dp: int = 1,
-    ep: int = 1,
-    zero: int = 0,
-    world_size: int | None = None,
-    gpus_per_node: int | None = None,
-    seq: int | None = None,
-    micro_batch: int = 1,
-    microbatches: int = 32,
-    vpp: int = 1,
-    schedule: Schedule = Schedule.one_f_one_b,
-    recipe: StateRecipe = StateRecipe.zero16,
-    sp: bool = True,
-    recompute: Recompute = Recompute.selective,
-    dtype: Dtype = Dtype.bf16,
-    allow_uneven: bool = True,
-    with_latency: bool = True,
-) -> Report:
-    """Load the configs, build the layout and the run, price them; a published example with the
-    same model and sizes contributes its cited MFU and a note on its workload."""
-    from tpcalc.calc.layout import LayoutRun, ParallelLayout
-    from tpcalc.calc.layout_examples import matching_example
-    from tpcalc.calc.layout_report import layout_report
-    from tpcalc.calc.zero import zero_stage
-    from tpcalc.catalog import load_hardware, load_model
-    from tpcalc.reports.inputs import positive
-
-    spec, hw = load_model(model), load_hardware(hardware)
-    layout = ParallelLayout(
-        tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, zero=zero_stage(zero), world_size=world_size,
-        gpus_per_node=node_size(gpus_per_node, hw.gpus_per_node.value),
-    )  # fmt: skip
-    run = LayoutRun(
-        seq=positive(seq, "--seq") if seq is not None else spec.seq_length,
-        microbatches=microbatches, micro_batch=positive(micro_batch, "--micro-batch"), vpp=vpp,
-        schedule=schedule, recipe=recipe, sp=sp, recompute=recompute, dtype=dtype,
-        with_latency=with_latency,
-    )  # fmt: skip
-    example = matching_example(spec.name, layout)
-    report = layout_report(
-        spec, hw, layout, run, cited=example.cited if example else None,
-        allow_uneven=allow_uneven,
-    )  # fmt: skip
-    if example is None:
-        return report
-    note = (
-        f"published layout {example.name}: seq {example.seq}, {example.microbatches} "
-        f"micro-batches per step ({example.source})"
-    )
-    return report.model_copy(update={"notes": (*report.notes, note)})
 
 
 @app.command()
@@ -159,8 +98,10 @@ def layout(
       tpcalc layout -m llama3-70b --tp 16 --dp 4 --explain
     """
 
-    def build() -> Report:
-        return layout_cli_report(
+    def build():
+        from tpcalc.reports.layout import layout_report
+
+        return layout_report(
             model, hardware, tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, zero=zero,
             world_size=world_size, gpus_per_node=gpus_per_node, seq=seq,
             micro_batch=micro_batch, microbatches=microbatches, vpp=vpp, schedule=schedule,

@@ -1,0 +1,119 @@
+"""Context- and expert-parallel reports: the Python twins of ``tpcalc cp`` and ``tpcalc ep``.
+
+Each loads the configs, then calls ``tpcalc.calc.cp.cp_row`` / ``tpcalc.calc.ep.ep_row`` once
+per cp / ep value and echoes the resolved inputs (hardware, node size, ...) in every row.
+"""
+
+from __future__ import annotations
+
+from tpcalc.calc.ep_routing import EpRouting
+from tpcalc.calc.states import StateRecipe
+from tpcalc.reports.dp_zero_pp import LinkChoice
+from tpcalc.terms import Report
+from tpcalc.units import Dtype
+
+DEFAULT_CP = "2,4,8"
+DEFAULT_EP = "8,64"  # inside one 8-GPU node, and seed 000's DeepSeek-V3 EP 64
+
+
+def node_size(gpus_per_node: int | None, hardware_default: int) -> int:
+    """--gpus-per-node, validated, or the hardware config's value."""
+    from tpcalc.reports.inputs import positive
+
+    return hardware_default if gpus_per_node is None else positive(gpus_per_node, "--gpus-per-node")
+
+
+def cp_report(
+    model: str,
+    hardware: str,
+    *,
+    cp: str | int | list[int] | None = None,
+    tp: int = 1,
+    seq: int | None = None,
+    micro_batch: int = 1,
+    dtype: Dtype = Dtype.bf16,
+    grad_dtype: Dtype | None = None,
+    chunks: int | None = None,
+    gpus_per_node: int | None = None,
+    link: LinkChoice = LinkChoice.auto,
+    with_latency: bool = True,
+) -> Report:
+    """One row per cp: ring K/V bytes per layer and micro-batch, link time vs attention compute,
+    causal work contiguous vs zig-zag, and whether Ulysses could split the heads instead."""
+    from tpcalc.calc.cp import cp_row
+    from tpcalc.reports.dp_zero_pp import int_list, pick_link
+    from tpcalc.reports.inputs import positive, resolve
+
+    inputs = resolve(model, hardware, seq=seq, micro_batch=micro_batch, tp=tp)
+    g = node_size(gpus_per_node, inputs.hw.gpus_per_node.value)
+    chunks = positive(chunks, "--chunks") if chunks is not None else None
+    rows, warnings = [], []
+    for c in int_list(cp, "--cp", [int(v) for v in DEFAULT_CP.split(",")]):
+        row = cp_row(
+            inputs.spec, inputs.hw, seq=inputs.seq, cp=c, micro_batch=inputs.micro_batch,
+            tp=positive(tp, "--tp"), dtype=dtype, grad_dtype=grad_dtype, chunks=chunks,
+            link=pick_link(link, c, tp, g), with_latency=with_latency,
+        )  # fmt: skip
+        echo = {**row.inputs, "hardware": inputs.hw.name, "gpus_per_node": g}
+        rows.append(row.model_copy(update={"inputs": echo}))
+        if float(row.value("kv_over_compute_ratio")) > 1:
+            warnings.append(
+                f"cp={c}: a K,V block takes longer to send than its attention takes to compute; "
+                "the ring cannot hide it (use longer sequences per rank or a faster link)"
+            )
+    return Report(
+        title=f"Context parallelism (ring attention) per rank, one micro-batch: {inputs.spec.name}",
+        rows=tuple(rows),
+        warnings=tuple(warnings),
+        notes=(
+            f"ring layers = full-attention layers only ({inputs.spec.full_attention_layers} of "
+            f"{inputs.spec.num_hidden_layers}); causal work counts block pairs",
+        ),
+    )
+
+
+def ep_report(
+    model: str,
+    hardware: str,
+    *,
+    ep: str | int | list[int] | None = None,
+    tp: int = 1,
+    cp: int = 1,
+    seq: int | None = None,
+    micro_batch: int = 1,
+    routing: EpRouting | None = None,
+    dtype: Dtype = Dtype.bf16,
+    combine_dtype: Dtype | None = None,
+    recipe: StateRecipe = StateRecipe.zero16,
+    gpus_per_node: int | None = None,
+    with_latency: bool = True,
+) -> Report:
+    """One row per ep: experts and expert memory per rank, the four all-to-alls of an MoE layer
+    with their IB and NVLink shares, and all-to-all time against expert compute."""
+    from tpcalc.calc.ep import ep_row
+    from tpcalc.errors import divide
+    from tpcalc.reports.dp_zero_pp import int_list
+    from tpcalc.reports.inputs import positive, resolve
+
+    inputs = resolve(model, hardware, seq=seq, micro_batch=micro_batch, tp=tp)
+    g = node_size(gpus_per_node, inputs.hw.gpus_per_node.value)
+    shard = positive(cp, "--cp") * tp
+    tokens = divide(inputs.seq * inputs.micro_batch, shard, what="seq·micro_batch", by="cp·tp")
+    rows = []
+    for e in int_list(ep, "--ep", [int(v) for v in DEFAULT_EP.split(",")]):
+        row = ep_row(
+            inputs.spec, inputs.hw, ep=e, tokens=tokens, stride=tp, gpus_per_node=g,
+            routing=routing, dispatch_dtype=dtype, combine_dtype=combine_dtype or dtype,
+            recipe=recipe, with_latency=with_latency,
+        )  # fmt: skip
+        echo = {"model": row.inputs["model"], "hardware": inputs.hw.name, "seq": inputs.seq,
+                "micro_batch": inputs.micro_batch, "tp": tp, "cp": cp, **row.inputs}  # fmt: skip
+        rows.append(row.model_copy(update={"inputs": echo}))
+    return Report(
+        title=f"Expert parallelism per rank, one micro-batch fwd+bwd: {inputs.spec.name}",
+        rows=tuple(rows),
+        notes=(
+            "tokens = s·b/(cp·tp) per rank; experts uniform; an all-to-all's IB and NVLink "
+            "parts run at once (time = the slower); expert states before ZeRO",
+        ),
+    )
