@@ -60,7 +60,7 @@ def paper_layer_terms(
         return (
             term(
                 "layer_input_bytes",
-                "layer input",
+                "paper: layer input (2sbh)",
                 value,
                 Unit.bytes,
                 formula="2·s·b·h" + ("/t" if div > 1 else ""),
@@ -71,7 +71,7 @@ def paper_layer_terms(
                 h=h,
                 t=div,
             ),
-            term(total, "per layer", value, Unit.bytes, formula="sum of parts", source=SRC),
+            term(total, "paper: per layer", value, Unit.bytes, formula="sum of parts", source=SRC),
         )
     unsplit_div = t if sp else 1
     unsplit = UNSPLIT_COEFF * sbh / unsplit_div
@@ -80,7 +80,7 @@ def paper_layer_terms(
     return (
         term(
             "unsplit_bytes_per_layer",
-            "norm/dropout/residual",
+            "paper: norm/dropout/residual (10sbh)",
             unsplit,
             Unit.bytes,
             formula="10·s·b·h" + ("/t (SP)" if sp else " (TP does not split it)"),
@@ -93,7 +93,7 @@ def paper_layer_terms(
         ),
         term(
             "split_bytes_per_layer",
-            "Q,K,V,MLP (split by t)",
+            "paper: Q,K,V,MLP (24sbh/t)",
             split,
             Unit.bytes,
             formula="24·s·b·h/t",
@@ -106,7 +106,7 @@ def paper_layer_terms(
         ),
         term(
             "scores_bytes_per_layer",
-            "attention scores",
+            "paper: attention scores (5as²b)",
             scores,
             Unit.bytes,
             formula="5·a·s²·b/t" if recompute is Recompute.none else "0 (selective recompute)",
@@ -119,7 +119,7 @@ def paper_layer_terms(
         ),
         term(
             total,
-            "per layer",
+            "paper: per layer",
             unsplit + split + scores,
             Unit.bytes,
             formula=_formula(sp, recompute),
@@ -161,7 +161,7 @@ def paper_model_terms(
         *layer,
         term(
             "activation_bytes",
-            "all layers",
+            "paper: all layers",
             per_layer * layers,
             Unit.bytes,
             formula="per layer · L",

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from tpcalc.calc.activations import FullRecomputeSharding, Recompute
+from tpcalc.calc.activations_exact.options import AttentionKernel, SoftmaxDtype
 from tpcalc.calc.states import StateRecipe
 from tpcalc.cli.common import emit
 from tpcalc.cli.options import (
@@ -24,6 +25,7 @@ from tpcalc.cli.options import (
     UnitsOpt,
 )
 from tpcalc.render import Format
+from tpcalc.reports.memory import ActivationModel
 from tpcalc.units import ByteUnits
 
 app = typer.Typer()
@@ -52,6 +54,37 @@ def memory(
             help="Model states: zero16 (2+2+12 B/param) or megatron18 (fp32 grads, 18 B/param).",
         ),
     ] = StateRecipe.zero16,
+    activations: Annotated[
+        ActivationModel,
+        typer.Option(
+            "--activations",
+            help="Which activation count enters the total: 'exact' (the tensors autograd saves "
+            "for this architecture) or 'paper' (Korthikanti Table 2, the seeds' formula). "
+            "Both are shown, with their difference.",
+        ),
+    ] = ActivationModel.exact,
+    attention: Annotated[
+        AttentionKernel,
+        typer.Option("--attention", help="Attention kernel of the exact model."),
+    ] = AttentionKernel.flash,
+    softmax_dtype: Annotated[
+        SoftmaxDtype,
+        typer.Option("--softmax-dtype", help="Softmax output dtype (eager attention only)."),
+    ] = SoftmaxDtype.bf16,
+    dropout: Annotated[
+        bool | None,
+        typer.Option(
+            "--dropout/--no-dropout",
+            help="Dropout masks. Default: the model's (on for GPT-style, off for Llama-style).",
+        ),
+    ] = None,
+    fused_norm: Annotated[
+        bool, typer.Option("--fused-norm/--no-fused-norm", help="TE fused LayerNorm/RMSNorm.")
+    ] = True,
+    fused_swiglu: Annotated[
+        bool,
+        typer.Option("--fused-swiglu/--no-fused-swiglu", help="Megatron's fused SwiGLU kernel."),
+    ] = True,
     units: UnitsOpt = ByteUnits.GB,
     fmt: FormatOpt = Format.table,
     explain: ExplainOpt = False,
@@ -70,8 +103,16 @@ def memory(
     """
 
     def build():
+        from tpcalc.calc.activations_exact import ActivationOptions
         from tpcalc.reports.memory import memory_report
 
+        options = ActivationOptions(
+            attention=attention,
+            softmax_dtype=softmax_dtype,
+            dropout=dropout,
+            fused_norm=fused_norm,
+            fused_swiglu=fused_swiglu,
+        )
         return memory_report(
             model,
             hardware,
@@ -82,6 +123,9 @@ def memory(
             recompute=recompute,
             full_sharding=full_sharding,
             recipe=state_recipe,
+            activations=activations,
+            exact_options=options,
+            explain_tensors=explain,
         )
 
     emit(build, fmt, units=units, explain=explain)

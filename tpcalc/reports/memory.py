@@ -1,6 +1,9 @@
-"""Memory report: activations (Korthikanti Table 2), logits and model states per rank."""
+"""Memory report: activations (paper formula and exact model), logits, model states per rank."""
 
 from __future__ import annotations
+
+import re
+from enum import Enum
 
 from tpcalc.calc.activations import (
     FullRecomputeSharding,
@@ -12,12 +15,46 @@ from tpcalc.calc.params import total_params
 from tpcalc.calc.states import StateRecipe, model_states_terms
 from tpcalc.reports.inputs import resolve
 from tpcalc.reports.tp import tp_warnings
+from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.terms import Report, Row, Scalar, Term, Unit, term
+
+TOTAL = "total_bytes_per_rank"
+
+
+class ActivationModel(str, Enum):
+    """Which activation count enters the per-rank total; both are always shown side by side."""
+
+    paper = "paper"  # Korthikanti et al. 2022 Table 2, the seeds' formula (a GPT-3 layer)
+    exact = "exact"  # per-tensor inventory of what autograd saves (tpcalc.calc.activations_exact)
+
+
+def _exact_terms(spec: ModelSpec, *, seq: int, micro_batch: int, options, explain: bool):
+    from tpcalc.calc.activations_exact import (
+        exact_activation_terms,
+        layer_kind,
+        saved_tensors,
+        tensor_terms,
+    )
+
+    terms = [
+        t if t.label.startswith("exact") else t.model_copy(update={"label": f"exact: {t.label}"})
+        for t in exact_activation_terms(spec, seq, micro_batch, options)
+    ]
+    if explain:  # the tensors of the first layer of each kind, for --explain
+        firsts: dict[str, int] = {}
+        for i in range(spec.num_hidden_layers):
+            firsts.setdefault(layer_kind(spec, i), i)
+        for kind, i in firsts.items():
+            for t in tensor_terms(saved_tensors(spec, i, seq, micro_batch, options)):
+                name = re.sub(r"[^0-9a-zA-Z]+", "_", f"{kind}_{t.key}").strip("_")
+                terms.append(t.model_copy(update={
+                    "key": f"tensor_{name}_bytes", "label": f"{kind}: {t.label}"}))  # fmt: skip
+    return terms
 
 
 def memory_row(
-    inputs_spec,
-    hw,
+    spec: ModelSpec,
+    hw: HardwareSpec,
     *,
     t: int,
     seq: int,
@@ -26,65 +63,66 @@ def memory_row(
     recompute: Recompute,
     full_sharding: FullRecomputeSharding,
     recipe: StateRecipe,
+    activations: ActivationModel = ActivationModel.paper,
+    exact_options=None,
+    explain_tensors: bool = False,
 ) -> Row:
-    """One rank's memory at tensor-parallel size t: activations + logits + model states."""
-    spec = inputs_spec
-    acts = paper_model_terms(
-        spec,
-        seq=seq,
-        micro_batch=micro_batch,
-        t=t,
-        sp=sp,
-        recompute=recompute,
-        full_sharding=full_sharding,
+    """One rank's memory at tensor-parallel size t: activations + logits + model states.
+
+    ``exact_options`` (an ``ActivationOptions``; t, SP and recompute are filled in here) adds the
+    exact model beside the paper formula, and their difference.
+    """
+    paper = paper_model_terms(spec, seq=seq, micro_batch=micro_batch, t=t, sp=sp,
+                              recompute=recompute, full_sharding=full_sharding)  # fmt: skip
+    exact: list[Term] = []
+    echo: dict[str, Scalar] = {}
+    if exact_options is not None or activations is ActivationModel.exact:
+        from tpcalc.calc.activations_exact import ActivationOptions
+
+        opts = (exact_options or ActivationOptions()).model_copy(
+            update={"t": t, "sequence_parallel": sp, "recompute": recompute}
+        )
+        exact = _exact_terms(spec, seq=seq, micro_batch=micro_batch, options=opts,
+                             explain=explain_tensors)  # fmt: skip
+        echo = {
+            f"exact_{k}": v for k, v in opts.echo(spec).items() if k not in ("t", "sp", "recompute")
+        }
+        paper_total = paper[-1].value
+        exact_total = next(x.value for x in exact if x.key == "exact_activation_bytes")
+        exact.append(term("activation_difference_bytes", "exact − paper", exact_total - paper_total,
+                          Unit.bytes, formula="exact_activation_bytes − activation_bytes",
+                          source="what Table 2's GPT-3 layer misses for this model",
+                          exact=exact_total, paper=paper_total))  # fmt: skip
+    chosen_key = (
+        "exact_activation_bytes" if activations is ActivationModel.exact else "activation_bytes"
     )
     logits = logits_terms(spec, seq=seq, micro_batch=micro_batch, t=t)
     states = model_states_terms(total_params(spec), recipe, shards=t)
+    picked = next(x for x in (*paper, *exact) if x.key == chosen_key)
     parts = [
-        x[-1].model_copy(update={"part_of": "total_bytes_per_rank"}) for x in (acts, logits, states)
-    ]
+        term("activation_bytes_per_rank", f"activations ({activations.value})", picked.value,
+             Unit.bytes, formula=chosen_key, source=picked.source, part_of=TOTAL),
+        logits[-1].model_copy(update={"part_of": TOTAL}),
+        states[-1].model_copy(update={"part_of": TOTAL}),
+    ]  # fmt: skip
     total = sum(float(p.value) for p in parts)
     card = hw.memory_bytes.value
-    tail: list[Term] = [
-        term(
-            "total_bytes_per_rank",
-            "total",
-            total,
-            Unit.bytes,
-            formula="activations + logits + model states (no ZeRO/DP: see tpcalc zero)",
-            source="sum of the parts",
-        ),
-        term(
-            "card_bytes",
-            "card",
-            card,
-            Unit.bytes,
-            formula="hardware config",
-            source=hw.memory_bytes.source,
-        ),
-        term(
-            "free_bytes",
-            "free",
-            card - total,
-            Unit.bytes,
-            formula="card − total",
-            source="seed 000 (80 GB − 55.6 GB = 24.4 GB left for activations)",
-        ),
+    tail = [
+        term(TOTAL, "total", total, Unit.bytes,
+             formula="activations + logits + model states (no ZeRO/DP: see tpcalc zero)",
+             source="sum of the parts"),
+        term("card_bytes", "card", card, Unit.bytes, formula="hardware config",
+             source=hw.memory_bytes.source),
+        term("free_bytes", "free", card - total, Unit.bytes, formula="card − total",
+             source="seed 000 (80 GB − 55.6 GB = 24.4 GB left for activations)"),
         term("fits", "fits", total <= card, Unit.text, formula="total ≤ card"),
-    ]
+    ]  # fmt: skip
     inputs: dict[str, Scalar] = {
-        "model": spec.name,
-        "hardware": hw.name,
-        "t": t,
-        "seq": seq,
-        "micro_batch": micro_batch,
-        "sp": sp,
-        "recompute": recompute.value,
-        "activations": "paper",
-        "full_recompute_sharding": full_sharding.value,
-        "state_recipe": recipe.value,
-    }
-    terms = (*acts[:-1], parts[0], *logits[:-1], parts[1], *states[:-1], parts[2], *tail)
+        "model": spec.name, "hardware": hw.name, "t": t, "seq": seq, "micro_batch": micro_batch,
+        "sp": sp, "recompute": recompute.value, "activations": activations.value,
+        "full_recompute_sharding": full_sharding.value, "state_recipe": recipe.value, **echo,
+    }  # fmt: skip
+    terms = (*paper, *exact, *logits[:-1], *states[:-1], *parts, *tail)
     return Row(inputs=inputs, terms=terms)
 
 
@@ -99,26 +137,31 @@ def memory_report(
     recompute: Recompute = Recompute.selective,
     full_sharding: FullRecomputeSharding = FullRecomputeSharding.paper,
     recipe: StateRecipe = StateRecipe.zero16,
+    activations: ActivationModel = ActivationModel.paper,
+    exact_options=None,
+    explain_tensors: bool = False,
 ) -> Report:
     """One row per t: per-rank activation, logits and model-state bytes (tpcalc memory)."""
     inputs = resolve(model, hardware, seq=seq, micro_batch=micro_batch, tp=tp)
     warnings = tp_warnings(inputs)
     rows = tuple(
         memory_row(
-            inputs.spec,
-            inputs.hw,
-            t=t,
-            seq=inputs.seq,
-            micro_batch=inputs.micro_batch,
-            sp=sp,
-            recompute=recompute,
-            full_sharding=full_sharding,
-            recipe=recipe,
+            inputs.spec, inputs.hw, t=t, seq=inputs.seq, micro_batch=inputs.micro_batch, sp=sp,
+            recompute=recompute, full_sharding=full_sharding, recipe=recipe,
+            activations=activations, exact_options=exact_options,
+            explain_tensors=explain_tensors,
         )
         for t in inputs.tps
-    )
+    )  # fmt: skip
+    notes = ()
+    if exact_options is not None or activations is ActivationModel.exact:
+        notes = (
+            "paper = Korthikanti et al. 2022 Table 2 (a GPT-3 layer: GeLU 4h MLP, MHA, dropout, "
+            "materialised softmax); exact = the tensors autograd saves for this architecture "
+            "under the listed kernel options (validated against PyTorch in "
+            "tests/test_activations_measured.py).",
+        )
     return Report(
-        title=f"Memory per rank (TP only): {inputs.spec.name}",
-        rows=rows,
-        warnings=tuple(warnings),
-    )
+        title=f"Memory per rank (TP only): {inputs.spec.name}", rows=rows,
+        warnings=tuple(warnings), notes=notes,
+    )  # fmt: skip
