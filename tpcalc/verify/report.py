@@ -14,7 +14,7 @@ import numpy as np
 from tpcalc.calc.collectives import Collective
 from tpcalc.errors import DivisibilityError, InputError
 from tpcalc.specs import ModelSpec
-from tpcalc.terms import Grid, Report, Row, Scalar, Unit, term
+from tpcalc.terms import Report, Row, Scalar, Unit, term
 from tpcalc.units import Dtype
 from tpcalc.verify.activations import Activation
 from tpcalc.verify.attention import (
@@ -57,6 +57,7 @@ from tpcalc.verify.schemes import (
     run_scheme,
     single_card,
 )
+from tpcalc.verify.grids import output_grids
 from tpcalc.verify.sim import Cards, Role
 
 DY_STREAM = 2  # the output gradient dY comes from its own stream of the same --seed
@@ -240,20 +241,7 @@ def verify_report(
             "--cards 1 communicates nothing: the all-gather vs all-reduce comparison "
             "needs 2 or more cards"
         )
-    reference = Grid(
-        title="1 card (reference): output Y",
-        cells=tuple(tuple(float(v) for v in r) for r in np.asarray(ref)),
-        row_labels=SENTENCE_TOKENS,
-    )
-    grids = (reference,) + tuple(
-        Grid(
-            title=f"{run.scheme.value}: output Y on {cards} cards (red, *: differs from 1 card)",
-            cells=tuple(tuple(float(v) for v in r) for r in np.asarray(run.output)),
-            highlight=compare(run.output, ref).cells,
-            row_labels=SENTENCE_TOKENS,
-        )
-        for run in runs.values()
-    )
+    grids = output_grids(ref, list(runs.values()), cards)
     back, w = _backward_rows(p, attn, activation, cards, seed, toy)
     att, w2 = _attention_rows(attn, sorted({cards, *model_tps}), toy)
     return Report(
