@@ -35,6 +35,7 @@ from tpcalc.verify.backward import (
     mlp_forward,
     mlp_single,
 )
+from tpcalc.verify.grids import output_grids
 from tpcalc.verify.rowterms import (
     bytes_terms,
     check_cards,
@@ -57,7 +58,6 @@ from tpcalc.verify.schemes import (
     run_scheme,
     single_card,
 )
-from tpcalc.verify.grids import output_grids
 from tpcalc.verify.sim import Cards, Role
 
 DY_STREAM = 2  # the output gradient dY comes from its own stream of the same --seed
