@@ -39,6 +39,7 @@ BWD_SOURCE = "Kaplan et al. 2020 §2.1 (backward = 2 × forward = 4·N per token
 
 
 def check_group(n: int, what: str = "dp") -> None:
+    """Raise InputError unless the group size n is a positive integer."""
     if n < 1:
         raise InputError(f"{what}={n} must be a positive integer")
 

@@ -146,6 +146,7 @@ def flops_terms(
 
 
 def params_source(params: ParamConvention) -> str:
+    """Which seed uses this parameter convention (the source shown for N)."""
     if params is ParamConvention.all:
         return "seed 003 §7.3.5: 6 × 705.5 亿 counts every parameter"
     return "seed 000: matmul parameters (no input embedding, vision tower or MTP)"

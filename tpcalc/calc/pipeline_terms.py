@@ -177,6 +177,7 @@ def pipeline_terms(
 
 
 def bubble_formula(schedule: Schedule) -> str:
+    """The bubble formula of a schedule, as text for --explain (sources in pipeline.py)."""
     return {
         Schedule.gpipe: "(p-1)(F+B+W)",
         Schedule.one_f_one_b: "(p-1)(F+B+W)",

@@ -47,6 +47,7 @@ def exact(x: Fraction) -> int | float:
 
 
 def row_inputs(spec: ModelSpec, t: int, pad: int, **more: Scalar) -> dict[str, Scalar]:
+    """The inputs every shard-table row echoes: model, t, vocab pad multiple, and more."""
     return {"model": spec.name, "t": t, "vocab_pad_multiple": pad, **more}
 
 

@@ -33,6 +33,7 @@ class ZeroStage(IntEnum):
 
 
 def zero_stage(value: int) -> ZeroStage:
+    """The ZeroStage for 0..3, or an InputError naming the valid stages (ZeRO §5)."""
     try:
         return ZeroStage(value)
     except ValueError:
