@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from tpcalc.calc.collectives import Collective, ring_factor
 from tpcalc.calc.flops import flops_terms
-from tpcalc.calc.links import Link, bandwidth_bytes_per_s, latency_s, link_for_group
+from tpcalc.calc.link_terms import latency_src as latency_src  # re-export (moved)
+from tpcalc.calc.link_terms import link_time_terms
+from tpcalc.calc.links import Link, link_for_group
 from tpcalc.calc.params import ParamConvention
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.terms import Row, Scalar, Term, Unit, term
@@ -37,59 +39,6 @@ def collectives_per_layer(recompute_full: bool) -> tuple[int, int, int]:
         BWD_COLLECTIVES_PER_LAYER,
         FWD_COLLECTIVES_PER_LAYER if recompute_full else 0,
     )
-
-
-def _link_time_terms(
-    name: str,
-    label: str,
-    link: Link,
-    bytes_: float,
-    steps: int,
-    hw: HardwareSpec,
-    with_latency: bool,
-) -> list[Term]:
-    bw = bandwidth_bytes_per_s(hw, link)
-    alpha = latency_s(hw, link) if with_latency else 0.0
-    bw_time = bytes_ / bw
-    lat_time = alpha * steps
-    total = f"{name}_time_s"
-    return [
-        term(
-            f"{name}_bandwidth_time_s",
-            f"{label} bandwidth",
-            bw_time,
-            Unit.seconds,
-            formula="bytes / bandwidth",
-            source="alpha-beta model; seed 003 table 7-7",
-            part_of=total,
-            bytes=bytes_,
-            bandwidth_bytes_per_s=bw,
-        ),
-        term(
-            f"{name}_latency_time_s",
-            f"{label} latency",
-            lat_time,
-            Unit.seconds,
-            formula="alpha · ring steps",
-            source=f"alpha-beta model; {hw.name} latency: "
-            + (latency_src(hw, link) if with_latency else "off (--no-latency, as the seeds)"),
-            part_of=total,
-            alpha_s=alpha,
-            steps=steps,
-        ),
-        term(
-            total,
-            f"{label} time",
-            bw_time + lat_time,
-            Unit.seconds,
-            formula="latency + bytes / bandwidth",
-            source="alpha-beta (Hockney) model",
-        ),
-    ]
-
-
-def latency_src(hw: HardwareSpec, link: Link) -> str:
-    return (hw.intra_node_latency_s if link is Link.intra_node else hw.inter_node_latency_s).source
 
 
 def tp_comm_row(
@@ -242,10 +191,10 @@ def tp_comm_row(
         ),
     ]
     steps = steps_per_ar * n_ar * layers
-    terms += _link_time_terms(
+    terms += link_time_terms(
         "nvlink", "NVLink", Link.intra_node, step_bytes, steps, hw, with_latency
     )
-    terms += _link_time_terms(
+    terms += link_time_terms(
         "ib", "inter-node", Link.inter_node, step_bytes, steps, hw, with_latency
     )
     compute = next(

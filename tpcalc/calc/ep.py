@@ -3,11 +3,16 @@
 An MoE layer's routed experts are split over ``ep`` ranks; each token is sent (dispatch) to the
 ranks holding its top-k experts and the outputs are sent back (combine): "FFN 前后各一次
 all-to-all" (seed 000 summary). Forward and backward each run one dispatch and one combine.
-How many copies cross nodes is modelled in ``tpcalc.calc.ep_routing``.
+How many copies cross nodes is modelled in ``tpcalc.calc.ep_routing``; experts and their
+memory per rank in ``tpcalc.calc.ep_memory``.
 """
 
 from __future__ import annotations
 
+from tpcalc.calc.ep_memory import SRC_EP as SRC_EP  # re-export (moved)
+from tpcalc.calc.ep_memory import SRC_PARAMS as SRC_PARAMS  # re-export (moved)
+from tpcalc.calc.ep_memory import experts_per_rank as experts_per_rank  # re-export (moved)
+from tpcalc.calc.ep_memory import memory_terms, require_moe
 from tpcalc.calc.ep_routing import (
     SRC_A2A,
     SRC_NODE,
@@ -18,33 +23,16 @@ from tpcalc.calc.ep_routing import (
     nodes_spanned,
 )
 from tpcalc.calc.links import Link, bandwidth_bytes_per_s
-from tpcalc.calc.params import mlp_params, routed_expert_params
-from tpcalc.calc.states import StateRecipe, recipe_bytes
-from tpcalc.errors import InputError, divide
+from tpcalc.calc.params import mlp_params
+from tpcalc.calc.states import StateRecipe
+from tpcalc.errors import InputError
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.terms import Row, Term, Unit, term
 from tpcalc.units import Dtype
 
-SRC_EP = "seed 000 summary (EP): 256 routed experts / 64 cards = 4 per card per layer"
-SRC_PARAMS = "tpcalc.calc.params.routed_expert_params; seed 000: 58 × 256 × 3 × 7168 × 2048 = 654B"
 SRC_FLOP = "2 FLOP per weight per token (Kaplan et al. 2020 §2.1), k experts per token"
 
 FLOP_PER_PARAM_TOKEN_FWD = 2
-
-
-def _require_moe(spec: ModelSpec) -> tuple[int, int, int]:
-    if not spec.is_moe or spec.num_experts_per_tok is None or spec.moe_intermediate_size is None:
-        raise InputError(
-            f"model {spec.name} has no routed experts (n_routed_experts is unset): "
-            "expert parallelism needs an MoE model"
-        )
-    return spec.n_routed_experts or 0, spec.num_experts_per_tok, spec.moe_intermediate_size
-
-
-def experts_per_rank(spec: ModelSpec, ep: int) -> int:
-    """Routed experts each rank holds per MoE layer: n_routed_experts / ep (exact)."""
-    n_routed, _, _ = _require_moe(spec)
-    return divide(n_routed, ep, what="n_routed_experts", by="ep")
 
 
 # The four all-to-alls of one MoE layer, fwd + bwd: (key, label, which dtype they carry).
@@ -54,75 +42,6 @@ A2A_KINDS = (
     ("bwd_dispatch", "backward: output grads to experts", "dispatch"),
     ("bwd_combine", "backward: input grads back", "combine"),
 )
-
-
-def _memory_terms(spec: ModelSpec, ep: int, recipe: StateRecipe) -> list[Term]:
-    n_routed, _, f = _require_moe(spec)
-    total = routed_expert_params(spec)
-    per_rank = total // ep
-    rb = recipe_bytes(recipe)
-    return [
-        term(
-            "experts_per_rank",
-            "routed experts per rank per layer",
-            experts_per_rank(spec, ep),
-            Unit.count,
-            formula="n_routed_experts / ep",
-            source=SRC_EP,
-            n_routed_experts=n_routed,
-            ep=ep,
-        ),
-        term(
-            "moe_layers",
-            "MoE layers",
-            spec.moe_layers,
-            Unit.count,
-            formula="num_hidden_layers - first_k_dense_replace",
-            source="model config",
-            num_hidden_layers=spec.num_hidden_layers,
-            first_k_dense_replace=spec.first_k_dense_replace,
-        ),
-        term(
-            "routed_expert_params",
-            "routed-expert parameters",
-            total,
-            Unit.params,
-            formula="L_moe·E·expert_params",
-            source=SRC_PARAMS,
-            L_moe=spec.moe_layers,
-            E=n_routed,
-            expert_params=mlp_params(spec, f),
-        ),
-        term(
-            "routed_expert_params_per_rank",
-            "routed-expert parameters per rank",
-            per_rank,
-            Unit.params,
-            formula="routed_expert_params / ep",
-            source=SRC_EP,
-            ep=ep,
-        ),
-        term(
-            "expert_weights_bytes_per_rank",
-            "expert weights per rank",
-            per_rank * rb.weight_bytes,
-            Unit.bytes,
-            formula="params_per_rank·weight_bytes",
-            source=rb.source,
-            weight_bytes=rb.weight_bytes,
-            recipe=recipe.value,
-        ),
-        term(
-            "expert_states_bytes_per_rank",
-            "expert model states per rank (before ZeRO)",
-            per_rank * rb.total_bytes,
-            Unit.bytes,
-            formula="params_per_rank·bytes_per_param",
-            source=rb.source,
-            bytes_per_param=rb.total_bytes,
-            recipe=recipe.value,
-        ),
-    ]
 
 
 def _routing_terms(
@@ -232,7 +151,7 @@ def ep_row(
     """
     if ep < 1 or tokens < 1 or stride < 1:
         raise InputError(f"ep={ep}, tokens={tokens}, stride={stride} must be positive integers")
-    _, k, f = _require_moe(spec)
+    _, k, f = require_moe(spec)
     g = gpus_per_node or hw.gpus_per_node.value
     m = max_nodes_per_token(spec)
     routing = resolve_routing(spec, routing)
@@ -252,7 +171,7 @@ def ep_row(
     achieved = hw.achieved_flop_per_s.value
     compute = flop / achieved
     terms: list[Term] = [
-        *_memory_terms(spec, ep, recipe),
+        *memory_terms(spec, ep, recipe),
         *_routing_terms(spec, ep, nodes, m, routing, ib, nv, stride, g),
         term(
             "a2a_message_bytes",
