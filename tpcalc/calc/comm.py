@@ -228,7 +228,7 @@ def tp_comm_row(
             "TP group link",
             link.value,
             Unit.text,
-            formula="nvlink if t ≤ GPUs per node else ib",
+            formula="nvlink if t divides GPUs per node else ib",
             source="seed 000: TP stays in a node",
             t=t,
             gpus_per_node=hw.gpus_per_node.value,

@@ -87,16 +87,11 @@ class Group:
 def group_link(size: int, stride: int, gpus_per_node: int) -> tuple[Link, bool]:
     """The slowest link any group of this shape crosses, and whether it is the straddling case.
 
-    ``links.link_for_group`` compares the span size·stride with the node; groups of a span that
-    does not divide the node (span 6 on 8-GPU nodes) start at every multiple of the span, so
-    some of them straddle two nodes and those are priced on the inter-node link too.
+    ``links.link_for_group`` prices a span that does not tile the node on the inter-node link;
+    "straddles" marks the case where the span fits in a node but only some groups cross.
     """
-    if size == 1:
-        return Link.intra_node, False
     link = link_for_group(size, stride, gpus_per_node)
-    if link is Link.intra_node and gpus_per_node % (size * stride):
-        return Link.inter_node, True
-    return link, False
+    return link, link is Link.inter_node and size * stride <= gpus_per_node
 
 
 def _nodes(size: int, stride: int, gpus_per_node: int) -> int:

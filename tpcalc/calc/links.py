@@ -17,21 +17,32 @@ class Link(str, Enum):
 
 
 def link_for_group(group_size: int, stride: int, gpus_per_node: int) -> Link:
-    """The slowest link a group of ``group_size`` ranks, ``stride`` ranks apart, crosses.
+    """The slowest link any group of ``group_size`` ranks, ``stride`` ranks apart, crosses.
 
-    Ranks are numbered node-major (rank r sits on node r // gpus_per_node). A group whose span
-    ``group_size * stride`` fits in one node stays on NVLink; otherwise it crosses nodes.
+    Ranks are numbered node-major (rank r sits on node r // gpus_per_node), and the groups of one
+    shape tile the ranks in blocks of span = group_size·stride (Megatron rank order). A block
+    stays inside a node only when the span divides ``gpus_per_node``; a span wider than a node,
+    or one that does not tile it (span 4 on 6-GPU nodes: ranks 4..7 sit on nodes 0 and 1),
+    leaves some group straddling two nodes, so the group kind is priced on the inter-node link.
+    A one-rank group crosses no link.
     """
-    return Link.intra_node if group_size * stride <= gpus_per_node else Link.inter_node
+    if group_size <= 1:
+        return Link.intra_node
+    span = group_size * stride
+    if span <= gpus_per_node and gpus_per_node % span == 0:
+        return Link.intra_node
+    return Link.inter_node
 
 
 def bandwidth_bytes_per_s(hw: HardwareSpec, link: Link) -> float:
+    """One-direction bandwidth of ``link`` per GPU, from the hardware config (bytes/s)."""
     if link is Link.intra_node:
         return hw.intra_node_bandwidth_bytes_per_s.value
     return hw.inter_node_bandwidth_bytes_per_s.value
 
 
 def latency_s(hw: HardwareSpec, link: Link) -> float:
+    """alpha of ``link``: the per-message latency from the hardware config (seconds)."""
     if link is Link.intra_node:
         return hw.intra_node_latency_s.value
     return hw.inter_node_latency_s.value
