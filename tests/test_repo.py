@@ -1,0 +1,73 @@
+"""The shape of the house: pure calculators, sourced formulas, help everywhere, lint clean."""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[1]
+PACKAGE = ROOT / "tpcalc"
+IMPURE = {"typer", "rich", "click", "sys", "numpy", "torch"}
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "calc").rglob("*.py")), ids=lambda p: p.name)
+def test_calculators_are_pure(path):
+    """calc/ imports neither the CLI/render stack nor numpy/torch (design.md: pure functions)."""
+    assert not (_imports(path) & IMPURE), f"{path} imports {_imports(path) & IMPURE}"
+
+
+def test_only_the_cli_exits():
+    for path in PACKAGE.rglob("*.py"):
+        if "cli" in path.parts:
+            continue
+        text = path.read_text(encoding="utf-8")
+        assert "sys.exit(" not in text and "typer.Exit" not in text, path
+
+
+def test_no_assert_in_product_code():
+    for path in PACKAGE.rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        assert not any(isinstance(n, ast.Assert) for n in ast.walk(tree)), path
+
+
+def test_modules_stay_small():
+    long = {p.relative_to(ROOT): n for p in PACKAGE.rglob("*.py")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 350}  # fmt: skip
+    assert not long, long
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "calc").rglob("*.py")), ids=lambda p: p.name)
+def test_public_formulas_name_a_source(path):
+    """Every public calculator function's docstring exists (it names the source)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    missing = [
+        n.name
+        for n in tree.body
+        if isinstance(n, ast.FunctionDef)
+        and not n.name.startswith("_")
+        and not ast.get_docstring(n)
+    ]
+    assert not missing, f"{path.name}: {missing} have no docstring"
+
+
+def test_lint_clean():
+    ruff = shutil.which("ruff")
+    if ruff is None:
+        pytest.skip("ruff not installed (pip install '.[test]')")
+    result = subprocess.run([ruff, "check", str(ROOT)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
