@@ -95,55 +95,45 @@ def model_states_bytes(params: int, recipe: StateRecipe, *, shards: int = 1) -> 
     return params * recipe_bytes(recipe).total_bytes / shards
 
 
+# (key, label, StateBytes field) of the three parts of the model states, in display order.
+STATE_PARTS = (
+    ("weights_bytes", "weights", "weight_bytes"),
+    ("grads_bytes", "gradients", "grad_bytes"),
+    ("optimizer_bytes", "optimizer (fp32 master + Adam m, v)", "optimizer_bytes"),
+)
+
+
+def state_part_terms(
+    params: int,
+    rb: StateBytes,
+    divisors: tuple[int, int, int],
+    *,
+    source: str,
+    total: str = "model_states_bytes",
+) -> list[Term]:
+    """Weights, gradients and optimizer bytes per rank, N × bytes / d with each part's divisor d
+    (all t for a model-parallel split; ZeRO's stage divisors over DP). Source: ``source``."""
+    return [
+        term(key, label, params * getattr(rb, field) / d, Unit.bytes,
+             formula=f"N × {field} / d", source=source, part_of=total,
+             N=params, **{field: getattr(rb, field)}, d=d)
+        for (key, label, field), d in zip(STATE_PARTS, divisors, strict=True)
+    ]  # fmt: skip
+
+
 def model_states_terms(params: int, recipe: StateRecipe, *, shards: int = 1) -> tuple[Term, ...]:
     """Weights + gradients + optimizer = model states, bytes per rank, as a breakdown."""
     check_params(params)
     if shards < 1:
         raise InputError(f"shards={shards} must be a positive integer")
     rb = recipe_bytes(recipe)
-    n = params / shards
     total = "model_states_bytes"
     return (
-        term(
-            "weights_bytes",
-            "weights",
-            n * rb.weight_bytes,
-            Unit.bytes,
-            formula="N/shards × weight_bytes",
-            source=rb.source,
-            part_of=total,
-            N=params,
-            shards=shards,
-            weight_bytes=rb.weight_bytes,
-        ),
-        term(
-            "grads_bytes",
-            "gradients",
-            n * rb.grad_bytes,
-            Unit.bytes,
-            formula="N/shards × grad_bytes",
-            source=rb.source,
-            part_of=total,
-            N=params,
-            shards=shards,
-            grad_bytes=rb.grad_bytes,
-        ),
-        term(
-            "optimizer_bytes",
-            "optimizer (fp32 master + Adam m, v)",
-            n * rb.optimizer_bytes,
-            Unit.bytes,
-            formula="N/shards × optimizer_bytes",
-            source=rb.source,
-            part_of=total,
-            N=params,
-            shards=shards,
-            optimizer_bytes=rb.optimizer_bytes,
-        ),
+        *state_part_terms(params, rb, (shards, shards, shards), source=rb.source, total=total),
         term(
             total,
             "model states",
-            n * rb.total_bytes,
+            params * rb.total_bytes / shards,
             Unit.bytes,
             formula="N/shards × bytes_per_param",
             source=rb.source,

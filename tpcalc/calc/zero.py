@@ -14,7 +14,7 @@ from enum import IntEnum
 from tpcalc.calc.collectives import Collective, ring_factor
 from tpcalc.calc.dp import check_group
 from tpcalc.calc.links import Link, transfer_time_s
-from tpcalc.calc.states import StateRecipe, check_params, recipe_bytes
+from tpcalc.calc.states import StateRecipe, check_params, recipe_bytes, state_part_terms
 from tpcalc.errors import InputError
 from tpcalc.specs import HardwareSpec
 from tpcalc.terms import Term, Unit, term
@@ -127,42 +127,7 @@ def zero_terms(
     mem = hw.memory_bytes.value
     src = ZERO_MEM_SOURCE + f"; recipe {recipe.value}: {rb.source}"
     out = [
-        term(
-            "weights_bytes",
-            "weights per rank",
-            params * rb.weight_bytes / dw,
-            Unit.bytes,
-            formula="N × weight_bytes / d",
-            source=src,
-            part_of=total,
-            N=params,
-            weight_bytes=rb.weight_bytes,
-            d=dw,
-        ),
-        term(
-            "grads_bytes",
-            "gradients per rank",
-            params * rb.grad_bytes / dg,
-            Unit.bytes,
-            formula="N × grad_bytes / d",
-            source=src,
-            part_of=total,
-            N=params,
-            grad_bytes=rb.grad_bytes,
-            d=dg,
-        ),
-        term(
-            "optimizer_bytes",
-            "optimizer per rank",
-            params * rb.optimizer_bytes / do,
-            Unit.bytes,
-            formula="N × optimizer_bytes / d",
-            source=src,
-            part_of=total,
-            N=params,
-            optimizer_bytes=rb.optimizer_bytes,
-            d=do,
-        ),
+        *state_part_terms(params, rb, (dw, dg, do), source=src, total=total),
         term(
             total,
             "model states per rank",

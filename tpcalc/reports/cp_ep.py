@@ -16,13 +16,6 @@ DEFAULT_CP = "2,4,8"
 DEFAULT_EP = "8,64"  # inside one 8-GPU node, and seed 000's DeepSeek-V3 EP 64
 
 
-def node_size(gpus_per_node: int | None, hardware_default: int) -> int:
-    """--gpus-per-node, validated, or the hardware config's value."""
-    from tpcalc.reports.inputs import positive
-
-    return hardware_default if gpus_per_node is None else positive(gpus_per_node, "--gpus-per-node")
-
-
 def cp_report(
     model: str,
     hardware: str,
@@ -42,7 +35,7 @@ def cp_report(
     causal work contiguous vs zig-zag, and whether Ulysses could split the heads instead."""
     from tpcalc.calc.cp import cp_row
     from tpcalc.reports.dp_zero_pp import int_list, pick_link
-    from tpcalc.reports.inputs import positive, resolve
+    from tpcalc.reports.inputs import node_size, positive, resolve
 
     inputs = resolve(model, hardware, seq=seq, micro_batch=micro_batch, tp=tp)
     g = node_size(gpus_per_node, inputs.hw.gpus_per_node.value)
@@ -93,7 +86,7 @@ def ep_report(
     from tpcalc.calc.ep import ep_row
     from tpcalc.errors import divide
     from tpcalc.reports.dp_zero_pp import int_list
-    from tpcalc.reports.inputs import positive, resolve
+    from tpcalc.reports.inputs import node_size, positive, resolve
 
     inputs = resolve(model, hardware, seq=seq, micro_batch=micro_batch, tp=tp)
     g = node_size(gpus_per_node, inputs.hw.gpus_per_node.value)

@@ -14,7 +14,7 @@ from tpcalc.calc.pipeline_terms import pipeline_terms
 from tpcalc.calc.states import StateRecipe, recipe_bytes
 from tpcalc.calc.zero import ZeroStage, zero_stage, zero_terms
 from tpcalc.errors import InputError
-from tpcalc.reports.inputs import Inputs, positive, resolve
+from tpcalc.reports.inputs import Inputs, node_size, positive, resolve
 from tpcalc.reports.tp import tp_warnings
 from tpcalc.specs import ModelSpec
 from tpcalc.terms import Report, Row, Scalar
@@ -57,9 +57,7 @@ def pick_link(choice: LinkChoice, group: int, stride: int, gpus_per_node: int) -
 
 
 def _common(inputs: Inputs, gpus_per_node: int | None) -> tuple[int, dict[str, Scalar]]:
-    g = inputs.hw.gpus_per_node.value
-    if gpus_per_node is not None:
-        g = positive(gpus_per_node, "--gpus-per-node")
+    g = node_size(gpus_per_node, inputs.hw.gpus_per_node.value)
     return g, {"model": inputs.spec.name, "hardware": inputs.hw.name, "gpus_per_node": g}
 
 

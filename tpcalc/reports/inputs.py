@@ -43,6 +43,11 @@ def parse_tp_list(tp: str | int | list[int] | None, gpus_per_node: int) -> list[
     return [positive(t, "--tp") for t in values]
 
 
+def node_size(gpus_per_node: int | None, hardware_default: int) -> int:
+    """--gpus-per-node, validated, or the hardware config's value."""
+    return hardware_default if gpus_per_node is None else positive(gpus_per_node, "--gpus-per-node")
+
+
 @dataclass(frozen=True)
 class Inputs:
     spec: ModelSpec

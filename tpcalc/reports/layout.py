@@ -45,8 +45,7 @@ def layout_report(
     from tpcalc.calc.layout_report import layout_report as price_layout
     from tpcalc.calc.zero import zero_stage
     from tpcalc.catalog import load_hardware, load_model
-    from tpcalc.reports.cp_ep import node_size
-    from tpcalc.reports.inputs import positive
+    from tpcalc.reports.inputs import node_size, positive
 
     spec, hw = load_model(model), load_hardware(hardware)
     layout = ParallelLayout(
