@@ -144,6 +144,8 @@ def tp_comm_row(
             formula="2 · 2(t-1)/t · M · L",
             source=SRC_FG,
             part_of="send_bytes_per_step",
+            t=t,
+            M=m,
             L=layers,
         ),
         term(
@@ -154,6 +156,8 @@ def tp_comm_row(
             formula="2 · 2(t-1)/t · M · L",
             source=SRC_FG,
             part_of="send_bytes_per_step",
+            t=t,
+            M=m,
             L=layers,
         ),
         term(
@@ -164,6 +168,8 @@ def tp_comm_row(
             formula="2 · 2(t-1)/t · M · L if --recompute full else 0",
             source="Korthikanti et al. 2022 §5 (full recompute repeats the forward)",
             part_of="send_bytes_per_step",
+            t=t,
+            M=m,
             L=layers,
         ),
         term(
