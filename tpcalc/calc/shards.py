@@ -24,6 +24,7 @@ from tpcalc.calc.shards_rules import (
     Split,
     all_valid_tp_sizes,
     kv_split,
+    kv_warning,
     max_t_without_replication,
     padded_vocab,
     split_sizes,
@@ -132,20 +133,6 @@ def _vocab_terms(spec: ModelSpec, t: int, pad: int) -> list[Term]:
         term("vocab_padding_rows", "vocab padding rows", v_pad - v, Unit.count,
              formula="V_pad − V", source=SRC_VOCAB, V_pad=v_pad, V=v),
     ]  # fmt: skip
-
-
-def kv_warning(spec: ModelSpec, t: int) -> str | None:
-    """One line when t > num_key_value_heads forces KV replication (seed 000), else None."""
-    if not uses_kv_heads(spec):
-        return None
-    _, replicas = kv_split(spec, t)
-    if replicas == 1:
-        return None
-    return (
-        f"t={t}: {spec.name} has num_key_value_heads={spec.kv_heads} < t, so each KV head is "
-        f"replicated on {replicas} ranks (K/V weights per rank are {replicas}x an even split); "
-        f"the largest t without replication is {max_t_without_replication(spec)}"
-    )
 
 
 def check_tp(

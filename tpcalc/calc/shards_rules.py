@@ -152,3 +152,17 @@ def padded_vocab(vocab_size: int, t: int, pad_multiple: int = DEFAULT_VOCAB_PAD_
         )
     multiple = pad_multiple * t
     return -(-vocab_size // multiple) * multiple
+
+
+def kv_warning(spec: ModelSpec, t: int) -> str | None:
+    """One line when t > num_key_value_heads forces KV replication (seed 000), else None."""
+    if not uses_kv_heads(spec):
+        return None
+    _, replicas = kv_split(spec, t)
+    if replicas == 1:
+        return None
+    return (
+        f"t={t}: {spec.name} has num_key_value_heads={spec.kv_heads} < t, so each KV head is "
+        f"replicated on {replicas} ranks (K/V weights per rank are {replicas}x an even split); "
+        f"the largest t without replication is {max_t_without_replication(spec)}"
+    )

@@ -12,8 +12,7 @@ from tpcalc.units import Dtype
 
 def tp_warnings(inputs: Inputs) -> list[str]:
     """Impossible splits raise (t must divide the query heads, ...); KV replication only warns."""
-    from tpcalc.calc.shards import kv_warning
-    from tpcalc.calc.shards_rules import require_tp
+    from tpcalc.calc.shards_rules import kv_warning, require_tp
 
     warnings = []
     for t in inputs.tps:
