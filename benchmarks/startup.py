@@ -31,6 +31,12 @@ FLOOR = [sys.executable, "-c", "import typer, pydantic, yaml"]
 # `import pydantic` is lazy (pydantic 2 loads BaseModel on first use), so the floor does not pay
 # for what any pydantic model costs; this informational case shows that share of the gap.
 PYDANTIC_IN_USE = [sys.executable, "-c", "import typer, yaml; from pydantic import BaseModel"]
+# The least any pydantic-validated config costs: one model class built and one instance validated.
+ONE_MODEL_SRC = (
+    "import typer, yaml\nfrom pydantic import BaseModel\n"
+    "class A(BaseModel):\n    x: int\nA(x=1)"
+)
+ONE_MODEL = [sys.executable, "-c", ONE_MODEL_SRC]
 US_PER_S = 1e6
 MS_PER_S = 1e3
 
@@ -91,6 +97,7 @@ def build_cases(cmd_args: list[str]) -> tuple[Case, list[Case]]:
         cases.append(Case("python -m tpcalc --help", help_argv, False, []))
     pydantic_label = "import typer, yaml; from pydantic import BaseModel"
     cases.append(Case(pydantic_label, PYDANTIC_IN_USE, False, []))
+    cases.append(Case("... + one pydantic model built and validated", ONE_MODEL, False, []))
     return floor, cases
 
 
