@@ -124,6 +124,12 @@ def mlp_params(spec: ModelSpec, intermediate: int) -> int:
     return PLAIN_MLP_MATRICES * h * intermediate + (intermediate + h if spec.mlp_bias else 0)
 
 
+def _shared_gate(spec: ModelSpec) -> int:
+    """The [h, 1] sigmoid gate on the shared expert (``shared_expert_gate``), present exactly when
+    ``shared_expert_intermediate_size`` is set: transformers Qwen2MoeSparseMoeBlock, Qwen3-Next."""
+    return spec.hidden_size if spec.shared_expert_intermediate_size is not None else 0
+
+
 def _shared_intermediate(spec: ModelSpec) -> int:
     per_expert = spec.moe_intermediate_size or 0
     return spec.shared_expert_intermediate_size or spec.n_shared_experts * per_expert
@@ -136,7 +142,7 @@ def _ffn_parts(spec: ModelSpec, i: int) -> dict[str, int]:
     experts, shared = spec.n_routed_experts or 0, _shared_intermediate(spec)
     return {
         "routed_expert": experts * mlp_params(spec, spec.moe_intermediate_size or 0),
-        "shared_expert": mlp_params(spec, shared) if shared else 0,
+        "shared_expert": (mlp_params(spec, shared) if shared else 0) + _shared_gate(spec),
         "router": experts * spec.hidden_size + (experts if spec.router_bias else 0),
     }
 
