@@ -7,7 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tpcalc.calc.ep import ep_row, experts_per_rank
-from tpcalc.calc.ep_routing import EpRouting, copies_per_token, max_nodes_per_token, nodes_spanned
+from tpcalc.calc.ep_routing import EpRouting, copies_per_token, max_nodes_per_token
+from tpcalc.calc.links import nodes_spanned
 from tpcalc.calc.params import routed_expert_params
 from tpcalc.calc.states import StateRecipe
 from tpcalc.catalog import load_model

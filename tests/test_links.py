@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tpcalc.calc.layout import ParallelLayout, place_groups
@@ -62,3 +62,19 @@ def test_straddling_tp_group_in_a_layout_and_in_auto_link_choice():
     assert groups["tp"].link is Link.inter_node and groups["tp"].straddles
     assert pick_link(LinkChoice.auto, 4, 1, 6) is Link.inter_node
     assert pick_link(LinkChoice.auto, 4, 1, 8) is Link.intra_node
+
+
+@settings(max_examples=300, deadline=None)
+@given(size=st.integers(1, 40), stride=st.integers(1, 40), gpn=st.integers(1, 16))
+def test_nodes_spanned_matches_enumeration(size, stride, gpn):
+    """The closed form equals enumerating one period of the Megatron placement."""
+    from tpcalc.calc.links import nodes_spanned
+
+    span = size * stride
+    period = math.lcm(span, gpn)
+    brute = max(
+        len({(start + offset + k * stride) // gpn for k in range(size)})
+        for start in range(0, period, span)
+        for offset in range(stride)
+    )
+    assert nodes_spanned(size, stride, gpn) == brute

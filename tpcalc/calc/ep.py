@@ -20,9 +20,8 @@ from tpcalc.calc.ep_routing import (
     a2a_terms,
     copies_per_token,
     max_nodes_per_token,
-    nodes_spanned,
 )
-from tpcalc.calc.links import Link, bandwidth_bytes_per_s
+from tpcalc.calc.links import Link, bandwidth_bytes_per_s, nodes_spanned
 from tpcalc.calc.params import mlp_params
 from tpcalc.calc.states import StateRecipe
 from tpcalc.errors import InputError

@@ -12,7 +12,6 @@ all) travels over NVLink.
 
 from __future__ import annotations
 
-import math
 from enum import Enum
 
 from tpcalc.calc.links import Link, bandwidth_bytes_per_s, latency_s
@@ -37,12 +36,6 @@ class EpRouting(str, Enum):
 def max_nodes_per_token(spec: ModelSpec) -> int | None:
     """M of node-limited routing: ``topk_group`` groups (= nodes in DeepSeek-V3), or None."""
     return spec.topk_group if spec.n_group is not None else None
-
-
-def nodes_spanned(ep: int, stride: int, gpus_per_node: int) -> int:
-    """Nodes one EP group of ``ep`` ranks, ``stride`` ranks apart, spans (node-major ranks)."""
-    members_per_node = max(1, gpus_per_node // stride) if stride < gpus_per_node else 1
-    return math.ceil(ep / min(ep, members_per_node))
 
 
 def copies_per_token(

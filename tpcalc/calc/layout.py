@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpcalc.calc.activations import Recompute
-from tpcalc.calc.links import Link, link_for_group
+from tpcalc.calc.links import Link, link_for_group, nodes_spanned
 from tpcalc.calc.pipeline import Schedule, check_pipeline
 from tpcalc.calc.shards_rules import tp_problem
 from tpcalc.calc.states import StateRecipe
@@ -94,12 +94,6 @@ def group_link(size: int, stride: int, gpus_per_node: int) -> tuple[Link, bool]:
     return link, link is Link.inter_node and size * stride <= gpus_per_node
 
 
-def _nodes(size: int, stride: int, gpus_per_node: int) -> int:
-    if stride >= gpus_per_node:
-        return size
-    return max(1, -(-size * stride // gpus_per_node))
-
-
 def place_groups(layout: ParallelLayout) -> dict[str, Group]:
     """Every dimension's group shape under the Megatron order (see the module docstring)."""
     tp, cp, dp = layout.tp, layout.cp, layout.dp
@@ -114,7 +108,7 @@ def place_groups(layout: ParallelLayout) -> dict[str, Group]:
     out = {}
     for dim, (size, stride) in shapes.items():
         link, straddles = group_link(size, stride, g)
-        out[dim] = Group(dim, size, stride, link, _nodes(size, stride, g), straddles)
+        out[dim] = Group(dim, size, stride, link, nodes_spanned(size, stride, g), straddles)
     return out
 
 
@@ -122,7 +116,9 @@ def expert_dp_group(layout: ParallelLayout) -> Group:
     """Ranks holding the same experts: dp·cp/ep of them, tp·ep apart."""
     size, stride = layout.expert_dp, layout.tp * layout.ep
     link, straddles = group_link(size, stride, layout.gpus_per_node)
-    return Group("edp", size, stride, link, _nodes(size, stride, layout.gpus_per_node), straddles)
+    return Group(
+        "edp", size, stride, link, nodes_spanned(size, stride, layout.gpus_per_node), straddles
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

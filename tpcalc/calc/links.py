@@ -6,6 +6,7 @@ only the bandwidth term: "只算带宽项，未计延迟项"). The seeds' figure
 
 from __future__ import annotations
 
+import math
 from enum import Enum
 
 from tpcalc.specs import HardwareSpec
@@ -16,20 +17,31 @@ class Link(str, Enum):
     inter_node = "ib"  # between nodes, through each GPU's NIC
 
 
-def link_for_group(group_size: int, stride: int, gpus_per_node: int) -> Link:
-    """The slowest link any group of ``group_size`` ranks, ``stride`` ranks apart, crosses.
+def nodes_spanned(group_size: int, stride: int, gpus_per_node: int) -> int:
+    """The most nodes any one group of ``group_size`` ranks, ``stride`` ranks apart, touches.
 
-    Ranks are numbered node-major (rank r sits on node r // gpus_per_node), and the groups of one
-    shape tile the ranks in blocks of span = group_size·stride (Megatron rank order). A block
-    stays inside a node only when the span divides ``gpus_per_node``; a span wider than a node,
-    or one that does not tile it (span 4 on 6-GPU nodes: ranks 4..7 sit on nodes 0 and 1),
-    leaves some group straddling two nodes, so the group kind is priced on the inter-node link.
-    A one-rank group crosses no link.
+    Ranks are numbered node-major (rank r sits on node r // gpus_per_node) and the groups of one
+    shape tile the ranks in blocks of span = group_size·stride, ``stride`` interleaved groups per
+    block (Megatron rank order). With stride ≥ gpus_per_node every member is on its own node.
+    Otherwise no node between a group's first and last member is skipped, so a group starting
+    at node offset r touches (r + (size-1)·stride) // G + 1 nodes; the starts are m·span + o
+    (o < stride), whose offsets reach at most G − gcd(span, G) + stride − 1 (capped at G − 1).
+    Span 4 on 6-GPU nodes: ranks 4..7 sit on nodes 0 and 1, so 2.
     """
     if group_size <= 1:
-        return Link.intra_node
-    span = group_size * stride
-    if span <= gpus_per_node and gpus_per_node % span == 0:
+        return 1
+    if stride >= gpus_per_node:
+        return group_size
+    g = math.gcd(group_size * stride, gpus_per_node)
+    worst_offset = min(gpus_per_node - 1, gpus_per_node - g + stride - 1)
+    return (worst_offset + (group_size - 1) * stride) // gpus_per_node + 1
+
+
+def link_for_group(group_size: int, stride: int, gpus_per_node: int) -> Link:
+    """The slowest link any group of ``group_size`` ranks, ``stride`` ranks apart, crosses: NVLink
+    when every such group sits inside one node (``nodes_spanned`` = 1), else the inter-node link.
+    A one-rank group crosses no link."""
+    if group_size <= 1 or nodes_spanned(group_size, stride, gpus_per_node) == 1:
         return Link.intra_node
     return Link.inter_node
 
