@@ -33,6 +33,13 @@ class Recompute(str, Enum):
     full = "full"
 
 
+class ActivationModel(str, Enum):
+    """Which activation count a result uses (the other is shown beside it where it fits)."""
+
+    paper = "paper"  # Korthikanti et al. 2022 Table 2, the seeds' formula (a GPT-3 layer)
+    exact = "exact"  # per-tensor inventory of what autograd saves (tpcalc.calc.activations_exact)
+
+
 class FullRecomputeSharding(str, Enum):
     """Whether the kept layer input under full recompute is divided by t when SP is on."""
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tpcalc.calc.activations import Recompute
+from tpcalc.calc.activations import ActivationModel, Recompute
 from tpcalc.calc.links import Link, link_for_group, nodes_spanned
 from tpcalc.calc.pipeline import Schedule, check_pipeline
 from tpcalc.calc.shards_rules import tp_problem
@@ -135,6 +135,7 @@ class LayoutRun:
     recompute: Recompute = Recompute.selective
     dtype: Dtype = Dtype.bf16
     with_latency: bool = False
+    activations: ActivationModel = ActivationModel.exact
 
 
 def layout_problems(

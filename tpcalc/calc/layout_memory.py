@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tpcalc.calc.activations import Recompute, paper_layer_terms
+from tpcalc.calc.activations import ActivationModel, Recompute, paper_layer_terms
 from tpcalc.calc.layout import ParallelLayout
 from tpcalc.calc.params import (
     embedding_params,
@@ -91,14 +91,33 @@ class RankMemory:
 
 def layer_activation_bytes(
     spec: ModelSpec, layout: ParallelLayout, *, seq: int, micro_batch: int, sp: bool,
-    recompute: Recompute,
-) -> float:  # fmt: skip
-    """One layer's activations on one rank for one micro-batch (Table 2, s/cp tokens)."""
-    terms = paper_layer_terms(
-        spec, seq=seq // layout.cp, micro_batch=micro_batch, t=layout.tp, sp=sp,
-        recompute=recompute,
-    )  # fmt: skip
-    return float(terms[-1].value)  # type: ignore[arg-type]
+    recompute: Recompute, model: ActivationModel = ActivationModel.exact,
+) -> list[float]:  # fmt: skip
+    """Activations of each decoder layer on one rank for one micro-batch.
+
+    ``paper``: Korthikanti et al. 2022 Table 2 on s/cp tokens, the same for every layer.
+    ``exact``: the per-tensor model (``tpcalc.calc.activations_exact``) for each layer's kind
+    (full / linear attention / MLA, dense / MoE), sharded by tp, SP and cp.
+    """
+    if model is ActivationModel.paper:
+        terms = paper_layer_terms(
+            spec, seq=seq // layout.cp, micro_batch=micro_batch, t=layout.tp, sp=sp,
+            recompute=recompute,
+        )  # fmt: skip
+        return [float(terms[-1].value)] * spec.num_hidden_layers  # type: ignore[arg-type]
+    from tpcalc.calc.activations_exact import (
+        ActivationOptions,
+        exact_activation_terms,
+        layer_kind,
+    )
+
+    options = ActivationOptions(t=layout.tp, cp=layout.cp, sequence_parallel=sp,
+                                recompute=recompute)  # fmt: skip
+    values = {
+        t.key: float(t.value) for t in exact_activation_terms(spec, seq, micro_batch, options)
+    }
+    kinds = [layer_kind(spec, i) for i in range(spec.num_hidden_layers)]
+    return [values[f"exact_{k.replace('+', '_')}_bytes_per_layer"] for k in kinds]
 
 
 def rank_memory(
@@ -113,10 +132,17 @@ def rank_memory(
     recipe: StateRecipe,
     sp: bool,
     recompute: Recompute,
+    activations: ActivationModel = ActivationModel.exact,
 ) -> list[RankMemory]:
     """Memory of every pipeline rank (sources: module docstring)."""
     per_layer = layer_activation_bytes(
-        spec, layout, seq=seq, micro_batch=micro_batch, sp=sp, recompute=recompute
+        spec,
+        layout,
+        seq=seq,
+        micro_batch=micro_batch,
+        sp=sp,
+        recompute=recompute,
+        model=activations,
     )
     layers = rank_layers(spec.num_hidden_layers, layout.pp, vpp)
     out = []
@@ -131,7 +157,7 @@ def rank_memory(
                 expert_params=e,
                 dense_states_bytes=zero_states_bytes(d, recipe, layout.zero, layout.grad_group),
                 expert_states_bytes=zero_states_bytes(e, recipe, layout.zero, layout.expert_dp),
-                activation_bytes=chunks * len(layers[r]) / vpp * per_layer,
+                activation_bytes=chunks / vpp * sum(per_layer[i] for i in layers[r]),
                 in_flight=chunks,
             )
         )

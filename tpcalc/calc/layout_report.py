@@ -52,7 +52,8 @@ def _inputs(spec: ModelSpec, hw: HardwareSpec, lay: ParallelLayout, run: LayoutR
         "dp": lay.dp, "ep": lay.ep, "zero": int(lay.zero), "seq": run.seq,
         "micro_batch": run.micro_batch, "microbatches": run.microbatches,
         "schedule": run.schedule.value, "vpp": run.vpp, "recipe": run.recipe.value,
-        "sp": run.sp, "recompute": run.recompute.value, "dtype": run.dtype.value,
+        "sp": run.sp, "recompute": run.recompute.value, "activations": run.activations.value,
+        "dtype": run.dtype.value,
         "latency": run.with_latency,
     }  # fmt: skip
 
@@ -81,6 +82,7 @@ def layout_report(
     mem = rank_memory(
         spec, layout, seq=run.seq, micro_batch=run.micro_batch, microbatches=run.microbatches,
         vpp=run.vpp, schedule=run.schedule, recipe=run.recipe, sp=run.sp, recompute=run.recompute,
+        activations=run.activations,
     )  # fmt: skip
     worst = max(mem, key=lambda m: m.total_bytes)
     flops = rank_flops(

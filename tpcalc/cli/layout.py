@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from tpcalc.calc.activations import Recompute
+from tpcalc.calc.activations import ActivationModel, Recompute
 from tpcalc.calc.pipeline import Schedule
 from tpcalc.calc.states import StateRecipe
 from tpcalc.cli.common import emit
@@ -75,6 +75,14 @@ def layout(
     recipe: StateRecipeOpt = StateRecipe.zero16,
     sp: SpOpt = True,
     recompute: RecomputeOpt = Recompute.selective,
+    activations: Annotated[
+        ActivationModel,
+        typer.Option(
+            "--activations",
+            help="Activation count per layer: 'exact' (what autograd saves for this "
+            "architecture, flash attention) or 'paper' (Korthikanti Table 2).",
+        ),
+    ] = ActivationModel.exact,
     dtype: DtypeOpt = Dtype.bf16,
     uneven: UnevenOpt = True,
     hardware: HardwareOpt = DEFAULT_HARDWARE,
@@ -105,7 +113,8 @@ def layout(
             model, hardware, tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, zero=zero,
             world_size=world_size, gpus_per_node=gpus_per_node, seq=seq,
             micro_batch=micro_batch, microbatches=microbatches, vpp=vpp, schedule=schedule,
-            recipe=recipe, sp=sp, recompute=recompute, dtype=dtype, allow_uneven=uneven,
+            recipe=recipe, sp=sp, recompute=recompute, activations=activations, dtype=dtype,
+            allow_uneven=uneven,
             with_latency=latency,
         )  # fmt: skip
 

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from tpcalc.calc.activations import FullRecomputeSharding, Recompute
+from tpcalc.calc.activations import ActivationModel, FullRecomputeSharding, Recompute
 from tpcalc.calc.activations_exact.options import AttentionKernel, SoftmaxDtype
 from tpcalc.calc.states import StateRecipe
 from tpcalc.cli.common import emit
@@ -25,7 +25,6 @@ from tpcalc.cli.options import (
     UnitsOpt,
 )
 from tpcalc.render import Format
-from tpcalc.reports.memory import ActivationModel
 from tpcalc.units import ByteUnits
 
 app = typer.Typer()

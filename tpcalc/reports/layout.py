@@ -7,7 +7,7 @@ contributes its cited MFU and a note on its workload.
 
 from __future__ import annotations
 
-from tpcalc.calc.activations import Recompute
+from tpcalc.calc.activations import ActivationModel, Recompute
 from tpcalc.calc.pipeline import Schedule
 from tpcalc.calc.states import StateRecipe
 from tpcalc.terms import Report
@@ -34,6 +34,7 @@ def layout_report(
     recipe: StateRecipe = StateRecipe.zero16,
     sp: bool = True,
     recompute: Recompute = Recompute.selective,
+    activations: ActivationModel = ActivationModel.exact,
     dtype: Dtype = Dtype.bf16,
     allow_uneven: bool = True,
     with_latency: bool = True,
@@ -56,7 +57,7 @@ def layout_report(
         seq=positive(seq, "--seq") if seq is not None else spec.seq_length,
         microbatches=microbatches, micro_batch=positive(micro_batch, "--micro-batch"), vpp=vpp,
         schedule=schedule, recipe=recipe, sp=sp, recompute=recompute, dtype=dtype,
-        with_latency=with_latency,
+        with_latency=with_latency, activations=activations,
     )  # fmt: skip
     example = matching_example(spec.name, layout)
     report = price_layout(

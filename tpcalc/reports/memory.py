@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
-from enum import Enum
 
 from tpcalc.calc.activations import (
+    ActivationModel,
     FullRecomputeSharding,
     Recompute,
     logits_terms,
@@ -19,13 +19,6 @@ from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.terms import Report, Row, Scalar, Term, Unit, term
 
 TOTAL = "total_bytes_per_rank"
-
-
-class ActivationModel(str, Enum):
-    """Which activation count enters the per-rank total; both are always shown side by side."""
-
-    paper = "paper"  # Korthikanti et al. 2022 Table 2, the seeds' formula (a GPT-3 layer)
-    exact = "exact"  # per-tensor inventory of what autograd saves (tpcalc.calc.activations_exact)
 
 
 def _exact_terms(spec: ModelSpec, *, seq: int, micro_batch: int, options, explain: bool):
