@@ -23,7 +23,7 @@ def require_moe(spec: ModelSpec) -> tuple[int, int, int]:
     if not spec.is_moe or spec.num_experts_per_tok is None or spec.moe_intermediate_size is None:
         raise InputError(
             f"model {spec.name} has no routed experts (n_routed_experts is unset): "
-            "expert parallelism needs an MoE model"
+            "expert parallelism needs an MoE model (e.g. -m deepseek-v3, or a MoE config.json)"
         )
     return spec.n_routed_experts or 0, spec.num_experts_per_tok, spec.moe_intermediate_size
 
