@@ -26,10 +26,8 @@ DELTANET_BA = 2  # in_proj_b and in_proj_a: one scalar per value head each
 DELTANET_DECAY = 2  # dt_bias and A_log: one scalar per value head each
 MTP_FC_INPUTS = 2  # MTP fc / eh_proj maps [norm(embedding); norm(hidden)] (2h) to h
 MTP_PRE_NORMS = 2  # enorm + hnorm (DeepSeek) = pre_fc_norm_embedding + pre_fc_norm_hidden (Qwen3.5)
-LAYER_PARTS = (
-    "full_attention", "linear_attention", "dense_mlp",
-    "routed_expert", "shared_expert", "router", "norm",
-)  # fmt: skip
+LAYER_PARTS = ("full_attention", "linear_attention", "dense_mlp", "routed_expert", "shared_expert",
+               "router", "norm")  # fmt: skip
 
 SRC_ATTN = (
     "transformers LlamaAttention q/k/v/o shapes (GQA: Ainslie et al. 2023); Qwen2 qkv bias; "
