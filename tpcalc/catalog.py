@@ -65,6 +65,8 @@ def _read_text(path: Path) -> str:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text; pass a YAML or JSON config file") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
 
@@ -116,7 +118,7 @@ def validation_message(exc: ValidationError, path: Path | str, text: str | None)
     field = ".".join(str(p) for p in loc) or "(top level)"
     line = _line_of(text, loc) if text else None
     where = f"{path}:{line}" if line else f"{path}"
-    msg = first["msg"]
+    msg = first["msg"].removeprefix("Value error, ")  # pydantic's prefix for validator errors
     if first["type"] == "extra_forbidden":
         msg = "unknown key (check the spelling against the built-in configs)"
     elif first["type"] == "missing":

@@ -17,6 +17,7 @@ from enum import Enum
 
 from tpcalc.specs import ModelSpec
 from tpcalc.terms import Term, Unit, term
+from tpcalc.units import Dtype
 
 SRC = "Korthikanti et al. 2022 Table 2"
 UNSPLIT_COEFF = 10  # s·b·h multiples TP leaves whole: norm inputs, dropout masks (§4.2.1)
@@ -188,7 +189,7 @@ def logits_terms(spec: ModelSpec, *, seq: int, micro_batch: int, t: int) -> tupl
         term(
             "logits_bf16_bytes",
             "logits bf16",
-            2 * n,
+            Dtype.bf16.bytes * n,
             Unit.bytes,
             formula="s·b·V·2",
             source=src,
@@ -199,7 +200,7 @@ def logits_terms(spec: ModelSpec, *, seq: int, micro_batch: int, t: int) -> tupl
         term(
             "logits_fp32_bytes",
             "logits fp32",
-            4 * n,
+            Dtype.fp32.bytes * n,
             Unit.bytes,
             formula="s·b·V·4",
             source=src,
@@ -210,7 +211,7 @@ def logits_terms(spec: ModelSpec, *, seq: int, micro_batch: int, t: int) -> tupl
         term(
             "logits_fp32_bytes_per_rank",
             "logits fp32 per rank",
-            4 * n / t,
+            Dtype.fp32.bytes * n / t,
             Unit.bytes,
             formula="s·b·V·4/t",
             source=src,

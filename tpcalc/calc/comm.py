@@ -22,6 +22,7 @@ from tpcalc.units import Dtype
 
 FWD_COLLECTIVES_PER_LAYER = 2  # g after attention and after the MLP (Shoeybi et al. 2019 §3)
 BWD_COLLECTIVES_PER_LAYER = 2  # f before attention and before the MLP
+RING_STEPS_PER_ALL_REDUCE = 2  # reduce-scatter + all-gather, n-1 ring steps each (Patarasuk & Yuan)
 SRC_FG = "Shoeybi et al. 2019 §3 (f and g); seed 003 §7.3.3; seed 000 f/g box"
 SRC_RING = "Patarasuk & Yuan 2009 (ring); seed 003 §7.3.5: 2(t-1)/t per all-reduce"
 SRC_SP = "Korthikanti et al. 2022 §4.2.2: all-reduce = reduce-scatter + all-gather"
@@ -65,7 +66,7 @@ def tp_comm_row(
     n_ar = fwd + bwd + rec
     ar_bytes = ring_factor(Collective.all_reduce, t) * m
     half_bytes = ring_factor(Collective.all_gather, t) * m
-    steps_per_ar = 2 * (t - 1)
+    steps_per_ar = RING_STEPS_PER_ALL_REDUCE * (t - 1)
     step_bytes = n_ar * ar_bytes * layers
     terms: list[Term] = [
         term(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from tpcalc.calc.collectives import Collective, ring_factor
+from tpcalc.calc.comm import RING_STEPS_PER_ALL_REDUCE
 from tpcalc.calc.flops import FLOP_PER_PARAM_TOKEN_BWD, FLOP_PER_PARAM_TOKEN_FWD
 from tpcalc.calc.links import Link, bandwidth_bytes_per_s, transfer_time_s
 from tpcalc.calc.states import check_params
@@ -116,7 +117,7 @@ def dp_terms(
     g = gradient_bytes(params, grad_dtype)
     ring = ring_all_reduce_bytes(g, n)
     bw = bandwidth_bytes_per_s(hw, link)
-    steps = 2 * (n - 1)  # ring all-reduce: n-1 reduce-scatter + n-1 all-gather steps
+    steps = RING_STEPS_PER_ALL_REDUCE * (n - 1)  # n-1 reduce-scatter + n-1 all-gather steps
     buckets = bucket_count(g, bucket_bytes)
     comm_s = transfer_time_s(ring, steps * buckets, hw, link, with_latency=with_latency)
     last = last_bucket_bytes(g, bucket_bytes)

@@ -21,6 +21,7 @@ from tpcalc.calc.ep_routing import (
     copies_per_token,
     max_nodes_per_token,
 )
+from tpcalc.calc.flops import FLOP_PER_PARAM_TOKEN_FWD
 from tpcalc.calc.links import Link, bandwidth_bytes_per_s, nodes_spanned
 from tpcalc.calc.params import mlp_params
 from tpcalc.calc.states import StateRecipe
@@ -30,8 +31,6 @@ from tpcalc.terms import Row, Term, Unit, term
 from tpcalc.units import Dtype
 
 SRC_FLOP = "2 FLOP per weight per token (Kaplan et al. 2020 §2.1), k experts per token"
-
-FLOP_PER_PARAM_TOKEN_FWD = 2
 
 
 # The four all-to-alls of one MoE layer, fwd + bwd: (key, label, which dtype they carry).
@@ -71,7 +70,7 @@ def _routing_terms(
             "nodes the EP group spans (N)",
             nodes,
             Unit.count,
-            formula="ceil(ep / members per node)",
+            formula="nodes_spanned(ep, stride, gpus_per_node)",
             source="node-major rank numbering (links.py)",
             ep=ep,
             stride=stride,

@@ -3,7 +3,9 @@
 6·N·tokens: forward 2N and backward 4N FLOP per token (Kaplan et al. 2020 §2.1; Narayanan et al.
 2021 §5.1). Which N is an explicit convention: seed 003 §7.3.5 (table 7-7) uses all parameters,
 seed 000 uses "matmul" parameters. The optional attention-score term is the s² part of
-Narayanan et al. 2021 Eq. 3: 72·B·s·l·h²·(s/6h) = 12·B·s²·l·h (QKᵀ and score·V, fwd + bwd).
+Narayanan et al. 2021 Eq. 3, 96·B·s·l·h²·(s/6h), which counts the recompute forward too;
+without it (3 passes, not 4) 72·B·s·l·h²·(s/6h) = 12·B·s²·l·h (QKᵀ and score·V, fwd + bwd),
+as Megatron-LM training.py num_floating_point_operations counts it (the s/h term).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from tpcalc.terms import Term, Unit, term
 
 FLOP_PER_PARAM_TOKEN_FWD = 2  # one multiply-add per weight per token
 FLOP_PER_PARAM_TOKEN_BWD = 4  # grads w.r.t. inputs and weights: twice the forward
-ATTN_SCORE_FLOP_COEFF = 12  # Narayanan et al. 2021 Eq. 3: 4·s²·h forward (QKᵀ, A·V) × 3
+ATTN_SCORE_FLOP_COEFF = 12  # 4·s²·h forward (QKᵀ, A·V) × 3 passes (Narayanan Eq. 3 has × 4)
 
 SRC_6N = "Kaplan et al. 2020 §2.1; Narayanan et al. 2021 §5.1; seed 003 §7.3.5 table 7-7"
 
@@ -80,7 +82,7 @@ def flops_terms(
                 attn,
                 Unit.flop,
                 formula="12·b·s²·(n_h·d_h)·L_full/t",
-                source="Narayanan et al. 2021 Eq. 3",
+                source="Narayanan et al. 2021 Eq. 3 (s/6h term) without the recompute pass",
                 part_of="flop_per_rank",
                 b=micro_batch,
                 s=seq,

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from tpcalc.calc.activations import Recompute
 from tpcalc.calc.collectives import Collective, ring_factor
-from tpcalc.calc.comm import collectives_per_layer, message_bytes
+from tpcalc.calc.comm import RING_STEPS_PER_ALL_REDUCE, collectives_per_layer, message_bytes
 from tpcalc.calc.cp import cp_row
 from tpcalc.calc.ep import ep_row
 from tpcalc.calc.layout import Group, LayoutRun, ParallelLayout
@@ -33,7 +33,6 @@ SRC_CP = "Liu et al. 2023 Ring Attention §3: transfer hidden when compute per b
 SRC_PP = "Narayanan et al. 2021 §4.1: s·b·h/t per send with scatter/gather; counted exposed"
 SRC_DP = "ZeRO §7.2 per stage; Li et al. 2020 (DDP) §3.2.3: overlap with the last backward"
 SRC_EP = "GShard §2.2 all-to-alls; DeepSeek-V3 §3.2.1: DualPipe overlaps them with compute"
-RING_STEPS_PER_ALL_REDUCE = 2  # reduce-scatter then all-gather, each t-1 ring steps
 
 # The overlap assumption of each dimension, echoed in its row (see the module docstring).
 OVERLAP = {
@@ -194,7 +193,8 @@ def dimension_row(group: Group, cost: DimCost, inputs: dict[str, Scalar]) -> Row
         term("stride", "rank distance", group.stride, Unit.count, formula="Megatron order",
              source="Megatron-LM parallel_state.py (tp-cp-ep-dp-pp)"),
         term("nodes_spanned", "nodes one group spans", group.nodes, Unit.count,
-             formula="ceil(size·stride / gpus_per_node)", source="node-major GPU numbering"),
+             formula="nodes_spanned(size, stride, gpus_per_node)",
+             source="tpcalc.calc.links.nodes_spanned"),
         term("link", "link", link, Unit.text, formula="slowest link the group crosses",
              source="tpcalc.calc.links.link_for_group"),
         term("overlap", "overlap assumption", cost.overlap, Unit.text,

@@ -31,6 +31,7 @@ SRC_INFLIGHT = (
 DUALPIPE_PARAM_COPIES = 2
 DUALPIPE_EXTRA_IN_FLIGHT = 1  # Table 2: activation PP+1 micro-batches
 DUALPIPE_DIRECTIONS = 2  # micro-batches split evenly between the two directions
+P2P_SENDS_PER_MICROBATCH = 2  # its activation forward and its gradient backward (seed 000)
 
 
 class Schedule(str, Enum):
@@ -94,7 +95,8 @@ def check_pipeline(
         if p % DUALPIPE_DIRECTIONS:
             raise DivisibilityError(f"DualPipe needs an even pp, got pp={p}")
         if m % DUALPIPE_DIRECTIONS or m < DUALPIPE_DIRECTIONS * p:
-            raise InputError(f"DualPipe needs an even microbatches >= 2·pp={2 * p}, got {m}")
+            need = DUALPIPE_DIRECTIONS * p
+            raise InputError(f"DualPipe needs an even microbatches >= 2·pp={need}, got {m}")
 
 
 def chunk_layer_counts(num_layers: int, chunks: int) -> tuple[int, ...]:
@@ -163,7 +165,7 @@ def p2p_sends_per_rank(schedule: Schedule, p: int, m: int, v: int) -> int:
     """Activations plus gradients a middle rank sends per step: 2·m per chunk it holds."""
     if p == 1:
         return 0
-    return 2 * m * (v if schedule is Schedule.interleaved else 1)
+    return P2P_SENDS_PER_MICROBATCH * m * (v if schedule is Schedule.interleaved else 1)
 
 
 def bubble_time_s(schedule: Schedule, p: int, m: int, times: StageTimes, v: int = 1) -> float:

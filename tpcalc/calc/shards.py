@@ -19,6 +19,7 @@ from fractions import Fraction
 
 from pydantic import BaseModel, ConfigDict
 
+from tpcalc.calc.params import KV_PROJECTIONS
 from tpcalc.calc.shards_rules import (
     DEFAULT_VOCAB_PAD_MULTIPLE,
     Split,
@@ -102,8 +103,8 @@ def _kv_terms(spec: ModelSpec, t: int, ws: tuple[ShardedWeight, ...], dtype: Dty
     layers = k_proj.instances
     h_in = k_proj.rows + any(w.weight == "b_K" for w in ws)  # a bias is one more input row
     common = {"L": layers, "h_in": h_in, "d": d, "bytes": dtype.bytes}
-    held = 2 * layers * h_in * d * per_rank * dtype.bytes
-    even = Fraction(2 * layers * h_in * d * n_kv * dtype.bytes, t)
+    held = KV_PROJECTIONS * layers * h_in * d * per_rank * dtype.bytes
+    even = Fraction(KV_PROJECTIONS * layers * h_in * d * n_kv * dtype.bytes, t)
     return [
         term("kv_heads_per_rank", "KV heads per rank", per_rank, Unit.count,
              formula="n_kv / t if t < n_kv else 1", source=SRC_KV, n_kv=n_kv, t=t),

@@ -78,7 +78,7 @@ def recipe_bytes(recipe: StateRecipe) -> StateBytes:
 
 
 def check_params(params: int, what: str = "params") -> None:
-    """Raise InputError unless a parameter count is a positive integer."""
+    """Raise InputError unless a parameter count is zero or positive."""
     if params < 0:
         raise InputError(f"{what}={params} must be zero or positive")
 
