@@ -161,3 +161,47 @@ def test_cli_hf_config_json(cli, tmp_path):
     path.write_text(json.dumps(cfg))
     rows = json.loads(cli("comm", "-m", str(path), "-t", "8", "-f", "json").out)
     assert rows[0]["model"] == "Meta-Llama-3-8B" and rows[0]["seq"] == 8192
+
+
+def test_misspelt_key_is_named_before_the_missing_one(tmp_path):
+    path = _edited(tmp_path, hidden_size=None, hidden_sizee=8192)
+    with pytest.raises(ConfigError, match=r"hidden_sizee: unknown key .*\(\+1 more\)"):
+        load_model(str(path))
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"intra_node_latency_s": -1e-6}, "greater than or equal to 0"),
+        ({"memory_bytes": float("inf")}, "finite number"),
+    ],
+)
+def test_hardware_rejects_negative_latency_and_infinity(tmp_path, changes, message):
+    data = yaml.safe_load((BUILTIN / "hardware" / "h100-sxm.yaml").read_text())
+    for key, value in changes.items():
+        data[key]["value"] = value
+    path = tmp_path / "hw.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(ConfigError, match=message):
+        load_hardware(str(path))
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"num_experts_per_tok": 300}, "num_experts_per_tok=300 exceeds n_routed_experts=256"),
+        ({"topk_group": 9}, "topk_group=9 exceeds n_group=8"),
+    ],
+)
+def test_moe_routing_must_be_possible(tmp_path, changes, message):
+    data = yaml.safe_load((BUILTIN / "models" / "deepseek-v3.yaml").read_text())
+    data.update(changes)
+    path = tmp_path / "moe.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(ConfigError, match=message):
+        load_model(str(path))
+
+
+def test_empty_entry_in_a_t_list_is_an_error(cli):
+    r = cli("comm", "-t", "1,,2")
+    assert r.code == 1 and "give an integer or a list like 1,2,4,8" in r.err

@@ -151,3 +151,8 @@ def test_figures_filters(cli):
     assert rows and all(r["seed"] == "003" for r in rows)
     r = cli("figures", "--id", "nope")
     assert r.code == 1 and "no figure 'nope'" in r.err
+
+
+def test_unknown_seed_is_a_usage_error(cli):
+    r = cli("figures", "--seed", "001")
+    assert r.code == 2 and r.out == "" and "'001' is not one of '000', '003'" in r.err

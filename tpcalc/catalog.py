@@ -113,7 +113,8 @@ def _line_of(text: str, loc: tuple[Any, ...]) -> int | None:
 def validation_message(exc: ValidationError, path: Path | str, text: str | None) -> str:
     """One line for a pydantic error: 'file:line: field.path: message (+N more)'."""
     errors = exc.errors()
-    first = errors[0]
+    # A misspelt key shows up twice: as unknown and as the real key missing. Name the typo first.
+    first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = tuple(first["loc"])
     field = ".".join(str(p) for p in loc) or "(top level)"
     line = _line_of(text, loc) if text else None

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from enum import Enum
 
+from tpcalc.errors import InputError
+
 
 class Collective(str, Enum):
     all_reduce = "all-reduce"
@@ -37,7 +39,7 @@ def ring_factor(collective: Collective, n: int) -> float:
     n = 1 moves nothing.
     """
     if n < 1:
-        raise ValueError(f"group size must be >= 1, got {n}")
+        raise InputError(f"a collective's group size must be a positive integer, got {n}")
     if n == 1:
         return 0.0
     if collective is Collective.all_reduce:

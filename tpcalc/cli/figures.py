@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Annotated
 
 import typer
@@ -13,10 +14,17 @@ from tpcalc.render import Format
 app = typer.Typer()
 
 
+class Seed(str, Enum):
+    """The two source documents."""
+
+    lesson = "000"  # the TP lesson (Qwen3.8, H800 links)
+    book = "003"  # llm_internals §7.3 (Llama 3 70B, H100 links)
+
+
 @app.command()
 def figures(
     seed: Annotated[
-        str | None, typer.Option("--seed", help="Only one document: 000 or 003.")
+        Seed | None, typer.Option("--seed", help="Only one document: 000 or 003.")
     ] = None,
     ids: Annotated[
         list[str] | None, typer.Option("--id", help="Only this figure id (repeatable).")
@@ -39,7 +47,7 @@ def figures(
     def build():
         from tpcalc.reports.figures import figures_report
 
-        return figures_report(seed=seed, ids=ids)
+        return figures_report(seed=seed.value if seed else None, ids=ids)
 
     report = emit(build, fmt, explain=explain)
     if report is not None and report.warnings:

@@ -22,13 +22,16 @@ def _raw(value):
 
 def figures_report(seed: str | None = None, ids: list[str] | None = None) -> Report:
     """One row per figure: printed text, computed text at the same precision, status."""
+    from tpcalc.errors import InputError
+
+    seeds = sorted({f.seed for f in all_figures()})
+    if seed is not None and seed not in seeds:
+        raise InputError(f"no seed document {seed!r}; use one of {', '.join(seeds)}")
     figures = [f for f in all_figures() if seed is None or f.seed == seed]
     if ids:
         known = {f.id for f in figures}
         unknown = [i for i in ids if i not in known]
         if unknown:
-            from tpcalc.errors import InputError
-
             raise InputError(f"no figure {unknown[0]!r}; 'tpcalc figures' lists the ids")
         figures = [f for f in figures if f.id in ids]
     rows = []

@@ -33,7 +33,7 @@ def parse_tp_list(tp: str | int | list[int] | None, gpus_per_node: int) -> list[
         values = [tp]
     elif isinstance(tp, str):
         try:
-            values = [int(v) for v in tp.replace(" ", "").split(",") if v]
+            values = [int(v) for v in tp.replace(" ", "").split(",")]
         except ValueError:
             raise InputError(f"--tp {tp!r}: give an integer or a list like 1,2,4,8") from None
     else:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 
 class Sourced(BaseModel):
@@ -10,7 +10,7 @@ class Sourced(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    value: PositiveFloat
+    value: float = Field(gt=0, allow_inf_nan=False)
     source: str
 
 
@@ -22,11 +22,11 @@ class SourcedCount(BaseModel):
 
 
 class SourcedSeconds(BaseModel):
-    """A latency: zero is allowed (the seeds price bandwidth only)."""
+    """A latency: zero is allowed (the seeds price bandwidth only), negative is not."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    value: float
+    value: float = Field(ge=0, allow_inf_nan=False)
     source: str
 
 

@@ -153,6 +153,18 @@ class ModelSpec(BaseModel):
                 f"first_k_dense_replace={self.first_k_dense_replace} exceeds "
                 f"num_hidden_layers={self.num_hidden_layers}"
             )
+        k, experts = self.num_experts_per_tok, self.n_routed_experts
+        if k is not None and experts is not None and k > experts:
+            raise ValueError(
+                f"num_experts_per_tok={k} exceeds n_routed_experts={experts}: a token cannot "
+                "be routed to more experts than exist"
+            )
+        if (
+            self.topk_group is not None
+            and self.n_group is not None
+            and (self.topk_group > self.n_group)
+        ):
+            raise ValueError(f"topk_group={self.topk_group} exceeds n_group={self.n_group}")
         return self
 
     # ---- resolved views (derived, never stored) ----
