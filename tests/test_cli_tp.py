@@ -136,3 +136,8 @@ def test_every_command_has_help(cli):
 def test_bare_tpcalc_prints_help(cli):
     r = cli()
     assert r.code == 0 and "Commands" in r.out
+
+
+def test_missing_option_value_points_at_the_command_help(cli):
+    r = cli("comm", "-t")
+    assert r.code == 2 and r.err.strip().endswith("(see 'tpcalc comm --help')")

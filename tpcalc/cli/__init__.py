@@ -93,9 +93,10 @@ def main(argv: list[str] | None = None) -> None:
             sys.stdout.write(exc.format_message() + "\n")
             sys.exit(0)
         ctx = getattr(exc, "ctx", None)
-        where = (
-            f"tpcalc {ctx.info_name}" if ctx is not None and ctx.parent is not None else "tpcalc"
-        )
+        if ctx is not None and ctx.parent is not None:
+            where = f"tpcalc {ctx.info_name}"
+        else:  # errors raised while parsing a command's options carry the group's context
+            where = f"tpcalc {command}" if command in COMMANDS else "tpcalc"
         message = exc.format_message().replace("Value error, ", "")
         sys.stderr.write(f"Error: {message} (see '{where} --help')\n")
         sys.exit(2)
