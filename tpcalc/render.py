@@ -52,7 +52,9 @@ def pick_scale(values: Sequence[Scalar], unit: Unit, byte_units: ByteUnits) -> t
     """The largest prefix in which the column's largest magnitude is at least 1."""
     scales = _scales(unit, byte_units)
     if scales is None:
-        return 1.0, {Unit.ratio: "", Unit.count: "", Unit.text: ""}.get(unit, unit.value)
+        return 1.0, {Unit.ratio: "", Unit.count: "", Unit.text: "", Unit.times: "×"}.get(
+            unit, unit.value
+        )
     nums = [abs(float(v)) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
     biggest = max(nums, default=0.0)
     for factor, name in scales:

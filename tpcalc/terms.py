@@ -28,7 +28,8 @@ class Unit(str, Enum):
     flop_per_s = "FLOP/s"
     bytes_per_s = "bytes/s"
     count = "count"
-    ratio = "ratio"
+    ratio = "ratio"  # a share, shown as a percentage (NVLink time / compute = 15%)
+    times = "times"  # a multiple, shown as 3.4× (all-gather bytes / all-reduce bytes)
     params = "params"
     text = "text"
 

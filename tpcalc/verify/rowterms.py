@@ -181,9 +181,9 @@ def ratio_terms(
             ),
             term(
                 f"{conv.value}_ratio",
-                f"ratio ({conv.value}, ×)",
+                f"ratio ({conv.value})",
                 ag / ar if ar else None,
-                Unit.count,
+                Unit.times,
                 formula=RATIO_FORMULA[conv],
                 source=SRC_RATIO,
                 I=spec.intermediate_size,
