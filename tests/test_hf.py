@@ -196,3 +196,27 @@ def test_qwen35_wrapper_tie_wins():
     s = model_from_hf_config(d, source_path="t.json")
     assert s.tie_word_embeddings and lm_head_params(s) == 0
     assert total_params(s) == 27_781_427_952 - 248320 * 5120
+
+
+@pytest.mark.parametrize("change", [{"decoder_sparse_step": 2}, {"mlp_only_layers": [0, 1]}])
+def test_qwen3_moe_active_params_follow_the_layer_placement(change):
+    from tpcalc.calc.params import active_layer_params, layer_params, mlp_params
+    from tpcalc.calc.pipeline_terms import flop_stage_times, stage_matmul_params
+    from tpcalc.catalog import load_hardware
+
+    s = model_from_hf_config(data("qwen3-30b-a3b") | change, source_path="q.json")
+    idle_expert_params = (128 - 8) * mlp_params(s, 768)  # E - k experts of 3·h·768 each
+    for i in range(s.num_hidden_layers):
+        dense = not s.is_moe_layer(i)
+        # a dense layer multiplies all its weights; an MoE layer skips its E - k idle experts
+        expected = layer_params(s, i) - (0 if dense else idle_expert_params)
+        assert active_layer_params(s, i) == expected > 0
+    # independent count: everything but MTP/declared parts, minus the idle experts of MoE layers
+    independent = total_params(s) - mtp_params(s) - s.moe_layers * idle_expert_params
+    assert active_params(s) == independent
+    head = s.vocab_size * s.hidden_size  # the LM head multiplies V·h; no embedding lookup
+    stages = stage_matmul_params(s, 4, 1)
+    assert sum(stages) == independent - embedding_params(s) - lm_head_params(s) + head
+    assert min(stages) > 0
+    times = flop_stage_times(s, load_hardware("h100-sxm"), p=4, v=1, tokens=4096, tp=1)
+    assert times.forward_s > 0 and times.backward_weight_s > 0

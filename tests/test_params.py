@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tpcalc.calc.param_terms import param_terms
 from tpcalc.calc.params import (
     ParamConvention,
     active_params,
@@ -14,7 +15,6 @@ from tpcalc.calc.params import (
     lm_head_params,
     matmul_params,
     mtp_params,
-    param_terms,
     params_for,
     routed_expert_params,
     total_params,

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from tpcalc.calc import pipeline as pp
 from tpcalc.calc.links import Link
 from tpcalc.calc.params import (
+    active_layer_params,
     active_params,
     embedding_params,
     final_norm_params,
@@ -20,7 +21,6 @@ from tpcalc.calc.params import (
 )
 from tpcalc.calc.pipeline import EQUAL_TIMES, Schedule, StageTimes
 from tpcalc.calc.pipeline_terms import (
-    active_layer_params,
     pipeline_terms,
     stage_matmul_params,
     stage_params,

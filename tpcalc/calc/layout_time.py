@@ -22,7 +22,7 @@ from tpcalc.calc.flops import (
 )
 from tpcalc.calc.layout import ParallelLayout
 from tpcalc.calc.layout_memory import rank_layers
-from tpcalc.calc.params import layer_params, mlp_params
+from tpcalc.calc.params import active_layer_params, lm_head_matmul_params
 from tpcalc.calc.pipeline import StageTimes
 from tpcalc.specs import ModelSpec
 
@@ -32,20 +32,6 @@ FLOP_PER_PARAM_TOKEN = FLOP_PER_PARAM_TOKEN_FWD + FLOP_PER_PARAM_TOKEN_BWD
 # The weight-gradient half of the backward (W) and the input-gradient half (B) cost the same
 # (Qi et al. 2023 §2: F = B = W for matmuls).
 BWD_PARTS = 2
-
-
-def active_layer_params(spec: ModelSpec, i: int) -> int:
-    """Parameters of layer i one token multiplies: all but the routed experts it skips."""
-    n = layer_params(spec, i)
-    if spec.is_moe_layer(i):
-        idle = (spec.n_routed_experts or 0) - (spec.num_experts_per_tok or 0)
-        n -= idle * mlp_params(spec, spec.moe_intermediate_size or 0)
-    return n
-
-
-def lm_head_matmul_params(spec: ModelSpec) -> int:
-    """The LM head multiplies V·h weights per token even when tied to the embedding."""
-    return spec.vocab_size * spec.hidden_size
 
 
 def active_matmul_params(spec: ModelSpec) -> int:

@@ -12,7 +12,6 @@ from enum import Enum
 
 from tpcalc.errors import InputError
 from tpcalc.specs import ModelSpec
-from tpcalc.terms import Term, Unit, term
 
 NORMS_PER_LAYER = 2  # input_layernorm + post_attention_layernorm
 LAYERNORM_TENSORS = 2  # LayerNorm has weight and bias; RMSNorm has weight only
@@ -28,24 +27,6 @@ MTP_FC_INPUTS = 2  # MTP fc / eh_proj maps [norm(embedding); norm(hidden)] (2h) 
 MTP_PRE_NORMS = 2  # enorm + hnorm (DeepSeek) = pre_fc_norm_embedding + pre_fc_norm_hidden (Qwen3.5)
 LAYER_PARTS = ("full_attention", "linear_attention", "dense_mlp", "routed_expert", "shared_expert",
                "router", "norm")  # fmt: skip
-
-SRC_ATTN = (
-    "transformers LlamaAttention q/k/v/o shapes (GQA: Ainslie et al. 2023); Qwen2 qkv bias; "
-    "Qwen3 q_norm/k_norm; Qwen3-Next/Qwen3.5 attn_output_gate doubles q_proj"
-)
-SRC_MLA = "DeepSeek-V3 report (arXiv 2412.19437) §2.1.1 eqs. 1-11; transformers DeepseekV3Attention"
-SRC_DELTANET = "Gated DeltaNet (arXiv 2412.06464); transformers Qwen3_5GatedDeltaNet shapes"
-SRC_MLP = "SwiGLU (arXiv 2002.05202) gate/up/down; GPT 4h MLP (Megatron, arXiv 2104.04473 eq. 2)"
-SRC_MOE = "DeepSeek-V3 §2.1.2 (routed + shared experts, gate with bias); Mixtral arXiv 2401.04088"
-SRC_EMB = "Megatron (Narayanan et al. 2021, arXiv 2104.04473) eq. 2: V·h embedding and output layer"
-SRC_MTP = (
-    "DeepSeek-V3 §2.2 (MTP module: norms, projection, one block; embedding and head shared); "
-    "Qwen3.5 mtp.fc / pre_fc_norm_* / layers.0 / norm"
-)
-SRC_MATMUL = (
-    "seed 000 §张量并行: 6 × 25,624,600,064 × 4,096, only matmul parameters "
-    "(drop the lookup-only embedding, the vision tower and MTP)"
-)
 
 
 class ParamConvention(str, Enum):
@@ -128,16 +109,19 @@ def _shared_gate(spec: ModelSpec) -> int:
     return spec.hidden_size if spec.shared_expert_intermediate_size is not None else 0
 
 
-def _shared_intermediate(spec: ModelSpec) -> int:
-    per_expert = spec.moe_intermediate_size or 0
-    return spec.shared_expert_intermediate_size or spec.n_shared_experts * per_expert
+def shared_expert_intermediate(spec: ModelSpec) -> int:
+    """Width of the shared-expert MLP: Qwen's shared_expert_intermediate_size, else DeepSeek's
+    n_shared_experts × moe_intermediate_size (transformers DeepseekV3MoE.shared_experts)."""
+    if spec.shared_expert_intermediate_size is not None:
+        return spec.shared_expert_intermediate_size
+    return spec.n_shared_experts * (spec.moe_intermediate_size or 0)
 
 
 def _ffn_parts(spec: ModelSpec, i: int) -> dict[str, int]:
     """Layer i's FFN: a dense MLP, or routed + shared experts + router (DeepSeek-V3 §2.1.2)."""
     if not spec.is_moe_layer(i):
         return {"dense_mlp": mlp_params(spec, spec.intermediate_size)}
-    experts, shared = spec.n_routed_experts or 0, _shared_intermediate(spec)
+    experts, shared = spec.n_routed_experts or 0, shared_expert_intermediate(spec)
     return {
         "routed_expert": experts * mlp_params(spec, spec.moe_intermediate_size or 0),
         "shared_expert": (mlp_params(spec, shared) if shared else 0) + _shared_gate(spec),
@@ -163,7 +147,23 @@ def layer_params(spec: ModelSpec, i: int) -> int:
     return sum(_layer_parts(spec, i).values())
 
 
-def _summed_parts(spec: ModelSpec) -> dict[str, int]:
+def routed_layer_params(spec: ModelSpec, i: int) -> int:
+    """Routed-expert parameters of layer i: E·P_mlp(I_moe) on an MoE layer, else 0."""
+    return _ffn_parts(spec, i).get("routed_expert", 0)
+
+
+def active_layer_params(spec: ModelSpec, i: int) -> int:
+    """Parameters of layer i one token multiplies: all but the E − k routed experts it is not
+    sent to, on the layers ``spec.is_moe_layer`` marks (DeepSeek-V3 report §1, 37B active)."""
+    n = layer_params(spec, i)
+    if spec.is_moe_layer(i):
+        idle = (spec.n_routed_experts or 0) - (spec.num_experts_per_tok or 0)
+        n -= idle * mlp_params(spec, spec.moe_intermediate_size or 0)
+    return n
+
+
+def summed_layer_parts(spec: ModelSpec) -> dict[str, int]:
+    """Each LAYER_PARTS entry summed over all decoder layers."""
     out = dict.fromkeys(LAYER_PARTS, 0)
     for i in range(spec.num_hidden_layers):
         for k, v in _layer_parts(spec, i).items():
@@ -212,7 +212,7 @@ def decoder_params(spec: ModelSpec) -> int:
 def routed_expert_params(spec: ModelSpec) -> int:
     """Routed experts over all MoE layers (DeepSeek-V3: 58 × 256 × 3 × 7168 × 2048 = 653.9e9,
     seed 000 §专家并行)."""
-    return _summed_parts(spec)["routed_expert"]
+    return summed_layer_parts(spec)["routed_expert"]
 
 
 def total_params(spec: ModelSpec) -> int:
@@ -230,70 +230,22 @@ def total_params(spec: ModelSpec) -> int:
 def matmul_params(spec: ModelSpec) -> int:
     """Seed 000's count: decoder layers + final norm + LM head matrix (V·h even when tied, since
     the shared matrix still multiplies as the head); seed 000 §张量并行."""
-    return decoder_params(spec) + final_norm_params(spec) + spec.vocab_size * spec.hidden_size
+    return decoder_params(spec) + final_norm_params(spec) + lm_head_matmul_params(spec)
+
+
+def lm_head_matmul_params(spec: ModelSpec) -> int:
+    """The LM head multiplies V·h weights per token even when tied to the embedding."""
+    return spec.vocab_size * spec.hidden_size
 
 
 def active_params(spec: ModelSpec) -> int:
-    """Parameters one token touches in the main model: all but the routed experts it skips
-    (k of E per MoE layer); MTP and declared parts left out. DeepSeek-V3 report §1 ("37B
-    activated"). Its 37,552,297,472 (input embedding included) matches model-facts' 37.55e9."""
-    n = total_params(spec) - mtp_params(spec) - declared_params(spec)
-    if spec.is_moe:
-        idle = (spec.n_routed_experts or 0) - (spec.num_experts_per_tok or 0)
-        n -= spec.moe_layers * idle * mlp_params(spec, spec.moe_intermediate_size or 0)
-    return n
+    """Parameters one token touches in the main model: embedding + ``active_layer_params`` of
+    every layer + final norm + LM head (MTP and declared parts left out). DeepSeek-V3 report §1
+    ("37B activated"): 37,552,297,472 (input embedding included), model-facts' 37.55e9."""
+    layers = sum(active_layer_params(spec, i) for i in range(spec.num_hidden_layers))
+    return embedding_params(spec) + layers + final_norm_params(spec) + lm_head_params(spec)
 
 
 def params_for(spec: ModelSpec, convention: ParamConvention) -> int:
     """N for 6·N·tokens under the chosen convention (see ParamConvention)."""
     return total_params(spec) if convention is ParamConvention.all else matmul_params(spec)
-
-
-def param_terms(spec: ModelSpec) -> tuple[Term, ...]:
-    """The breakdown: parts with ``part_of="total_params"``, the total, then matmul and active
-    counts (not parts). Each term carries its own formula, inputs and source."""
-    s, h, V = _summed_parts(spec), spec.hidden_size, spec.vocab_size
-    L_moe, E = spec.moe_layers, spec.n_routed_experts or 0
-    L_lin = spec.linear_attention_layers
-    # (key, label, value, formula, source, inputs)
-    # fmt: off
-    rows: list[tuple[str, str, int, str, str, dict]] = [
-        ("embedding", "input embedding", embedding_params(spec), "V·h", SRC_EMB, {"V": V, "h": h}),
-        ("full_attention", "full-attention blocks", s["full_attention"], "L_full · P_attn",
-         SRC_MLA if spec.is_mla else SRC_ATTN,
-         {"L_full": spec.full_attention_layers, "P_attn": attention_params(spec)}),
-        ("linear_attention", "linear-attention blocks", s["linear_attention"],
-         "L_linear · P_linear", SRC_DELTANET,
-         {"L_linear": L_lin, "P_linear": linear_attention_params(spec) if L_lin else 0}),
-        ("dense_mlp", "dense MLPs", s["dense_mlp"], "L_dense · P_mlp(I)", SRC_MLP,
-         {"L_dense": spec.dense_layers, "I": spec.intermediate_size, "gated": spec.gated_mlp}),
-        ("routed_expert", "routed experts", s["routed_expert"], "L_moe · E · P_mlp(I_moe)", SRC_MOE,
-         {"L_moe": L_moe, "E": E, "I_moe": spec.moe_intermediate_size or 0}),
-        ("shared_expert", "shared experts", s["shared_expert"], "L_moe · P_mlp(I_shared)", SRC_MOE,
-         {"L_moe": L_moe, "I_shared": _shared_intermediate(spec)}),
-        ("router", "routers", s["router"], "L_moe · E · (h + bias)", SRC_MOE,
-         {"L_moe": L_moe, "E": E, "h": h, "bias": int(spec.router_bias)}),
-        ("norm", "layer norms", s["norm"], "L · 2 · norm(h)", SRC_ATTN,
-         {"L": spec.num_hidden_layers, "h": h, "layernorm": spec.uses_layernorm}),
-        ("final_norm", "final norm", final_norm_params(spec), "norm(h)", SRC_ATTN, {"h": h}),
-        ("lm_head", "LM head", lm_head_params(spec), "0 if tied else V·h", SRC_EMB,
-         {"V": V, "h": h, "tied": spec.tie_word_embeddings}),
-        ("mtp", "MTP modules", mtp_params(spec), "n_mtp · (2h·h + 3·norm(h) + P_layer)", SRC_MTP,
-         {"n_mtp": spec.mtp_layers, "h": h}),
-    ]
-    rows += [
-        (d.name, f"{d.name.replace('_', ' ')} (declared)", d.params, "declared", d.source, {})
-        for d in spec.tpcalc.declared_parts
-    ]
-    parts = [term(f"{k}_params", lbl, v, Unit.params, formula=f, source=src,
-                  part_of="total_params", **inp) for k, lbl, v, f, src, inp in rows]
-    return (
-        *parts,
-        term("total_params", "total", sum(r[2] for r in rows), Unit.params,
-             formula="sum of the parts", source="sum of the terms above"),
-        term("matmul_params", "matmul parameters", matmul_params(spec), Unit.params,
-             formula="decoder layers + final norm + V·h", source=SRC_MATMUL),
-        term("active_params", "active per token", active_params(spec), Unit.params,
-             formula="total − MTP − declared − L_moe·(E − k)·P_mlp(I_moe)", source=SRC_MOE,
-             L_moe=L_moe, E=E, k=spec.num_experts_per_tok or 0),
-    )

@@ -14,12 +14,13 @@ from tpcalc.calc.dp import (
 )
 from tpcalc.calc.links import Link, transfer_time_s
 from tpcalc.calc.params import (
+    active_layer_params,
     declared_params,
     embedding_params,
     final_norm_params,
     layer_params,
+    lm_head_matmul_params,
     lm_head_params,
-    mlp_params,
     mtp_params,
 )
 from tpcalc.calc.pipeline import Schedule, StageTimes
@@ -45,24 +46,13 @@ def stage_params(spec: ModelSpec, p: int, v: int, schedule: Schedule) -> tuple[i
     )  # fmt: skip
 
 
-def active_layer_params(spec: ModelSpec, i: int) -> int:
-    """Parameters of layer i that one token multiplies: an MoE layer skips the E - k routed
-    experts it is not sent to (as ``params.active_params``; DeepSeek-V3 report §1, 37B active)."""
-    n = layer_params(spec, i)
-    if spec.is_moe and i >= spec.first_k_dense_replace:
-        idle = (spec.n_routed_experts or 0) - (spec.num_experts_per_tok or 0)
-        n -= idle * mlp_params(spec, spec.moe_intermediate_size or 0)
-    return n
-
-
 def stage_matmul_params(spec: ModelSpec, p: int, v: int) -> tuple[int, ...]:
     """Parameters each token multiplies on each rank: its layers (active experts only), + the LM
     head matrix (V·h even when tied) and final norm on the last stage; the lookup-only embedding
     is left out (seed 000's matmul parameters)."""
     layers = [active_layer_params(spec, i) for i in range(spec.num_hidden_layers)]
-    head = spec.vocab_size * spec.hidden_size
     return pp.rank_params(
-        layers, p, v, embedding_params=0, lm_head_params=head,
+        layers, p, v, embedding_params=0, lm_head_params=lm_head_matmul_params(spec),
         other_params=final_norm_params(spec),
     )  # fmt: skip
 

@@ -3,7 +3,8 @@ with its parameter breakdown (tpcalc show)."""
 
 from __future__ import annotations
 
-from tpcalc.calc.params import param_terms, total_params
+from tpcalc.calc.param_terms import param_terms
+from tpcalc.calc.params import total_params
 from tpcalc.catalog import load_model, model_names
 from tpcalc.specs import ModelSpec
 from tpcalc.terms import Report, Row, Scalar, Term, Unit, term
