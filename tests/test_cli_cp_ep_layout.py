@@ -159,3 +159,41 @@ def test_help_for_every_command(cli):
     for command in ("cp", "ep", "layout"):
         r = cli(command, "--help")
         assert r.code == 0 and "Examples:" in r.out
+
+
+# Every command that takes -t rejects a t the model cannot split (shards_rules.require_tp), and
+# a sequence that sequence parallelism cannot split t ways (activations.sp_seq_problem).
+BAD_T = [
+    (["ep", "--ep", "8", "-m", "deepseek-v3", "-t", "256"],
+     "num_attention_heads=128 is not divisible by t=256"),
+    (["cp", "--cp", "4", "-t", "3", "-m", "qwen3.8"],
+     "intermediate_size=17408 is not divisible by t=3"),
+    (["pipeline", "--pp", "4", "-t", "3", "-m", "qwen3.8"], "is not divisible by t=3"),
+    (["dp", "--dp", "8", "-t", "3", "-m", "qwen3.8"], "is not divisible by t=3"),
+    (["zero", "--dp", "8", "-t", "3", "-m", "qwen3.8"], "is not divisible by t=3"),
+    (["layout", "-t", "3", "-m", "qwen3.8", "--no-sp"], "is not divisible by t=3"),
+    (["pipeline", "--pp", "4", "-t", "8", "-s", "4097", "--sp", "-m", "qwen3.8"],
+     "seq/cp=4097 is not divisible by t=8: sequence parallelism"),
+    (["layout", "-t", "8", "-s", "4097", "--sp", "-m", "qwen3.8"],
+     "seq/cp=4097 is not divisible by t=8: sequence parallelism"),
+    (["memory", "-t", "8", "-s", "4097", "--sp", "-m", "qwen3.8", "--activations", "paper"],
+     "seq/cp=4097 is not divisible by t=8: sequence parallelism"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("args", "message"), BAD_T, ids=lambda a: " ".join(a) if isinstance(a, list) else ""
+)
+def test_every_command_rejects_a_t_the_model_cannot_split(cli, args, message):
+    r = cli(*args)
+    assert r.code == 1, (r.out, r.err)
+    assert r.out == ""
+    lines = r.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and message in lines[0]
+
+
+def test_pipeline_without_sp_accepts_any_seq(cli):
+    r = cli(
+        "pipeline", "--pp", "4", "-t", "8", "-s", "4097", "--no-sp", "-m", "qwen3.8", "-f", "json"
+    )
+    assert r.code == 0, r.err

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from enum import Enum
 
+from tpcalc.errors import DivisibilityError
 from tpcalc.specs import ModelSpec
 from tpcalc.terms import Term, Unit, term
 from tpcalc.units import Dtype
@@ -46,6 +47,28 @@ class FullRecomputeSharding(str, Enum):
 
     paper = "paper"  # Table 2: 2sbh per layer, not divided by t
     sp = "sp"  # with SP the layer input is sharded along s: 2sbh/t
+
+
+def sp_seq_problem(seq: int, t: int, cp: int = 1) -> str | None:
+    """Why sequence parallelism cannot split this rank's s/cp tokens t ways, or None.
+
+    SP shards the sequence dimension of the norm/dropout region over the t ranks (Korthikanti
+    et al. 2022 §4.2.2), so t must divide s/cp. Callers check s % cp first.
+    """
+    local = seq // cp
+    if t > 1 and local % t:
+        return (
+            f"seq/cp={local} is not divisible by t={t}: sequence parallelism splits the tokens "
+            "t ways; pick seq a multiple of t·cp or turn SP off"
+        )
+    return None
+
+
+def require_sp_seq(seq: int, t: int, cp: int = 1) -> None:
+    """DivisibilityError with ``sp_seq_problem``'s message when SP cannot split the sequence."""
+    problem = sp_seq_problem(seq, t, cp)
+    if problem is not None:
+        raise DivisibilityError(problem)
 
 
 def paper_layer_terms(

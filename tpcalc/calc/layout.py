@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tpcalc.calc.activations import ActivationModel, Recompute
+from tpcalc.calc.activations import ActivationModel, Recompute, sp_seq_problem
 from tpcalc.calc.links import Link, link_for_group, nodes_spanned
 from tpcalc.calc.pipeline import Schedule, check_pipeline
 from tpcalc.calc.shards_rules import tp_problem
@@ -164,11 +164,8 @@ def layout_problems(
             f"seq={seq} is not divisible by 2·cp={2 * layout.cp}: zig-zag CP splits the "
             "sequence into 2·cp chunks"
         )
-    elif run.sp and layout.tp > 1 and (seq // layout.cp) % layout.tp:
-        problems.append(
-            f"seq/cp={seq // layout.cp} is not divisible by tp={layout.tp} "
-            "(sequence parallelism shards the sequence over TP)"
-        )
+    elif run.sp and (why := sp_seq_problem(seq, layout.tp, layout.cp)) is not None:
+        problems.append(why)
     try:
         check_pipeline(
             spec.num_hidden_layers, layout.pp, run.microbatches, run.vpp, run.schedule,

@@ -36,11 +36,13 @@ def cp_report(
     from tpcalc.calc.cp import cp_row
     from tpcalc.reports.dp_zero_pp import int_list, pick_link
     from tpcalc.reports.inputs import node_size, positive, resolve
+    from tpcalc.reports.tp import tp_warnings
 
     inputs = resolve(model, hardware, seq=seq, micro_batch=micro_batch, tp=tp)
+    warnings = tp_warnings(inputs)  # raises for a t the model cannot split
     g = node_size(gpus_per_node, inputs.hw.gpus_per_node.value)
     chunks = positive(chunks, "--chunks") if chunks is not None else None
-    rows, warnings = [], []
+    rows = []
     for c in int_list(cp, "--cp", [int(v) for v in DEFAULT_CP.split(",")]):
         row = cp_row(
             inputs.spec, inputs.hw, seq=inputs.seq, cp=c, micro_batch=inputs.micro_batch,
@@ -87,8 +89,10 @@ def ep_report(
     from tpcalc.errors import divide
     from tpcalc.reports.dp_zero_pp import int_list
     from tpcalc.reports.inputs import node_size, positive, resolve
+    from tpcalc.reports.tp import tp_warnings
 
     inputs = resolve(model, hardware, seq=seq, micro_batch=micro_batch, tp=tp)
+    warnings = tp_warnings(inputs)  # raises for a t the model cannot split
     g = node_size(gpus_per_node, inputs.hw.gpus_per_node.value)
     shard = positive(cp, "--cp") * tp
     tokens = divide(inputs.seq * inputs.micro_batch, shard, what="seq·micro_batch", by="cp·tp")
@@ -105,6 +109,7 @@ def ep_report(
     return Report(
         title=f"Expert parallelism per rank, one micro-batch fwd+bwd: {inputs.spec.name}",
         rows=tuple(rows),
+        warnings=tuple(warnings),
         notes=(
             "tokens = s·b/(cp·tp) per rank; experts uniform; an all-to-all's IB and NVLink "
             "parts run at once (time = the slower); expert states before ZeRO",

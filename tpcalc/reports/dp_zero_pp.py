@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from enum import Enum
 
-from tpcalc.calc.activations import Recompute, paper_layer_terms
+from tpcalc.calc.activations import Recompute, paper_layer_terms, require_sp_seq
 from tpcalc.calc.dp import DDP_BUCKET_MIB, dp_terms
 from tpcalc.calc.links import Link, link_for_group
 from tpcalc.calc.params import ParamConvention, params_for, total_params
@@ -198,6 +198,8 @@ def pipeline_report(
     g, base = _common(inputs, gpus_per_node)
     dp = positive(dp, "--dp")
     warnings = tp_warnings(inputs)
+    if sp:
+        require_sp_seq(inputs.seq, tp)
     spec, rows = inputs.spec, []
     per_layer = activation_bytes_per_layer(
         spec, seq=inputs.seq, micro_batch=inputs.micro_batch, t=tp, sp=sp, recompute=recompute

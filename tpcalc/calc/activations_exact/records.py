@@ -14,6 +14,7 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict
 
+from tpcalc.calc.activations import require_sp_seq
 from tpcalc.errors import DivisibilityError, InputError, divide
 from tpcalc.units import Dtype
 
@@ -113,12 +114,9 @@ class Layout:
     def build(cls, seq: int, micro_batch: int, t: int, cp: int, sp: bool, act: Dtype) -> Layout:
         if seq < 1 or micro_batch < 1:
             raise InputError(f"seq={seq} and micro_batch={micro_batch} must be positive integers")
-        s_cp = divide(seq, cp, what="seq", by="cp")
-        if sp and t > 1 and s_cp % t:
-            raise DivisibilityError(
-                f"seq/cp={s_cp} is not divisible by t={t}: sequence parallelism splits the "
-                "tokens t ways; pick seq a multiple of t·cp or turn SP off"
-            )
+        divide(seq, cp, what="seq", by="cp")
+        if sp:
+            require_sp_seq(seq, t, cp)
         return cls(seq, micro_batch, t, cp, sp and t > 1, SavedDtype.of(act))
 
     @property
