@@ -196,3 +196,32 @@ def test_moe_layouts_add_up(h800, ep, zero):
         assert row.check_breakdowns() == []
     total = rows_by_dim(report)["total"]
     assert total.value("memory_bytes_per_rank") > 0
+
+
+@pytest.mark.parametrize(
+    ("world", "message"),
+    [
+        # 63 and 16 are not multiples of tp·cp·pp = 32: no dp fits, so none is suggested
+        (63, "world_size=63 is not a multiple of tp·cp·pp = 8·1·4 = 32, so no dp fits"),
+        (16, "world_size=16 is not a multiple of tp·cp·pp = 8·1·4 = 32, so no dp fits"),
+        # 64 = 32 · 2: the dp that fits is named, as an integer
+        (64, "world_size=64 is not tp·cp·pp·dp = 8·1·4·1 = 32; change dp to 2 or the world size"),
+        (0, "world_size=0: every size must be a positive integer"),
+        (-32, "world_size=-32: every size must be a positive integer"),
+    ],
+)
+def test_world_size_messages_never_suggest_an_impossible_dp(llama70b, world, message):
+    lay = ParallelLayout(tp=8, pp=4, gpus_per_node=8, world_size=world)
+    problems = layout_problems(llama70b, lay, LayoutRun(seq=8192, microbatches=16))
+    assert len(problems) == 1 and problems[0].startswith(message)
+
+
+def test_memory_over_card_is_a_term_not_a_formatted_warning(llama70b, h100):
+    report = layout_report(llama70b, h100, ParallelLayout(gpus_per_node=8),
+                           LayoutRun(seq=8192, microbatches=1))  # fmt: skip
+    total = rows_by_dim(report)["total"]
+    ratio = total.value("memory_over_card_times")
+    assert ratio == pytest.approx(total.value("memory_bytes_per_rank") / 80e9)
+    # seed 003: 1,128.9 GB of model states alone is 14.1 cards
+    assert ratio > 1128.9 / 80
+    assert any("more than the card's memory" in w for w in report.warnings)

@@ -145,15 +145,13 @@ def layout_problems(
     problems: list[str] = []
     sizes = {d: getattr(layout, d) for d in DIMENSIONS}
     sizes["gpus_per_node"] = layout.gpus_per_node
+    if layout.world_size is not None:
+        sizes["world_size"] = layout.world_size
     bad = [f"{k}={v}" for k, v in sizes.items() if v < 1]
     if bad:
         return [f"{', '.join(bad)}: every size must be a positive integer"]
     if layout.world != layout.product:
-        problems.append(
-            f"world_size={layout.world} is not tp·cp·pp·dp = {layout.tp}·{layout.cp}·"
-            f"{layout.pp}·{layout.dp} = {layout.product}; change dp to "
-            f"{layout.world / (layout.tp * layout.cp * layout.pp):g} or the world size"
-        )
+        problems.append(_world_problem(layout))
     if (why := tp_problem(spec, layout.tp)) is not None:
         problems.append(f"tp: {why}")
     seq = run.seq
@@ -175,6 +173,21 @@ def layout_problems(
         problems.append(str(exc))
     problems += _ep_problems(spec, layout)
     return problems
+
+
+def _world_problem(layout: ParallelLayout) -> str:
+    """A world size that is not tp·cp·pp·dp: suggest the dp that fits, when one does."""
+    model = layout.tp * layout.cp * layout.pp
+    sizes = f"{layout.tp}·{layout.cp}·{layout.pp}"
+    if layout.world % model:
+        return (
+            f"world_size={layout.world} is not a multiple of tp·cp·pp = {sizes} = {model}, so "
+            "no dp fits; change the world size or tp, cp, pp"
+        )
+    return (
+        f"world_size={layout.world} is not tp·cp·pp·dp = {sizes}·{layout.dp} = "
+        f"{layout.product}; change dp to {layout.world // model} or the world size"
+    )
 
 
 def _ep_problems(spec: ModelSpec, layout: ParallelLayout) -> list[str]:

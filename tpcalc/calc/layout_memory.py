@@ -192,6 +192,9 @@ def memory_terms(worst: RankMemory, layout: ParallelLayout, hw: HardwareSpec) ->
              source=hw.memory_bytes.source),
         term("memory_free_bytes", "left on the card", card - worst.total_bytes, Unit.bytes,
              formula="card - memory per rank", source=SRC_STATES),
+        term("memory_over_card_times", "memory per rank / card", worst.total_bytes / card,
+             Unit.times, formula="memory per rank / card", source=SRC_STATES,
+             memory_bytes_per_rank=worst.total_bytes, card_memory_bytes=card),
         term("memory_fits", "fits on the card", worst.total_bytes <= card, Unit.text,
              formula="memory per rank <= card", source=SRC_STATES),
     ]  # fmt: skip

@@ -194,8 +194,8 @@ def _warnings(
     card = hw.memory_bytes.value
     if memory > card:
         out.append(
-            f"the most loaded rank needs {memory / card:.2f}x the card's memory: raise tp, pp or "
-            "the ZeRO stage, or recompute activations"
+            "the most loaded rank needs more than the card's memory (memory_over_card in the "
+            "total row): raise tp, pp or the ZeRO stage, or recompute activations"
         )
     if costs["cp"].exposed_s > 0:
         out.append("the CP ring transfer is slower than the attention it should hide behind")
