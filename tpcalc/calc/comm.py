@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from tpcalc.calc.collectives import Collective, ring_factor
 from tpcalc.calc.flops import flops_terms
-from tpcalc.calc.link_terms import latency_src as latency_src  # re-export (moved)
 from tpcalc.calc.link_terms import link_time_terms
-from tpcalc.calc.links import Link, link_for_group
+from tpcalc.calc.links import Link, link_for_group, link_nodes, ring_steps
 from tpcalc.calc.params import ParamConvention
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.terms import Row, Scalar, Term, Unit, term
@@ -22,7 +21,6 @@ from tpcalc.units import Dtype
 
 FWD_COLLECTIVES_PER_LAYER = 2  # g after attention and after the MLP (Shoeybi et al. 2019 §3)
 BWD_COLLECTIVES_PER_LAYER = 2  # f before attention and before the MLP
-RING_STEPS_PER_ALL_REDUCE = 2  # reduce-scatter + all-gather, n-1 ring steps each (Patarasuk & Yuan)
 SRC_FG = "Shoeybi et al. 2019 §3 (f and g); seed 003 §7.3.3; seed 000 f/g box"
 SRC_RING = "Patarasuk & Yuan 2009 (ring); seed 003 §7.3.5: 2(t-1)/t per all-reduce"
 SRC_SP = "Korthikanti et al. 2022 §4.2.2: all-reduce = reduce-scatter + all-gather"
@@ -66,7 +64,6 @@ def tp_comm_row(
     n_ar = fwd + bwd + rec
     ar_bytes = ring_factor(Collective.all_reduce, t) * m
     half_bytes = ring_factor(Collective.all_gather, t) * m
-    steps_per_ar = RING_STEPS_PER_ALL_REDUCE * (t - 1)
     step_bytes = n_ar * ar_bytes * layers
     terms: list[Term] = [
         term(
@@ -197,13 +194,14 @@ def tp_comm_row(
             L=layers,
         ),
     ]
-    steps = steps_per_ar * n_ar * layers
-    terms += link_time_terms(
-        "nvlink", "NVLink", Link.intra_node, step_bytes, steps, hw, with_latency
-    )
-    terms += link_time_terms(
-        "ib", "inter-node", Link.inter_node, step_bytes, steps, hw, with_latency
-    )
+    # Each link column prices the TP group as if it sat on that link: inside one node, or one
+    # rank per node (every ring step then crosses the network, seed 003 table 7-7's "跨节点").
+    for name, label, link in (
+        ("nvlink", "NVLink", Link.intra_node),
+        ("ib", "inter-node", Link.inter_node),
+    ):
+        steps = ring_steps(Collective.all_reduce, t, link_nodes(link, t), n_ar * layers)
+        terms += link_time_terms(name, label, link, step_bytes, steps, hw, with_latency)
     compute = next(
         x
         for x in flops_terms(spec, hw, t=t, seq=seq, micro_batch=micro_batch, params=params)

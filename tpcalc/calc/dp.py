@@ -10,9 +10,17 @@ from __future__ import annotations
 import math
 
 from tpcalc.calc.collectives import Collective, ring_factor
-from tpcalc.calc.comm import RING_STEPS_PER_ALL_REDUCE
 from tpcalc.calc.flops import FLOP_PER_PARAM_TOKEN_BWD, FLOP_PER_PARAM_TOKEN_FWD
-from tpcalc.calc.links import Link, bandwidth_bytes_per_s, transfer_time_s
+from tpcalc.calc.links import (
+    LATENCY_FORMULA,
+    Link,
+    bandwidth_bytes_per_s,
+    latency_inputs,
+    latency_source,
+    link_nodes,
+    ring_steps,
+    steps_time_s,
+)
 from tpcalc.calc.states import check_params
 from tpcalc.errors import InputError
 from tpcalc.specs import HardwareSpec
@@ -104,6 +112,7 @@ def dp_terms(
     grad_dtype: Dtype,
     bucket_bytes: int = DDP_BUCKET_BYTES,
     with_latency: bool = False,
+    nodes: int | None = None,
 ) -> tuple[Term, ...]:
     """Gradient bytes, ring vs naive bytes, link time, buckets, and the overlap check.
 
@@ -112,16 +121,20 @@ def dp_terms(
     ``tokens`` the tokens each rank computes per step. The exposed time assumes buckets are
     sent back-to-back from the start of the backward pass, so what cannot hide behind it stays
     exposed, and at least the last bucket's all-reduce always does (seed 000 §数据并行).
+    ``nodes`` = nodes the group spans (``links.nodes_spanned``; default ``links.link_nodes``):
+    each bucket's all-reduce pays NCCL's ring latency, α_inter only on its node-crossing steps.
     """
     check_group(n)
     g = gradient_bytes(params, grad_dtype)
     ring = ring_all_reduce_bytes(g, n)
     bw = bandwidth_bytes_per_s(hw, link)
-    steps = RING_STEPS_PER_ALL_REDUCE * (n - 1)  # n-1 reduce-scatter + n-1 all-gather steps
+    nodes = link_nodes(link, n) if nodes is None else nodes
+    steps = ring_steps(Collective.all_reduce, n, nodes)  # one bucket's all-reduce
     buckets = bucket_count(g, bucket_bytes)
-    comm_s = transfer_time_s(ring, steps * buckets, hw, link, with_latency=with_latency)
+    all_steps = steps.times(buckets)
+    comm_s = steps_time_s(ring, all_steps, hw, link, with_latency=with_latency)
     last = last_bucket_bytes(g, bucket_bytes)
-    last_s = transfer_time_s(
+    last_s = steps_time_s(
         ring_all_reduce_bytes(last, n), steps, hw, link, with_latency=with_latency
     )
     flop = backward_flop(flop_params, tokens)
@@ -165,10 +178,13 @@ def dp_terms(
             f"all-reduce time on {link.value}",
             comm_s,
             Unit.seconds,
-            formula="ring_bytes / bandwidth (+ latency × steps)",
-            source=link_src,
+            formula=f"ring_bytes / bandwidth + {LATENCY_FORMULA}",
+            source=f"{link_src}; {latency_source(hw, with_latency)}",
             ring_bytes=ring,
             bandwidth=bw,
+            buckets=buckets,
+            nodes=nodes,
+            **latency_inputs(hw, all_steps, with_latency),
         ),
         term(
             "bucket_bytes",
@@ -193,11 +209,12 @@ def dp_terms(
             "last bucket's all-reduce",
             last_s,
             Unit.seconds,
-            formula="2(n-1)/n × last_bucket / bandwidth",
-            source=link_src,
+            formula=f"2(n-1)/n × last_bucket / bandwidth + {LATENCY_FORMULA}",
+            source=f"{link_src}; {latency_source(hw, with_latency)}",
             n=n,
             last_bucket=last,
             bandwidth=bw,
+            **latency_inputs(hw, steps, with_latency),
         ),
         term(
             "backward_flop",

@@ -9,6 +9,7 @@ memory per rank in ``tpcalc.calc.ep_memory``.
 
 from __future__ import annotations
 
+from tpcalc.calc.collectives import Collective
 from tpcalc.calc.ep_memory import SRC_EP as SRC_EP  # re-export (moved)
 from tpcalc.calc.ep_memory import SRC_PARAMS as SRC_PARAMS  # re-export (moved)
 from tpcalc.calc.ep_memory import experts_per_rank as experts_per_rank  # re-export (moved)
@@ -22,7 +23,15 @@ from tpcalc.calc.ep_routing import (
     max_nodes_per_token,
 )
 from tpcalc.calc.flops import FLOP_PER_PARAM_TOKEN_FWD
-from tpcalc.calc.links import Link, bandwidth_bytes_per_s, nodes_spanned
+from tpcalc.calc.links import (
+    LATENCY_FORMULA,
+    Link,
+    bandwidth_bytes_per_s,
+    latency_inputs,
+    latency_source,
+    nodes_spanned,
+    ring_steps,
+)
 from tpcalc.calc.params import mlp_params
 from tpcalc.calc.states import StateRecipe
 from tpcalc.errors import InputError
@@ -158,7 +167,7 @@ def ep_row(
     h, layers = spec.hidden_size, spec.moe_layers
     dtypes = {"dispatch": dispatch_dtype, "combine": combine_dtype}
     parts = [
-        a2a_terms(key, label, tokens, h, dtypes[kind], ib, nv, hw, with_latency)
+        a2a_terms(key, label, tokens, h, dtypes[kind], ib, nv, hw, with_latency, ep, nodes)
         for key, label, kind in A2A_KINDS
     ]
     per_layer = sum(float(t.value) for t, _ in parts)  # type: ignore[arg-type]
@@ -206,10 +215,13 @@ def ep_row(
             "all-to-all time per MoE layer, fwd+bwd",
             layer_time,
             Unit.seconds,
-            formula="sum of 4 × max(IB bytes/IB bw, NVLink bytes/NVLink bw)",
-            source=SRC_NODE,
+            formula=f"sum of 4 × max(IB bytes/IB bw, NVLink bytes/NVLink bw) + {LATENCY_FORMULA}",
+            source=f"{SRC_NODE}; {latency_source(hw, with_latency)}",
             ib_bw=bandwidth_bytes_per_s(hw, Link.inter_node),
             nvlink_bw=bandwidth_bytes_per_s(hw, Link.intra_node),
+            **latency_inputs(
+                hw, ring_steps(Collective.all_to_all, ep, nodes, len(A2A_KINDS)), with_latency
+            ),
         ),
         term(
             "comm_time_s",

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from enum import Enum
 
-from tpcalc.calc.links import Link, bandwidth_bytes_per_s, latency_s
+from tpcalc.calc.collectives import Collective
+from tpcalc.calc.links import Link, bandwidth_bytes_per_s, ring_steps
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.terms import Term, Unit, term
 from tpcalc.units import Dtype
@@ -65,14 +66,16 @@ def a2a_terms(
     nv_copies: float,
     hw: HardwareSpec,
     with_latency: bool,
+    ep: int,
+    nodes: int,
 ) -> tuple[Term, float]:
-    """One all-to-all: bytes this rank sends (part of the layer total) and its time."""
+    """One all-to-all over ``ep`` ranks on ``nodes`` nodes: bytes this rank sends (part of the
+    layer total) and its time, max(IB, NVLink) + one latency step (``links.ring_steps``)."""
     per_copy = tokens * hidden * dtype.bytes
     ib_b, nv_b = ib_copies * per_copy, nv_copies * per_copy
     t_ib = ib_b / bandwidth_bytes_per_s(hw, Link.inter_node)
     t_nv = nv_b / bandwidth_bytes_per_s(hw, Link.intra_node)
-    link = Link.inter_node if ib_b else Link.intra_node
-    alpha = latency_s(hw, link) if with_latency and ib_b + nv_b else 0.0
+    alpha = ring_steps(Collective.all_to_all, ep, nodes).time_s(hw) if with_latency else 0.0
     time = alpha + max(t_ib, t_nv)
     t = term(
         f"{name}_bytes_per_layer",

@@ -18,13 +18,20 @@ from dataclasses import dataclass, field
 
 from tpcalc.calc.activations import Recompute
 from tpcalc.calc.collectives import Collective, ring_factor
-from tpcalc.calc.comm import RING_STEPS_PER_ALL_REDUCE, collectives_per_layer, message_bytes
-from tpcalc.calc.cp import cp_row
-from tpcalc.calc.ep import ep_row
+from tpcalc.calc.comm import collectives_per_layer, message_bytes
+from tpcalc.calc.cp import cp_row, ring_latency_steps_per_layer
+from tpcalc.calc.ep import A2A_KINDS, ep_row
 from tpcalc.calc.layout import Group, LayoutRun, ParallelLayout
-from tpcalc.calc.links import transfer_time_s
+from tpcalc.calc.links import (
+    LATENCY_FORMULA,
+    LatencySteps,
+    latency_inputs,
+    latency_source,
+    ring_steps,
+    steps_time_s,
+)
 from tpcalc.calc.pipeline import Schedule, p2p_bytes, p2p_sends_per_rank
-from tpcalc.calc.zero import COMM_LABELS, zero_comm_parts
+from tpcalc.calc.zero import COMM_LABELS, zero_comm_parts, zero_latency_steps
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.terms import Row, Scalar, Term, Unit, term
 
@@ -54,6 +61,7 @@ class DimCost:
     exposed_s: float = 0.0
     details: list[Term] = field(default_factory=list)
     overlap: str = "nothing to send"
+    latency: LatencySteps = field(default_factory=LatencySteps)
 
 
 def tp_cost(
@@ -67,8 +75,9 @@ def tp_cost(
     n = sum(collectives_per_layer(run.recompute is Recompute.full))
     per_layer = n * ring_factor(Collective.all_reduce, layout.tp) * m
     total = run.microbatches * layers * per_layer
-    steps = run.microbatches * layers * n * RING_STEPS_PER_ALL_REDUCE * (layout.tp - 1)
-    time = transfer_time_s(total, steps, hw, group.link, with_latency=run.with_latency)
+    count = run.microbatches * layers * n
+    steps = ring_steps(Collective.all_reduce, layout.tp, group.nodes, count)
+    time = steps_time_s(total, steps, hw, group.link, with_latency=run.with_latency)
     details = [
         term("tp_message_bytes", "TP message (s/cp)·b·h", m, Unit.bytes,
              formula="(s/cp)·b·h·dtype", source=SRC_TP, s=run.seq, cp=layout.cp),
@@ -77,7 +86,7 @@ def tp_cost(
         term("tp_layers_on_rank", "layers on the busiest stage", layers, Unit.count,
              formula="max over PP ranks", source="pipeline.chunk_layer_counts"),
     ]  # fmt: skip
-    return DimCost(total, time, time, details, OVERLAP["tp"])
+    return DimCost(total, time, time, details, OVERLAP["tp"], steps)
 
 
 def cp_cost(
@@ -94,13 +103,14 @@ def cp_cost(
     per_layer = float(row.value("send_bytes_per_layer"))
     total = run.microbatches * full_layers * per_layer
     ratio = float(row.value("kv_over_compute_ratio"))
-    time = transfer_time_s(
-        total, run.microbatches * full_layers * (3 * layout.cp - 2), hw, group.link,
-        with_latency=run.with_latency,
-    )  # fmt: skip
+    steps = ring_latency_steps_per_layer(layout.cp, group.nodes).times(
+        run.microbatches * full_layers
+    )
+    time = steps_time_s(total, steps, hw, group.link, with_latency=run.with_latency)
     exposed = time * max(0.0, 1 - 1 / ratio) if ratio > 0 else 0.0
-    details = [row.get("kv_block_bytes"), row.get("kv_over_compute_ratio")]
-    return DimCost(total, time, exposed, details, OVERLAP["cp"])
+    details = [row.get("kv_block_bytes"), row.get("ring_sends_per_layer_count"),
+               row.get("kv_over_compute_ratio")]  # fmt: skip
+    return DimCost(total, time, exposed, details, OVERLAP["cp"], steps)
 
 
 def pp_cost(
@@ -115,14 +125,15 @@ def pp_cost(
     )  # fmt: skip
     sends = p2p_sends_per_rank(run.schedule, layout.pp, run.microbatches, run.vpp)
     total = per_send * sends
-    time = transfer_time_s(total, sends, hw, group.link, with_latency=run.with_latency)
+    steps = ring_steps(Collective.p2p, layout.pp, group.nodes, sends)
+    time = steps_time_s(total, steps, hw, group.link, with_latency=run.with_latency)
     details = [
         term("pp_p2p_bytes", "stage-to-stage send", per_send, Unit.bytes,
              formula="(s/cp)·b·h·dtype / t", source=SRC_PP, t=layout.tp),
         term("pp_sends_per_step", "sends per step (middle rank)", sends, Unit.count,
              formula="2·m (·v interleaved)", source=SRC_PP, m=run.microbatches, v=run.vpp),
     ]  # fmt: skip
-    return DimCost(total, time, time, details, OVERLAP["pp"])
+    return DimCost(total, time, time, details, OVERLAP["pp"], steps)
 
 
 def dp_cost(
@@ -133,6 +144,7 @@ def dp_cost(
     dense_group, expert_group = groups
     details: list[Term] = []
     total = time = 0.0
+    latency = LatencySteps()
     for kind, group, n in (("dense", dense_group, params[0]), ("expert", expert_group, params[1])):
         if group.size == 1 or n == 0:
             continue
@@ -147,15 +159,15 @@ def dp_cost(
                      N=n, n=group.size, zero=int(layout.zero))
             )  # fmt: skip
         sent = sum(parts.values())
+        steps = zero_latency_steps(parts, group.size, group.nodes)
         total += sent
-        time += transfer_time_s(
-            sent, len(parts) * (group.size - 1), hw, group.link, with_latency=run.with_latency
-        )
+        latency += steps
+        time += steps_time_s(sent, steps, hw, group.link, with_latency=run.with_latency)
     details.append(
         term("dp_backward_time_s", "backward of the last micro-batch (hides DP)", backward_s,
              Unit.seconds, formula="4/6 of one micro-batch's compute", source=SRC_DP)
     )  # fmt: skip
-    return DimCost(total, time, max(0.0, time - backward_s), details, OVERLAP["dp"])
+    return DimCost(total, time, max(0.0, time - backward_s), details, OVERLAP["dp"], latency)
 
 
 def ep_cost(
@@ -181,10 +193,14 @@ def ep_cost(
              formula="s·b/(cp·tp)", source=SRC_EP, s=run.seq, b=run.micro_batch),
     ]  # fmt: skip
     overlap = OVERLAP["ep-dualpipe" if hidden_by else "ep"]
-    return DimCost(total, time, max(0.0, time - hidden_by), details, overlap)
+    count = run.microbatches * moe_layers * len(A2A_KINDS)
+    steps = ring_steps(Collective.all_to_all, layout.ep, group.nodes, count)
+    return DimCost(total, time, max(0.0, time - hidden_by), details, overlap, steps)
 
 
-def dimension_row(group: Group, cost: DimCost, inputs: dict[str, Scalar]) -> Row:
+def dimension_row(
+    group: Group, cost: DimCost, inputs: dict[str, Scalar], hw: HardwareSpec, with_latency: bool
+) -> Row:
     """One row per dimension: the group, its link, bytes and time, hidden and exposed parts."""
     link = group.link.value if group.size > 1 else "none"
     hidden = cost.time_s - cost.exposed_s
@@ -207,6 +223,8 @@ def dimension_row(group: Group, cost: DimCost, inputs: dict[str, Scalar]) -> Row
         term("exposed_time_s", "exposed (adds to the step)", cost.exposed_s, Unit.seconds,
              formula="per the overlap assumption", part_of="comm_time_s"),
         term("comm_time_s", "time on the link", cost.time_s, Unit.seconds,
-             formula="latency + bytes / bandwidth", source="alpha-beta model (links.py)"),
+             formula=f"bytes / bandwidth + {LATENCY_FORMULA}",
+             source="alpha-beta model (links.py); " + latency_source(hw, with_latency),
+             **latency_inputs(hw, cost.latency, with_latency)),
     ]  # fmt: skip
     return Row(inputs={**inputs, "dimension": group.dimension}, terms=tuple(terms))

@@ -108,7 +108,7 @@ def layout_report(
         "ep": ep_cost(spec, hw, layout, run, groups["ep"], moe, mb_s * run.microbatches),
     }  # fmt: skip
     inputs = _inputs(spec, hw, layout, run)
-    rows = [dimension_row(groups[d], costs[d], inputs) for d in DIM_ORDER]
+    rows = [dimension_row(groups[d], costs[d], inputs, hw, run.with_latency) for d in DIM_ORDER]
     in_stage = sum(costs[d].exposed_s for d in ("tp", "cp", "ep")) / run.microbatches
     times = stage_times(mb_s, in_stage, recompute_share)
     bubble = bubble_time_s(run.schedule, layout.pp, run.microbatches, times, run.vpp)

@@ -1,20 +1,23 @@
 """Link-time breakdown terms: bandwidth + latency = time on one link, each with its source.
 
 Source: the alpha-beta (Hockney) model, as in seed 003 §7.1.4 and table 7-7 (bandwidth term
-only; the seeds' figures set latency to zero, ``--no-latency``). The raw times come from
+only; the seeds' figures set latency to zero, ``--no-latency``); the latency term counts ring
+steps as NCCL does (``tpcalc.calc.links.ring_steps``). The raw times come from
 ``tpcalc.calc.links``; this module turns them into ``Term`` s that add up (``part_of``).
 """
 
 from __future__ import annotations
 
-from tpcalc.calc.links import Link, bandwidth_bytes_per_s, latency_s
+from tpcalc.calc.links import (
+    LATENCY_FORMULA,
+    LatencySteps,
+    Link,
+    bandwidth_bytes_per_s,
+    latency_inputs,
+    latency_source,
+)
 from tpcalc.specs import HardwareSpec
 from tpcalc.terms import Term, Unit, term
-
-
-def latency_src(hw: HardwareSpec, link: Link) -> str:
-    """Where the hardware config's latency of ``link`` comes from."""
-    return (hw.intra_node_latency_s if link is Link.intra_node else hw.inter_node_latency_s).source
 
 
 def link_time_terms(
@@ -22,18 +25,18 @@ def link_time_terms(
     label: str,
     link: Link,
     bytes_: float,
-    steps: int,
+    steps: LatencySteps,
     hw: HardwareSpec,
     with_latency: bool,
 ) -> list[Term]:
     """``{name}_bandwidth_time_s`` + ``{name}_latency_time_s`` = ``{name}_time_s`` on ``link``.
 
-    bytes / bandwidth plus alpha · steps (alpha-beta model; seed 003 table 7-7).
+    bytes / bandwidth plus intra_steps·α_intra + inter_steps·α_inter (alpha-beta model, seed
+    003 table 7-7; steps per NCCL's ring model, ``links.ring_steps``).
     """
     bw = bandwidth_bytes_per_s(hw, link)
-    alpha = latency_s(hw, link) if with_latency else 0.0
     bw_time = bytes_ / bw
-    lat_time = alpha * steps
+    lat_time = steps.time_s(hw) if with_latency else 0.0
     total = f"{name}_time_s"
     return [
         term(
@@ -52,12 +55,10 @@ def link_time_terms(
             f"{label} latency",
             lat_time,
             Unit.seconds,
-            formula="alpha · ring steps",
-            source=f"alpha-beta model; {hw.name} latency: "
-            + (latency_src(hw, link) if with_latency else "off (--no-latency, as the seeds)"),
+            formula=LATENCY_FORMULA,
+            source=latency_source(hw, with_latency),
             part_of=total,
-            alpha_s=alpha,
-            steps=steps,
+            **latency_inputs(hw, steps, with_latency),
         ),
         term(
             total,

@@ -2,14 +2,30 @@
 
 Source: the alpha-beta (Hockney) model, as used in seed 003 §7.1.4 and table 7-7 (which keeps
 only the bandwidth term: "只算带宽项，未计延迟项"). The seeds' figures set latency to zero.
+
+Latency follows NCCL's own ring model (``src/graph/tuning.cc``, ``ncclTopoTuneModel``): a ring
+collective over n ranks on N nodes takes nsteps steps, of which only nInterSteps cross the
+network; latency = (nsteps − nInterSteps)·α_intra + nInterSteps·α_inter. All-reduce has
+2(n−1) steps, 2(N−1) between nodes; all-gather and reduce-scatter n−1 and N−1. NCCL's
+once-per-collective ``baseLat`` is left out (the hardware configs say so).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from enum import Enum
 
+from tpcalc.calc.collectives import Collective
+from tpcalc.errors import InputError
 from tpcalc.specs import HardwareSpec
+
+LATENCY_FORMULA = "intra_steps·α_intra + inter_steps·α_inter"
+SRC_RING_LATENCY = (
+    "NCCL src/graph/tuning.cc ncclTopoTuneModel (ring): (nsteps − nInterSteps)·intraLat + "
+    "nInterSteps·interLat; all-reduce 2(n−1) steps, 2(N−1) inter-node; all-gather and "
+    "reduce-scatter n−1, N−1; one send: 1 step, inter-node if the group spans nodes"
+)
 
 
 class Link(str, Enum):
@@ -66,3 +82,87 @@ def transfer_time_s(
     """alpha * n_messages + bytes / beta on ``link`` (alpha-beta model; seed 003 table 7-7)."""
     alpha = latency_s(hw, link) if with_latency else 0.0
     return alpha * n_messages + bytes_sent / bandwidth_bytes_per_s(hw, link)
+
+
+def link_nodes(link: Link, group_size: int) -> int:
+    """Nodes a group is taken to span when only its link is known (e.g. ``--link`` forced it):
+    1 on NVLink; on the inter-node link, one rank per node, so every ring step crosses it."""
+    return 1 if link is Link.intra_node else group_size
+
+
+@dataclass(frozen=True)
+class LatencySteps:
+    """Latency steps of one or more collectives: intra-node and inter-node (NCCL tuning.cc)."""
+
+    intra: int = 0
+    inter: int = 0
+
+    def __add__(self, other: LatencySteps) -> LatencySteps:
+        return LatencySteps(self.intra + other.intra, self.inter + other.inter)
+
+    def times(self, count: int) -> LatencySteps:
+        return LatencySteps(self.intra * count, self.inter * count)
+
+    def time_s(self, hw: HardwareSpec) -> float:
+        """intra·α_intra + inter·α_inter, seconds (α from the hardware config)."""
+        return self.intra * latency_s(hw, Link.intra_node) + self.inter * latency_s(
+            hw, Link.inter_node
+        )
+
+
+def ring_steps(collective: Collective, group_size: int, nodes: int, count: int = 1) -> LatencySteps:
+    """Intra- and inter-node latency steps of ``count`` collectives over ``group_size`` ranks
+    spread over ``nodes`` nodes (``nodes_spanned``), per NCCL's ring model (module docstring).
+
+    All-reduce: 2(n−1) steps, 2(N−1) of them inter-node; all-gather / reduce-scatter: n−1 and
+    N−1. A send/recv or an all-to-all (NCCL runs it as one round of concurrent sends) is one
+    step, inter-node when the group spans more than one node.
+    """
+    if group_size < 1 or not 1 <= nodes <= group_size:
+        raise InputError(
+            f"nodes={nodes} must be between 1 and the group size {group_size} (a positive integer)"
+        )
+    if group_size == 1:
+        return LatencySteps()
+    if collective is Collective.all_reduce:
+        total, inter = 2 * (group_size - 1), 2 * (nodes - 1)
+    elif collective in (Collective.all_gather, Collective.reduce_scatter):
+        total, inter = group_size - 1, nodes - 1
+    else:
+        total, inter = 1, int(nodes > 1)
+    return LatencySteps(total - inter, inter).times(count)
+
+
+def ring_latency_s(
+    hw: HardwareSpec, collective: Collective, group_size: int, nodes: int, count: int = 1
+) -> float:
+    """Latency of ``count`` collectives: ``ring_steps`` priced at the two α of ``hw``."""
+    return ring_steps(collective, group_size, nodes, count).time_s(hw)
+
+
+def latency_inputs(hw: HardwareSpec, steps: LatencySteps, with_latency: bool) -> dict:
+    """The symbols of a latency term, for --explain: step counts and both α (0 when off)."""
+    return {
+        "intra_steps": steps.intra,
+        "inter_steps": steps.inter,
+        "alpha_intra_s": latency_s(hw, Link.intra_node) if with_latency else 0.0,
+        "alpha_inter_s": latency_s(hw, Link.inter_node) if with_latency else 0.0,
+    }
+
+
+def latency_source(hw: HardwareSpec, with_latency: bool) -> str:
+    """Where a latency term comes from: NCCL's ring model and the two α of the hardware config."""
+    if not with_latency:
+        return "latency off (--no-latency, as the seeds)"
+    return (
+        f"{SRC_RING_LATENCY}; {hw.name} α_intra: {hw.intra_node_latency_s.source}; "
+        f"α_inter: {hw.inter_node_latency_s.source}"
+    )
+
+
+def steps_time_s(
+    bytes_sent: float, steps: LatencySteps, hw: HardwareSpec, link: Link, *, with_latency: bool
+) -> float:
+    """bytes / bandwidth of ``link`` + the latency of ``steps`` (when ``with_latency``)."""
+    latency = steps.time_s(hw) if with_latency else 0.0
+    return bytes_sent / bandwidth_bytes_per_s(hw, link) + latency

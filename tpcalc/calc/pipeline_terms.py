@@ -7,12 +7,21 @@ Formulas and their sources live in ``tpcalc.calc.pipeline``; this module feeds t
 from __future__ import annotations
 
 from tpcalc.calc import pipeline as pp
+from tpcalc.calc.collectives import Collective
 from tpcalc.calc.dp import (
     BACKWARD_INPUT_FLOP_PER_PARAM_TOKEN,
     BACKWARD_WEIGHT_FLOP_PER_PARAM_TOKEN,
     FORWARD_FLOP_PER_PARAM_TOKEN,
 )
-from tpcalc.calc.links import Link, transfer_time_s
+from tpcalc.calc.links import (
+    LATENCY_FORMULA,
+    Link,
+    latency_inputs,
+    latency_source,
+    link_nodes,
+    ring_steps,
+    steps_time_s,
+)
 from tpcalc.calc.params import (
     active_layer_params,
     declared_params,
@@ -88,12 +97,15 @@ def pipeline_terms(
     times: StageTimes | None = None,
     layer_act_bytes: float | None = None,
     with_latency: bool = False,
+    nodes: int | None = None,
 ) -> tuple[Term, ...]:
     """Layers and parameters per stage, p2p bytes and time, bubble, in-flight activations.
 
     ``times`` defaults to ``flop_stage_times``; ``layer_act_bytes`` is one layer's activations
     for one micro-batch on one rank (e.g. ``tpcalc.calc.activations``), used for the most loaded
-    stage. Raises a TpcalcError for an impossible split (see ``pipeline.check_pipeline``).
+    stage. ``nodes`` = nodes the pipeline group spans (default ``links.link_nodes``): each
+    send pays α_inter when they are more than one, else α_intra. Raises a TpcalcError for an
+    impossible split (see ``pipeline.check_pipeline``).
     """
     L = spec.num_hidden_layers
     pp.check_pipeline(L, p, m, v, schedule, allow_uneven=allow_uneven)
@@ -104,7 +116,8 @@ def pipeline_terms(
         seq, micro_batch, spec.hidden_size, dtype, tp=tp, scatter_gather=scatter_gather
     )
     sends = pp.p2p_sends_per_rank(schedule, p, m, v)
-    p2p_s = transfer_time_s(sends * msg, sends, hw, link, with_latency=with_latency)
+    steps = ring_steps(Collective.p2p, p, link_nodes(link, p) if nodes is None else nodes, sends)
+    p2p_s = steps_time_s(sends * msg, steps, hw, link, with_latency=with_latency)
     bubble = pp.bubble_time_s(schedule, p, m, t, v)
     ref = pp.bubble_time_s(Schedule.one_f_one_b, p, m, t)
     sched_src = {
@@ -138,8 +151,10 @@ def pipeline_terms(
              formula="2·m·(v) × message (activations forward, gradients back)", source=pp.SRC_P2P,
              m=m, v=v, message=msg),
         term("p2p_time_s", f"p2p time on {link.value}", p2p_s, Unit.seconds,
-             formula="bytes / bandwidth", source=f"{hw.name} {link.value}: alpha-beta model",
-             bytes=sends * msg),
+             formula=f"bytes / bandwidth + {LATENCY_FORMULA}",
+             source=f"{hw.name} {link.value}: alpha-beta model; "
+             + latency_source(hw, with_latency),
+             bytes=sends * msg, **latency_inputs(hw, steps, with_latency)),
         term("forward_time_s", "F (one micro-batch, one stage)", t.forward_s, Unit.seconds,
              formula="given" if times else "2·N_stage·s·b/(t·achieved)", source=SRC_TIMES,
              **flop_in),

@@ -13,7 +13,16 @@ from enum import IntEnum
 
 from tpcalc.calc.collectives import Collective, ring_factor
 from tpcalc.calc.dp import check_group
-from tpcalc.calc.links import Link, transfer_time_s
+from tpcalc.calc.links import (
+    LATENCY_FORMULA,
+    LatencySteps,
+    Link,
+    latency_inputs,
+    latency_source,
+    link_nodes,
+    ring_steps,
+    steps_time_s,
+)
 from tpcalc.calc.states import StateRecipe, check_params, recipe_bytes, state_part_terms
 from tpcalc.errors import InputError
 from tpcalc.specs import HardwareSpec
@@ -72,6 +81,26 @@ COMM_LABELS = {
 }
 
 
+# The collective behind each part of ``zero_comm_parts`` (its ring steps set its latency).
+COMM_COLLECTIVES = {
+    "all_reduce_grads": Collective.all_reduce,
+    "reduce_scatter_grads": Collective.reduce_scatter,
+    "all_gather_params_update": Collective.all_gather,
+    "all_gather_params_fwd": Collective.all_gather,
+    "all_gather_params_bwd": Collective.all_gather,
+}
+
+
+def zero_latency_steps(parts: dict[str, float], n: int, nodes: int) -> LatencySteps:
+    """Ring latency steps of the collectives a step runs (the non-zero ``parts``), one each,
+    over n ranks on ``nodes`` nodes (NCCL ring model, ``links.ring_steps``)."""
+    steps = LatencySteps()
+    for key, value in parts.items():
+        if value:
+            steps += ring_steps(COMM_COLLECTIVES[key], n, nodes)
+    return steps
+
+
 def zero_comm_parts(params: int, recipe: StateRecipe, stage: ZeroStage, n: int) -> dict[str, float]:
     """Bytes each rank sends per step, by collective (ring convention), at ``stage``.
 
@@ -113,6 +142,7 @@ def zero_terms(
     link: Link,
     activation_bytes: float | None = None,
     with_latency: bool = False,
+    nodes: int | None = None,
 ) -> tuple[Term, ...]:
     """Model states per rank (a breakdown), the room left on the card, comm per rank and time.
 
@@ -184,7 +214,9 @@ def zero_terms(
                 model_states=states,
             )
         )
-    out.extend(comm_terms(params, recipe, stage, n, hw, link, with_latency=with_latency))
+    out.extend(
+        comm_terms(params, recipe, stage, n, hw, link, with_latency=with_latency, nodes=nodes)
+    )
     return tuple(out)
 
 
@@ -197,8 +229,11 @@ def comm_terms(
     link: Link,
     *,
     with_latency: bool = False,
+    nodes: int | None = None,
 ) -> list[Term]:
-    """Per-collective bytes per rank, their total, its time on ``link`` and the ratio to DP."""
+    """Per-collective bytes per rank, their total, its time on ``link`` and the ratio to DP.
+
+    ``nodes`` = nodes the group spans (default ``links.link_nodes``) for the ring latency."""
     rb = recipe_bytes(recipe)
     parts = zero_comm_parts(params, recipe, stage, n)
     total = "comm_send_bytes_per_rank"
@@ -222,16 +257,17 @@ def comm_terms(
         )
     comm = sum(parts.values())
     dp = zero_comm_bytes(params, recipe, ZeroStage.none, n)
-    collectives = sum(1 for v in parts.values() if v)
-    steps = (n - 1) * (2 if stage is ZeroStage.none else collectives)
-    time_s = transfer_time_s(comm, steps, hw, link, with_latency=with_latency)
+    nodes = link_nodes(link, n) if nodes is None else nodes
+    steps = zero_latency_steps(parts, n, nodes)
+    time_s = steps_time_s(comm, steps, hw, link, with_latency=with_latency)
     out += [
         term(total, "sent per rank per step", comm, Unit.bytes, formula="sum of the collectives",
              source=ZERO_COMM_SOURCE, stage=int(stage), n=n),
         term("comm_time_s", f"comm time on {link.value}", time_s, Unit.seconds,
-             formula="bytes / bandwidth (+ latency × steps)",
-             source=f"{hw.name} {link.value}: alpha-beta model (seed 003 table 7-7)",
-             bytes=comm, steps=steps),
+             formula=f"bytes / bandwidth + {LATENCY_FORMULA}",
+             source=f"{hw.name} {link.value}: alpha-beta model (seed 003 table 7-7); "
+             + latency_source(hw, with_latency),
+             bytes=comm, nodes=nodes, **latency_inputs(hw, steps, with_latency)),
         term("comm_vs_dp_ratio", "comm / plain DP", comm / dp if dp else 0.0, Unit.ratio,
              formula="comm / comm(stage 0)", source=ZERO_COMM_SOURCE, comm=comm, dp_comm=dp),
     ]  # fmt: skip

@@ -101,6 +101,9 @@ LatencyOpt = Annotated[
     bool,
     typer.Option(
         "--latency/--no-latency",
-        help="Add the per-step latency term to link times (the seeds price bandwidth only).",
+        help=(
+            "Add ring latency to link times, as NCCL models it: α_intra per ring step inside a "
+            "node, α_inter per step that crosses nodes (the seeds price bandwidth only)."
+        ),
     ),
 ]

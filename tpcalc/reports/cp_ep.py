@@ -34,7 +34,7 @@ def cp_report(
     """One row per cp: ring K/V bytes per layer and micro-batch, link time vs attention compute,
     causal work contiguous vs zig-zag, and whether Ulysses could split the heads instead."""
     from tpcalc.calc.cp import cp_row
-    from tpcalc.reports.dp_zero_pp import int_list, pick_link
+    from tpcalc.reports.dp_zero_pp import int_list, pick_link, pick_nodes
     from tpcalc.reports.inputs import node_size, positive, resolve
     from tpcalc.reports.tp import tp_warnings
 
@@ -48,6 +48,7 @@ def cp_report(
             inputs.spec, inputs.hw, seq=inputs.seq, cp=c, micro_batch=inputs.micro_batch,
             tp=positive(tp, "--tp"), dtype=dtype, grad_dtype=grad_dtype, chunks=chunks,
             link=pick_link(link, c, tp, g), with_latency=with_latency,
+            nodes=pick_nodes(link, c, tp, g),
         )  # fmt: skip
         echo = {**row.inputs, "hardware": inputs.hw.name, "gpus_per_node": g}
         rows.append(row.model_copy(update={"inputs": echo}))

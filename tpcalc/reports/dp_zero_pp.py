@@ -7,7 +7,7 @@ from enum import Enum
 
 from tpcalc.calc.activations import Recompute, paper_layer_terms, require_sp_seq
 from tpcalc.calc.dp import DDP_BUCKET_MIB, dp_terms
-from tpcalc.calc.links import Link, link_for_group
+from tpcalc.calc.links import Link, link_for_group, link_nodes, nodes_spanned
 from tpcalc.calc.params import ParamConvention, params_for, total_params
 from tpcalc.calc.pipeline import Schedule
 from tpcalc.calc.pipeline_terms import pipeline_terms
@@ -56,6 +56,14 @@ def pick_link(choice: LinkChoice, group: int, stride: int, gpus_per_node: int) -
     return link_for_group(group, stride, gpus_per_node)
 
 
+def pick_nodes(choice: LinkChoice, group: int, stride: int, gpus_per_node: int) -> int:
+    """Nodes the group spans (for its latency steps): by rank order, or as the forced link
+    implies (``links.link_nodes``: one node on NVLink, one rank per node on IB)."""
+    if choice is LinkChoice.auto:
+        return nodes_spanned(group, stride, gpus_per_node)
+    return link_nodes(pick_link(choice, group, stride, gpus_per_node), group)
+
+
 def _common(inputs: Inputs, gpus_per_node: int | None) -> tuple[int, dict[str, Scalar]]:
     g = node_size(gpus_per_node, inputs.hw.gpus_per_node.value)
     return g, {"model": inputs.spec.name, "hardware": inputs.hw.name, "gpus_per_node": g}
@@ -96,6 +104,7 @@ def dp_report(
             flop_params=params_for(inputs.spec, params) // tp,
             tokens=tokens, n=n, hw=inputs.hw, link=lk, grad_dtype=grad_dtype,
             bucket_bytes=positive(bucket_mib, "--bucket-mib") * MiB, with_latency=with_latency,
+            nodes=pick_nodes(link, n, tp, g),
         )  # fmt: skip
         echo = {**base, "dp": n, "tp": tp, "seq": inputs.seq, "micro_batch": inputs.micro_batch,
                 "microbatches": m, "tokens": tokens, "state_recipe": recipe.value,
@@ -155,6 +164,7 @@ def zero_report(
         terms = zero_terms(
             params=total_params(spec) // t, recipe=recipe, stage=stage, n=n, hw=inputs.hw,
             link=lk, activation_bytes=per_layer * spec.num_hidden_layers, with_latency=with_latency,
+            nodes=pick_nodes(link, n, t, g),
         )  # fmt: skip
         echo = {**base, "dp": n, "zero": int(stage), "tp": t, "state_recipe": recipe.value,
                 "seq": inputs.seq, "micro_batch": inputs.micro_batch, "sp": sp,
@@ -210,7 +220,7 @@ def pipeline_report(
             spec, inputs.hw, p=p, m=microbatches, v=vpp, schedule=schedule, seq=inputs.seq,
             micro_batch=inputs.micro_batch, tp=tp, dtype=dtype, scatter_gather=scatter_gather,
             link=lk, allow_uneven=allow_uneven, layer_act_bytes=per_layer,
-            with_latency=with_latency,
+            with_latency=with_latency, nodes=pick_nodes(link, p, tp * dp, g),
         )  # fmt: skip
         echo = {**base, "pp": p, "microbatches": microbatches, "vpp": vpp,
                 "schedule": schedule.value, "tp": tp, "dp": dp, "seq": inputs.seq,
