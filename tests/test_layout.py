@@ -225,3 +225,56 @@ def test_memory_over_card_is_a_term_not_a_formatted_warning(llama70b, h100):
     # seed 003: 1,128.9 GB of model states alone is 14.1 cards
     assert ratio > 1128.9 / 80
     assert any("more than the card's memory" in w for w in report.warnings)
+
+
+def test_activation_source_names_the_model_used(llama70b, h100):
+    from tpcalc.calc.activations import ActivationModel
+
+    lay = ParallelLayout(tp=8, pp=4, dp=2, gpus_per_node=8)
+    for model, cited in (
+        (ActivationModel.exact, "exact model"),
+        (ActivationModel.paper, "Table 2"),
+    ):
+        run = LayoutRun(seq=8192, microbatches=8, activations=model)
+        act = rows_by_dim(layout_report(llama70b, h100, lay, run))["total"].get("activation_bytes")
+        assert cited in act.source and act.inputs["activations"] == model.value
+
+
+@pytest.mark.parametrize(
+    ("model", "sizes"),
+    [("llama3-70b", {"tp": 8, "cp": 2, "pp": 4, "dp": 2}),
+     ("deepseek-v3", {"pp": 16, "dp": 8, "ep": 8, "zero": ZeroStage.optimizer})],
+)  # fmt: skip
+def test_every_layout_term_has_a_formula_and_a_source(h100, model, sizes):
+    lay = ParallelLayout(gpus_per_node=8, **sizes)
+    report = layout_report(load_model(model), h100, lay, LayoutRun(seq=4096, microbatches=16))
+    missing = [(r.inputs["dimension"], t.key) for r in report.rows for t in r.terms
+               if not (t.formula and t.source)]  # fmt: skip
+    assert missing == []
+
+
+def test_mfu_divides_by_the_peak_of_the_dtype(h800):
+    from tpcalc.units import Dtype
+
+    ds = load_model("deepseek-v3")
+    lay = ParallelLayout(pp=16, dp=128, ep=64, zero=ZeroStage.optimizer, gpus_per_node=8)
+    totals = {}
+    for dtype in (Dtype.bf16, Dtype.fp8):
+        run = LayoutRun(seq=4096, microbatches=32, dtype=dtype)
+        totals[dtype] = rows_by_dim(layout_report(ds, h800, lay, run))["total"]
+    fp8, bf16 = totals[Dtype.fp8], totals[Dtype.bf16]
+    # H800 config: dense FP8 1,979 TFLOP/s, BF16 989.5 TFLOP/s (the H100 SXM datasheet figures)
+    assert fp8.value("peak_flop_per_s") == 1979e12 and bf16.value("peak_flop_per_s") == 989.5e12
+    assert fp8.get("peak_flop_per_s").label == "peak FP8 per GPU"
+    for row, peak in ((fp8, 1979e12), (bf16, 989.5e12)):  # PaLM App. B: FLOP / (N · peak · t)
+        expected = row.value("model_flop_per_step") / (2048 * peak * row.value("step_time_s"))
+        assert row.value("mfu_estimate_ratio") == pytest.approx(expected)
+
+
+def test_fp8_mfu_without_an_fp8_peak_is_an_error(llama70b):
+    from tpcalc.units import Dtype
+
+    a100 = load_hardware("a100-80g")  # A100 has no FP8 tensor cores: peak_fp8_flop_per_s is null
+    run = LayoutRun(seq=8192, microbatches=8, dtype=Dtype.fp8)
+    with pytest.raises(InputError, match="a100-80g has no peak_fp8_flop_per_s"):
+        layout_report(llama70b, a100, ParallelLayout(tp=8, pp=4, gpus_per_node=8), run)

@@ -21,7 +21,7 @@ from tpcalc.calc.collectives import Collective, ring_factor
 from tpcalc.calc.comm import collectives_per_layer, message_bytes
 from tpcalc.calc.cp import cp_row, ring_latency_steps_per_layer
 from tpcalc.calc.ep import A2A_KINDS, ep_row
-from tpcalc.calc.layout import Group, LayoutRun, ParallelLayout
+from tpcalc.calc.layout import SRC_ORDER, Group, LayoutRun, ParallelLayout
 from tpcalc.calc.links import (
     LATENCY_FORMULA,
     LatencySteps,
@@ -40,6 +40,25 @@ SRC_CP = "Liu et al. 2023 Ring Attention §3: transfer hidden when compute per b
 SRC_PP = "Narayanan et al. 2021 §4.1: s·b·h/t per send with scatter/gather; counted exposed"
 SRC_DP = "ZeRO §7.2 per stage; Li et al. 2020 (DDP) §3.2.3: overlap with the last backward"
 SRC_EP = "GShard §2.2 all-to-alls; DeepSeek-V3 §3.2.1: DualPipe overlaps them with compute"
+
+# How each dimension's group is shaped and what its row's totals add up (for --explain).
+GROUP_FORMULA = {"tp": "tp", "cp": "cp", "pp": "pp", "dp": "dp·cp", "ep": "ep"}
+STRIDE_FORMULA = {"tp": "1", "cp": "tp", "pp": "tp·cp·dp", "dp": "tp", "ep": "tp"}
+SEND_FORMULA = {
+    "tp": "m · layers · collectives/layer · 2(t-1)/t · M",
+    "cp": "m · full-attention layers · send_bytes_per_layer (cp row)",
+    "pp": "sends per step · p2p bytes",
+    "dp": "Σ ZeRO collectives of the dense (dp·cp) and expert (dp·cp/ep) parameters",
+    "ep": "m · MoE layers · all-to-all bytes per layer (ep row)",
+}
+SEND_SOURCE = {"tp": SRC_TP, "cp": SRC_CP, "pp": SRC_PP, "dp": SRC_DP, "ep": SRC_EP}
+EXPOSED_FORMULA = {
+    "tp": "comm_time",
+    "cp": "comm_time · max(0, 1 − attention/transfer)",
+    "pp": "comm_time",
+    "dp": "max(0, comm_time − last backward)",
+    "ep": "comm_time (DualPipe: max(0, comm_time − compute))",
+}
 
 # The overlap assumption of each dimension, echoed in its row (see the module docstring).
 OVERLAP = {
@@ -205,9 +224,10 @@ def dimension_row(
     link = group.link.value if group.size > 1 else "none"
     hidden = cost.time_s - cost.exposed_s
     terms = [
-        term("group_size", "group size", group.size, Unit.count, formula="layout"),
-        term("stride", "rank distance", group.stride, Unit.count, formula="Megatron order",
-             source="Megatron-LM parallel_state.py (tp-cp-ep-dp-pp)"),
+        term("group_size", "group size", group.size, Unit.count,
+             formula=GROUP_FORMULA[group.dimension], source=SRC_ORDER),
+        term("stride", "rank distance", group.stride, Unit.count,
+             formula=STRIDE_FORMULA[group.dimension], source=SRC_ORDER),
         term("nodes_spanned", "nodes one group spans", group.nodes, Unit.count,
              formula="nodes_spanned(size, stride, gpus_per_node)",
              source="tpcalc.calc.links.nodes_spanned"),
@@ -217,11 +237,13 @@ def dimension_row(
              formula="named assumption", source=__doc__.splitlines()[0]),
         *cost.details,
         term("send_bytes_per_step", "sent per rank per step", cost.send_bytes, Unit.bytes,
-             formula="see the dimension's terms"),
+             formula=SEND_FORMULA[group.dimension], source=SEND_SOURCE[group.dimension]),
         term("hidden_time_s", "hidden behind compute", hidden, Unit.seconds,
-             formula="comm time - exposed", part_of="comm_time_s"),
+             formula="comm_time − exposed_time", source=__doc__.splitlines()[0],
+             part_of="comm_time_s", comm_time_s=cost.time_s, exposed_time_s=cost.exposed_s),
         term("exposed_time_s", "exposed (adds to the step)", cost.exposed_s, Unit.seconds,
-             formula="per the overlap assumption", part_of="comm_time_s"),
+             formula=EXPOSED_FORMULA[group.dimension], source=SEND_SOURCE[group.dimension],
+             part_of="comm_time_s", overlap=cost.overlap),
         term("comm_time_s", "time on the link", cost.time_s, Unit.seconds,
              formula=f"bytes / bandwidth + {LATENCY_FORMULA}",
              source="alpha-beta model (links.py); " + latency_source(hw, with_latency),

@@ -4,8 +4,10 @@ Parameters per pipeline rank come from ``pipeline.rank_params`` (embedding on th
 head, final norm and MTP on the last; DualPipe ranks hold two stages). Dense parameters are split
 by tp and their states by ZeRO over the dp·cp ranks that replicate them; routed experts are
 split by ep·tp (Megatron-Core's default expert TP = TP) and their states by ZeRO over the
-dp·cp/ep expert-data-parallel ranks. Activations: Korthikanti et al. 2022 Table 2 per layer with
-s/cp tokens per rank, times the micro-batches in flight on that rank (``pipeline``).
+dp·cp/ep expert-data-parallel ranks. Activations per layer come from the model the run names
+(``ActivationModel``): ``exact`` (default), the tensors autograd saves for each layer's kind
+(``tpcalc.calc.activations_exact``), or ``paper``, Korthikanti et al. 2022 Table 2; both on s/cp
+tokens per rank, times the micro-batches in flight on that rank (``pipeline``).
 """
 
 from __future__ import annotations
@@ -35,7 +37,14 @@ from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.terms import Term, Unit, term
 
 SRC_STATES = "ZeRO §5 over dp·cp (dense) and dp·cp/ep (experts); Megatron-Core MoE expert-DP"
-SRC_ACT = "Korthikanti et al. 2022 Table 2 with s/cp tokens; in-flight micro-batches per schedule"
+SRC_INFLIGHT = "in-flight micro-batches per schedule (tpcalc.calc.pipeline.in_flight_chunks)"
+SRC_ACT = {
+    ActivationModel.paper: f"Korthikanti et al. 2022 Table 2 with s/cp tokens; {SRC_INFLIGHT}",
+    ActivationModel.exact: (
+        "exact model: tensors autograd saves per layer kind (tpcalc.calc.activations_exact, "
+        f"validated against PyTorch) with s/cp tokens; {SRC_INFLIGHT}"
+    ),
+}
 
 
 def rank_layers(num_layers: int, p: int, v: int = 1) -> list[list[int]]:
@@ -164,8 +173,11 @@ def rank_memory(
     return out
 
 
-def memory_terms(worst: RankMemory, layout: ParallelLayout, hw: HardwareSpec) -> list[Term]:
-    """The most loaded rank's memory as parts of a total, against the card."""
+def memory_terms(
+    worst: RankMemory, layout: ParallelLayout, hw: HardwareSpec, activations: ActivationModel
+) -> list[Term]:
+    """The most loaded rank's memory as parts of a total, against the card; the activation
+    term names the model it comes from (``SRC_ACT``)."""
     card = hw.memory_bytes.value
     total = "memory_bytes_per_rank"
     return [
@@ -184,8 +196,8 @@ def memory_terms(worst: RankMemory, layout: ParallelLayout, hw: HardwareSpec) ->
              formula="zero_states(expert, stage, dp·cp/ep)", source=SRC_STATES, part_of=total,
              zero=int(layout.zero), n=layout.expert_dp),
         term("activation_bytes", "activations in flight", worst.activation_bytes, Unit.bytes,
-             formula="in_flight · layers/v · per-layer bytes", source=SRC_ACT, part_of=total,
-             in_flight=worst.in_flight),
+             formula="in_flight · layers/v · per-layer bytes", source=SRC_ACT[activations],
+             part_of=total, in_flight=worst.in_flight, activations=activations.value),
         term(total, "memory per rank", worst.total_bytes, Unit.bytes,
              formula="states + activations", source=SRC_STATES),
         term("card_memory_bytes", "card memory", card, Unit.bytes, formula="hardware config",

@@ -29,12 +29,26 @@ from tpcalc.calc.layout_comm import (
     tp_cost,
 )
 from tpcalc.calc.layout_memory import memory_terms, rank_layers, rank_memory
-from tpcalc.calc.layout_time import SRC_FLOP, SRC_MFU, model_flop_per_step, rank_flops, stage_times
+from tpcalc.calc.layout_time import (
+    SRC_FLOP,
+    SRC_MFU,
+    mfu_peak,
+    model_flop_per_step,
+    rank_flops,
+    stage_times,
+)
 from tpcalc.calc.pipeline import bubble_time_s
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.terms import Report, Row, Scalar, Term, Unit, term
 
 DIM_ORDER = ("tp", "cp", "pp", "dp", "ep")
+SRC_TOKENS = "Narayanan et al. 2021 §2: global batch = micro-batch · micro-batches · dp sequences"
+SRC_STEP = (
+    "Narayanan et al. 2021 §2.2 (step = m micro-batches + pipeline bubble) plus the exposed "
+    "communication of every dimension (tpcalc.calc.layout_comm overlap assumptions)"
+)
+SRC_OVERLAP = "tpcalc.calc.layout_comm.OVERLAP: the named overlap assumption of each dimension"
+SRC_DIMS = "tpcalc.calc.layout_comm: bytes each rank sends per step, per dimension"
 
 
 @dataclass(frozen=True)
@@ -113,7 +127,7 @@ def layout_report(
     times = stage_times(mb_s, in_stage, recompute_share)
     bubble = bubble_time_s(run.schedule, layout.pp, run.microbatches, times, run.vpp)
     summary = _summary_terms(spec, hw, layout, run, costs, mb_s, bubble, cited)
-    summary += memory_terms(worst, layout, hw)
+    summary += memory_terms(worst, layout, hw, run.activations)
     rows.append(Row(inputs={**inputs, "dimension": "total"}, terms=tuple(summary)))
     return Report(
         title=(
@@ -137,11 +151,12 @@ def _summary_terms(
     model_flop = model_flop_per_step(
         spec, lay, seq=run.seq, micro_batch=run.micro_batch, microbatches=m
     )
-    peak = hw.peak_bf16_flop_per_s.value
+    peak, peak_dtype, peak_src = mfu_peak(hw, run.dtype)
     mfu = model_flop / (lay.world * peak * step_s)
     out = [
         term("tokens_per_step", "tokens per step", run.seq * run.micro_batch * m * lay.dp,
-             Unit.count, formula="s·b·m·dp", s=run.seq, b=run.micro_batch, m=m, dp=lay.dp),
+             Unit.count, formula="s·b·m·dp", source=SRC_TOKENS, s=run.seq, b=run.micro_batch,
+             m=m, dp=lay.dp),
         term("compute_time_s", "compute (slowest stage)", compute, Unit.seconds,
              formula="m · stage FLOP / achieved FLOP/s", source=SRC_FLOP, part_of=step,
              m=m, micro_batch_time_s=mb_s, achieved_flop_per_s=hw.achieved_flop_per_s.value),
@@ -153,31 +168,35 @@ def _summary_terms(
     for d in DIM_ORDER:
         out.append(
             term(f"{d}_exposed_time_s", f"{d.upper()} exposed", exposed[d], Unit.seconds,
-                 formula=f"{d} row: exposed_time_s", part_of=step)
+                 formula=f"{d} row: exposed_time_s", source=SRC_OVERLAP, part_of=step)
         )  # fmt: skip
     for d in DIM_ORDER:
         out.append(
             term(f"{d}_send_bytes_per_step", f"{d.upper()} sent", costs[d].send_bytes,
-                 Unit.bytes, formula=f"{d} row: send_bytes_per_step",
+                 Unit.bytes, formula=f"{d} row: send_bytes_per_step", source=SRC_DIMS,
                  part_of="send_bytes_per_step")
         )  # fmt: skip
     out += [
         term(step, "step time (estimate)", step_s, Unit.seconds,
-             formula="compute + bubble + exposed communication"),
+             formula="compute + bubble + Σ exposed communication", source=SRC_STEP,
+             compute_time_s=compute, bubble_time_s=bubble, exposed_time_s=sum(exposed.values())),
         term("send_bytes_per_step", "sent per rank per step, all dimensions",
-             sum(c.send_bytes for c in costs.values()), Unit.bytes, formula="sum of dimensions"),
+             sum(c.send_bytes for c in costs.values()), Unit.bytes,
+             formula="Σ over tp, cp, pp, dp, ep of send_bytes_per_step", source=SRC_DIMS),
         term("bubble_share_ratio", "bubble / step", bubble / step_s, Unit.ratio,
-             formula="bubble_time / step_time"),
+             formula="bubble_time / step_time", source=SRC_STEP, bubble_time_s=bubble,
+             step_time_s=step_s),
         term("model_flop_per_step", "model FLOP per step", model_flop, Unit.flop,
              formula="6·N_active·tokens + attention (no recompute)", source=SRC_MFU),
         term("achieved_flop_per_s", "achieved FLOP/s (assumption)",
              hw.achieved_flop_per_s.value, Unit.flop_per_s, formula="hardware config",
              source=hw.achieved_flop_per_s.source),
-        term("peak_flop_per_s", "peak BF16 per GPU", peak, Unit.flop_per_s,
-             formula="hardware config", source=hw.peak_bf16_flop_per_s.source),
+        term("peak_flop_per_s", f"peak {peak_dtype.upper()} per GPU", peak, Unit.flop_per_s,
+             formula=f"hardware config: peak_{peak_dtype}_flop_per_s", source=peak_src,
+             dtype=run.dtype.value),
         term("mfu_estimate_ratio", "MFU (estimate)", mfu, Unit.ratio,
              formula="model FLOP / (world · peak · step time)", source=SRC_MFU,
-             world=lay.world, peak_flop_per_s=peak, step_time_s=step_s),
+             world=lay.world, peak_flop_per_s=peak, peak_dtype=peak_dtype, step_time_s=step_s),
     ]  # fmt: skip
     if cited is not None:
         out.append(

@@ -24,7 +24,9 @@ from tpcalc.calc.layout import ParallelLayout
 from tpcalc.calc.layout_memory import rank_layers
 from tpcalc.calc.params import active_layer_params, lm_head_matmul_params
 from tpcalc.calc.pipeline import StageTimes
-from tpcalc.specs import ModelSpec
+from tpcalc.errors import InputError
+from tpcalc.specs import HardwareSpec, ModelSpec
+from tpcalc.units import Dtype
 
 SRC_MFU = "Chowdhery et al. 2022 (PaLM) App. B: MFU = model FLOP/s / peak FLOP/s"
 SRC_FLOP = "Kaplan et al. 2020 §2.1 (6N per token, active params); Narayanan et al. 2021 Eq. 3"
@@ -32,6 +34,19 @@ FLOP_PER_PARAM_TOKEN = FLOP_PER_PARAM_TOKEN_FWD + FLOP_PER_PARAM_TOKEN_BWD
 # The weight-gradient half of the backward (W) and the input-gradient half (B) cost the same
 # (Qi et al. 2023 §2: F = B = W for matmuls).
 BWD_PARTS = 2
+
+
+def mfu_peak(hw: HardwareSpec, dtype: Dtype) -> tuple[float, str, str]:
+    """(peak FLOP/s, its dtype, its source) that MFU divides by: the FP8 peak for FP8 matmuls,
+    the BF16 peak otherwise (PaLM App. B: MFU against the peak of the precision used)."""
+    if dtype is Dtype.fp8:
+        if hw.peak_fp8_flop_per_s is None:
+            raise InputError(
+                f"--dtype fp8: {hw.name} has no peak_fp8_flop_per_s in its config, so MFU has "
+                "no FP8 peak to divide by; add one or use --dtype bf16"
+            )
+        return hw.peak_fp8_flop_per_s.value, "fp8", hw.peak_fp8_flop_per_s.source
+    return hw.peak_bf16_flop_per_s.value, "bf16", hw.peak_bf16_flop_per_s.source
 
 
 def active_matmul_params(spec: ModelSpec) -> int:
