@@ -278,3 +278,17 @@ def test_fp8_mfu_without_an_fp8_peak_is_an_error(llama70b):
     run = LayoutRun(seq=8192, microbatches=8, dtype=Dtype.fp8)
     with pytest.raises(InputError, match="a100-80g has no peak_fp8_flop_per_s"):
         layout_report(llama70b, a100, ParallelLayout(tp=8, pp=4, gpus_per_node=8), run)
+
+
+def test_a_cited_mfu_needs_the_cited_hardware():
+    from tpcalc.reports.layout import layout_report as run_layout
+
+    sizes = dict(tp=8, pp=16, dp=128, zero=1, microbatches=16, seq=8192)
+    on_h100 = rows_by_dim(run_layout("llama3-405b", "h100-sxm", **sizes))["total"]
+    # Llama 3 paper Table 4: 41% BF16 MFU, measured on 16,384 H100
+    assert on_h100.value("mfu_cited_ratio") == 0.41
+    on_h800 = rows_by_dim(run_layout("llama3-405b", "h800", **sizes))["total"]
+    assert "mfu_cited_ratio" not in {t.key for t in on_h800.terms}
+    lay = ParallelLayout(tp=8, cp=1, pp=16, dp=128, gpus_per_node=8)
+    assert matching_example("llama3-405b", lay, "h800") is None
+    assert matching_example("llama3-405b", lay, "h100-sxm") is LLAMA3_405B

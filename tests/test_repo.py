@@ -71,3 +71,32 @@ def test_lint_clean():
         pytest.skip("ruff not installed (pip install '.[test]')")
     result = subprocess.run([ruff, "check", str(ROOT)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _function_defs() -> dict[str, list[str]]:
+    defs: dict[str, list[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef):
+                defs.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
+    return defs
+
+
+def test_each_shared_quantity_has_one_function():
+    """A count used by several calculators lives in one function (a second copy drifts: the
+    pipeline's own active-params once missed Qwen's decoder_sparse_step)."""
+    defs = _function_defs()
+    owners = {
+        "active_layer_params": "tpcalc/calc/params.py",
+        "shared_expert_intermediate": "tpcalc/calc/params.py",
+        "routed_layer_params": "tpcalc/calc/params.py",
+        "lm_head_matmul_params": "tpcalc/calc/params.py",
+        "ring_sends_per_layer": "tpcalc/calc/cp.py",
+        "sp_seq_problem": "tpcalc/calc/activations.py",
+        "ring_steps": "tpcalc/calc/links.py",
+    }
+    assert {name: defs.get(name) for name in owners} == {n: [p] for n, p in owners.items()}
+    for gone in ("routed_params_of_layer", "_shared_intermediate"):
+        assert gone not in defs
+    mlp = (PACKAGE / "calc" / "activations_exact" / "mlp.py").read_text(encoding="utf-8")
+    assert "shared_expert_intermediate(spec)" in mlp and "n_shared_experts" not in mlp

@@ -10,8 +10,6 @@ memory per rank in ``tpcalc.calc.ep_memory``.
 from __future__ import annotations
 
 from tpcalc.calc.collectives import Collective
-from tpcalc.calc.ep_memory import SRC_EP as SRC_EP  # re-export (moved)
-from tpcalc.calc.ep_memory import SRC_PARAMS as SRC_PARAMS  # re-export (moved)
 from tpcalc.calc.ep_memory import experts_per_rank as experts_per_rank  # re-export (moved)
 from tpcalc.calc.ep_memory import memory_terms, require_moe
 from tpcalc.calc.ep_routing import (
@@ -154,7 +152,7 @@ def ep_row(
     shapes in reverse; the gradient sent to the experts uses ``dispatch_dtype`` (DeepSeek-V3
     §3.3 sends both in FP8), the one sent back ``combine_dtype``. The two links of an
     all-to-all run at once, so its time is the slower of IB and NVLink (+ latency).
-    Sources: ``SRC_A2A``, ``SRC_NODE``, ``SRC_PARAMS``, ``SRC_FLOP``.
+    Sources: ``SRC_A2A``, ``SRC_NODE``, ``ep_memory.SRC_PARAMS``, ``SRC_FLOP``.
     """
     if ep < 1 or tokens < 1 or stride < 1:
         raise InputError(f"ep={ep}, tokens={tokens}, stride={stride} must be positive integers")

@@ -37,9 +37,13 @@ class LayoutExample:
             gpus_per_node=gpus_per_node,
         )  # fmt: skip
 
-    def matches(self, model: str, layout: ParallelLayout) -> bool:
+    def matches(self, model: str, layout: ParallelLayout, hardware: str | None = None) -> bool:
+        """Same model and sizes and, when ``hardware`` is given, the same card: a cited MFU
+        was measured on that card only (Llama 3's 41% on H100)."""
         dims = (layout.tp, layout.cp, layout.pp, layout.dp, layout.ep)
-        return model == self.model and dims == (self.tp, self.cp, self.pp, self.dp, self.ep)
+        same_dims = dims == (self.tp, self.cp, self.pp, self.dp, self.ep)
+        same_card = hardware is None or hardware == self.hardware
+        return model == self.model and same_card and same_dims
 
 
 LLAMA3_405B = LayoutExample(
@@ -77,6 +81,9 @@ DEEPSEEK_V3 = LayoutExample(
 EXAMPLES = {e.name: e for e in (LLAMA3_405B, DEEPSEEK_V3)}
 
 
-def matching_example(model: str, layout: ParallelLayout) -> LayoutExample | None:
-    """The published example with this model and these sizes, if any (for its cited MFU)."""
-    return next((e for e in EXAMPLES.values() if e.matches(model, layout)), None)
+def matching_example(
+    model: str, layout: ParallelLayout, hardware: str | None = None
+) -> LayoutExample | None:
+    """The published example with this model, these sizes and (when given) this hardware, if
+    any (for its cited MFU)."""
+    return next((e for e in EXAMPLES.values() if e.matches(model, layout, hardware)), None)

@@ -21,8 +21,8 @@ from tpcalc.calc.params import (
     final_norm_params,
     layer_params,
     lm_head_params,
-    mlp_params,
     mtp_params,
+    routed_layer_params,
 )
 from tpcalc.calc.pipeline import (
     Schedule,
@@ -57,17 +57,10 @@ def rank_layers(num_layers: int, p: int, v: int = 1) -> list[list[int]]:
     ]
 
 
-def routed_params_of_layer(spec: ModelSpec, i: int) -> int:
-    """Routed-expert parameters of decoder layer i (0 for a dense layer)."""
-    if not spec.is_moe_layer(i):
-        return 0
-    return (spec.n_routed_experts or 0) * mlp_params(spec, spec.moe_intermediate_size or 0)
-
-
 def pp_rank_params(spec: ModelSpec, p: int, v: int, schedule: Schedule) -> list[tuple[int, int]]:
     """(dense, routed-expert) parameters of each pipeline rank before any TP/EP split."""
     n = spec.num_hidden_layers
-    routed = [routed_params_of_layer(spec, i) for i in range(n)]
+    routed = [routed_layer_params(spec, i) for i in range(n)]
     total = [layer_params(spec, i) for i in range(n)]
     mtp_routed = spec.mtp_layers * routed[-1]
     experts = rank_params(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from enum import Enum
 
+from tpcalc.calc.params import shared_expert_intermediate
 from tpcalc.errors import DivisibilityError, InputError
 from tpcalc.specs import ModelSpec
 
@@ -42,14 +43,6 @@ def require_t(t: int, name: str = "t") -> None:
     """A tensor-parallel size must be a positive integer."""
     if isinstance(t, bool) or not isinstance(t, int) or t < 1:
         raise InputError(f"{name}={t} must be a positive integer (e.g. 1, 2, 4 or 8)")
-
-
-def shared_expert_intermediate(spec: ModelSpec) -> int:
-    """Width of the shared-expert MLP: Qwen's shared_expert_intermediate_size, else DeepSeek's
-    n_shared_experts × moe_intermediate_size (HF ``DeepseekV3MoE.shared_experts``)."""
-    if spec.shared_expert_intermediate_size is not None:
-        return spec.shared_expert_intermediate_size
-    return spec.n_shared_experts * (spec.moe_intermediate_size or 0)
 
 
 def split_sizes(spec: ModelSpec) -> tuple[tuple[str, int], ...]:

@@ -18,13 +18,13 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, replace
 
+from tpcalc.calc.params import shared_expert_intermediate
 from tpcalc.calc.shards_rules import (
     DEFAULT_VOCAB_PAD_MULTIPLE,
     Split,
     kv_split,
     padded_vocab,
     require_tp,
-    shared_expert_intermediate,
 )
 from tpcalc.errors import InputError, divide
 from tpcalc.specs import ModelSpec

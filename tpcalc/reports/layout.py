@@ -59,7 +59,7 @@ def layout_report(
         schedule=schedule, recipe=recipe, sp=sp, recompute=recompute, dtype=dtype,
         with_latency=with_latency, activations=activations,
     )  # fmt: skip
-    example = matching_example(spec.name, layout)
+    example = matching_example(spec.name, layout, hw.name)
     report = price_layout(
         spec, hw, layout, run, cited=example.cited if example else None,
         allow_uneven=allow_uneven,

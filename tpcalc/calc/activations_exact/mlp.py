@@ -19,6 +19,7 @@ from __future__ import annotations
 from tpcalc.calc.activations_exact.norms import dropout_mask, norm_output
 from tpcalc.calc.activations_exact.options import ActivationOptions
 from tpcalc.calc.activations_exact.records import Layout, SavedDtype, Split, TensorRecord, rec
+from tpcalc.calc.params import shared_expert_intermediate
 from tpcalc.specs import ModelSpec
 
 PART = "mlp"
@@ -85,7 +86,7 @@ def moe_records(
         gated=spec.gated_mlp, fused_swiglu=opts.fused_swiglu,
     )  # fmt: skip
     out.append(rec(f"{p}.expert_output", p, (tokens * k, h), act, split, note="for d(probs)"))
-    shared = spec.shared_expert_intermediate_size or spec.n_shared_experts * f_e
+    shared = shared_expert_intermediate(spec)
     if shared:
         f_s = lay.heads(shared, "shared expert intermediate size")
         out += _ffn_body(
