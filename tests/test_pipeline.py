@@ -223,3 +223,31 @@ def test_pipeline_rows_add_up(qwen38, h800, p, mult, schedule):
     row = Row(inputs={}, terms=terms)
     assert row.check_breakdowns() == []
     assert 0 <= row.value("bubble_share_ratio") < 1
+
+
+def test_pipeline_activations_match_layout_and_name_their_model(cli):
+    import json
+
+    from tpcalc.calc.activations import ActivationModel, Recompute, paper_layer_terms
+    from tpcalc.calc.layout import ParallelLayout
+    from tpcalc.calc.layout_memory import rank_memory
+    from tpcalc.calc.states import StateRecipe
+    from tpcalc.catalog import load_model
+
+    qwen = load_model("qwen3.8")
+    args = ("pipeline", "-m", "qwen3.8", "--pp", "8", "-s", "4096", "-f", "json")
+    rows = {a: json.loads(cli(*args, "--activations", a).out)[0] for a in ("exact", "paper")}
+    assert json.loads(cli(*args).out)[0]["activations"] == "exact"  # the default, as layout's
+    # paper: 1F1B rank 0 keeps 8 micro-batches × 8 layers × Table 2's selective-recompute layer
+    paper_layer = paper_layer_terms(qwen, seq=4096, micro_batch=1, t=1, sp=False,
+                                    recompute=Recompute.selective)[-1].value  # fmt: skip
+    assert rows["paper"]["stage_activation_bytes"] == pytest.approx(8 * 8 * paper_layer)
+    assert abs(rows["paper"]["stage_activation_bytes"] / 1e9 - 45.6) <= 0.05  # seed 000: 45.6 GB
+    # exact: the same per-layer model and in-flight count as `tpcalc layout` (rank 0)
+    ranks = rank_memory(
+        qwen, ParallelLayout(pp=8, gpus_per_node=8), seq=4096, micro_batch=1, microbatches=32,
+        vpp=1, schedule=Schedule.one_f_one_b, recipe=StateRecipe.zero16, sp=False,
+        recompute=Recompute.selective, activations=ActivationModel.exact,
+    )  # fmt: skip
+    assert rows["exact"]["stage_activation_bytes"] == pytest.approx(ranks[0].activation_bytes)
+    assert rows["exact"]["stage_activation_bytes"] != rows["paper"]["stage_activation_bytes"]

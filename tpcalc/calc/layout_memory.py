@@ -57,6 +57,19 @@ def rank_layers(num_layers: int, p: int, v: int = 1) -> list[list[int]]:
     ]
 
 
+def rank_activation_bytes(
+    schedule: Schedule, p: int, m: int, v: int, per_layer: list[float]
+) -> list[float]:
+    """Activations each pipeline rank holds at its peak: in-flight chunks / v × the sum of its
+    layers' per-layer bytes (``layer_activation_bytes``; in-flight chunks per schedule from
+    ``pipeline.in_flight_chunks``: GPipe m, 1F1B p − rank, ...)."""
+    layers = rank_layers(len(per_layer), p, v)
+    return [
+        in_flight_chunks(schedule, p, m, v, r) / v * sum(per_layer[i] for i in layers[r])
+        for r in range(p)
+    ]
+
+
 def pp_rank_params(spec: ModelSpec, p: int, v: int, schedule: Schedule) -> list[tuple[int, int]]:
     """(dense, routed-expert) parameters of each pipeline rank before any TP/EP split."""
     n = spec.num_hidden_layers
@@ -146,7 +159,7 @@ def rank_memory(
         recompute=recompute,
         model=activations,
     )
-    layers = rank_layers(spec.num_hidden_layers, layout.pp, vpp)
+    act = rank_activation_bytes(schedule, layout.pp, microbatches, vpp, per_layer)
     out = []
     for r, (dense, expert) in enumerate(pp_rank_params(spec, layout.pp, vpp, schedule)):
         d = -(-dense // layout.tp)
@@ -159,7 +172,7 @@ def rank_memory(
                 expert_params=e,
                 dense_states_bytes=zero_states_bytes(d, recipe, layout.zero, layout.grad_group),
                 expert_states_bytes=zero_states_bytes(e, recipe, layout.zero, layout.expert_dp),
-                activation_bytes=chunks / vpp * sum(per_layer[i] for i in layers[r]),
+                activation_bytes=act[r],
                 in_flight=chunks,
             )
         )

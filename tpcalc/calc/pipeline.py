@@ -214,15 +214,3 @@ def in_flight_chunks(schedule: Schedule, p: int, m: int, v: int, rank: int) -> i
     if schedule is Schedule.interleaved:
         return min(2 * (p - rank - 1) + (v - 1) * p + 1, m * v)
     return p + DUALPIPE_EXTRA_IN_FLIGHT
-
-
-def stage_activation_bytes(
-    schedule: Schedule, p: int, m: int, v: int, layers: Sequence[int], layer_act_bytes: float
-) -> tuple[float, int]:
-    """(bytes, rank) of the most loaded rank: in-flight chunks × layers per chunk × per-layer
-    activation bytes of one micro-batch (``layers`` as from ``rank_layer_counts``)."""
-    loads = [
-        in_flight_chunks(schedule, p, m, v, r) * layers[r] / v * layer_act_bytes for r in range(p)
-    ]
-    worst = max(range(p), key=lambda r: loads[r])
-    return loads[worst], worst

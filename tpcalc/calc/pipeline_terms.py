@@ -6,6 +6,8 @@ Formulas and their sources live in ``tpcalc.calc.pipeline``; this module feeds t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tpcalc.calc import pipeline as pp
 from tpcalc.calc.collectives import Collective
 from tpcalc.calc.dp import (
@@ -13,6 +15,7 @@ from tpcalc.calc.dp import (
     BACKWARD_WEIGHT_FLOP_PER_PARAM_TOKEN,
     FORWARD_FLOP_PER_PARAM_TOKEN,
 )
+from tpcalc.calc.layout_memory import rank_activation_bytes, rank_layers
 from tpcalc.calc.links import (
     LATENCY_FORMULA,
     Link,
@@ -95,17 +98,17 @@ def pipeline_terms(
     link: Link,
     allow_uneven: bool = True,
     times: StageTimes | None = None,
-    layer_act_bytes: float | None = None,
+    layer_act_bytes: float | Sequence[float] | None = None,
     with_latency: bool = False,
     nodes: int | None = None,
 ) -> tuple[Term, ...]:
     """Layers and parameters per stage, p2p bytes and time, bubble, in-flight activations.
 
-    ``times`` defaults to ``flop_stage_times``; ``layer_act_bytes`` is one layer's activations
-    for one micro-batch on one rank (e.g. ``tpcalc.calc.activations``), used for the most loaded
-    stage. ``nodes`` = nodes the pipeline group spans (default ``links.link_nodes``): each
-    send pays α_inter when they are more than one, else α_intra. Raises a TpcalcError for an
-    impossible split (see ``pipeline.check_pipeline``).
+    ``times`` defaults to ``flop_stage_times``; ``layer_act_bytes`` is each layer's activations
+    for one micro-batch on one rank (``layout_memory.layer_activation_bytes``; one number = the
+    same for every layer), used for the most loaded stage. ``nodes`` = nodes the pipeline group
+    spans (default ``links.link_nodes``): each send pays α_inter when they are more than one,
+    else α_intra. Raises a TpcalcError for an impossible split (see ``pipeline.check_pipeline``).
     """
     L = spec.num_hidden_layers
     pp.check_pipeline(L, p, m, v, schedule, allow_uneven=allow_uneven)
@@ -177,7 +180,7 @@ def pipeline_terms(
         term("bubble_vs_1f1b_ratio", "bubble / 1F1B's", bubble / ref if ref else 0.0, Unit.ratio,
              formula="bubble / ((p-1)(F+B+W))", source=sched_src, **fb),
     ]  # fmt: skip
-    out += memory_terms(schedule, p, m, v, layers, layer_act_bytes)
+    out += memory_terms(schedule, p, m, v, L, layer_act_bytes)
     return tuple(out)
 
 
@@ -197,10 +200,11 @@ def memory_terms(
     p: int,
     m: int,
     v: int,
-    layers: tuple[int, ...],
-    layer_act_bytes: float | None,
+    num_layers: int,
+    layer_act_bytes: float | Sequence[float] | None,
 ) -> list[Term]:
-    """Micro-batches in flight on the worst rank and, given per-layer bytes, its activations."""
+    """Micro-batches in flight on the worst rank and, given per-layer bytes, the activations of
+    the most loaded rank (``layout_memory.rank_activation_bytes``)."""
     chunks = max(pp.in_flight_chunks(schedule, p, m, v, r) for r in range(p))
     out = [
         term("in_flight_microbatches", "micro-batches in flight (worst rank)",
@@ -209,10 +213,19 @@ def memory_terms(
              p=p, m=m, v=v, chunks=chunks),
     ]  # fmt: skip
     if layer_act_bytes is not None:
-        act, rank = pp.stage_activation_bytes(schedule, p, m, v, layers, layer_act_bytes)
+        per_layer = (
+            [float(layer_act_bytes)] * num_layers
+            if isinstance(layer_act_bytes, int | float)
+            else list(layer_act_bytes)
+        )
+        loads = rank_activation_bytes(schedule, p, m, v, per_layer)
+        rank = max(range(p), key=lambda r: loads[r])
+        mine = [per_layer[i] for i in rank_layers(num_layers, p, v)[rank]]
         out.append(
-            term("stage_activation_bytes", "activations, most loaded stage", act, Unit.bytes,
-                 formula="in-flight chunks × layers/v × per-layer bytes", source=pp.SRC_INFLIGHT,
-                 rank=rank, layers=layers[rank], per_layer=layer_act_bytes)
+            term("stage_activation_bytes", "activations, most loaded stage", loads[rank],
+                 Unit.bytes, formula="in-flight chunks / v × Σ per-layer bytes of its layers",
+                 source=pp.SRC_INFLIGHT, rank=rank, layers=len(mine),
+                 in_flight=pp.in_flight_chunks(schedule, p, m, v, rank),
+                 per_layer_min=min(mine), per_layer_max=max(mine))
         )  # fmt: skip
     return out

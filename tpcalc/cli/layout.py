@@ -30,6 +30,7 @@ from tpcalc.cli.options import (
     UnitsOpt,
 )
 from tpcalc.cli.parallel_options import (
+    ActivationsOpt,
     DpOpt,
     GpusPerNodeOpt,
     MicrobatchesOpt,
@@ -75,14 +76,7 @@ def layout(
     recipe: StateRecipeOpt = StateRecipe.zero16,
     sp: SpOpt = True,
     recompute: RecomputeOpt = Recompute.selective,
-    activations: Annotated[
-        ActivationModel,
-        typer.Option(
-            "--activations",
-            help="Activation count per layer: 'exact' (what autograd saves for this "
-            "architecture, flash attention) or 'paper' (Korthikanti Table 2).",
-        ),
-    ] = ActivationModel.exact,
+    activations: ActivationsOpt = ActivationModel.exact,
     dtype: DtypeOpt = Dtype.bf16,
     uneven: UnevenOpt = True,
     hardware: HardwareOpt = DEFAULT_HARDWARE,

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from tpcalc.calc.activations import ActivationModel
 from tpcalc.calc.pipeline import Schedule
 from tpcalc.calc.states import StateRecipe
 from tpcalc.reports.dp_zero_pp import LinkChoice
@@ -78,5 +79,13 @@ ScatterGatherOpt = Annotated[
     typer.Option(
         "--scatter-gather/--no-scatter-gather",
         help="Send 1/t of each stage-to-stage activation per TP rank (Narayanan et al. 2021 §4.1).",
+    ),
+]
+ActivationsOpt = Annotated[
+    ActivationModel,
+    typer.Option(
+        "--activations",
+        help="Activation count per layer: 'exact' (what autograd saves for this "
+        "architecture, flash attention) or 'paper' (Korthikanti Table 2).",
     ),
 ]

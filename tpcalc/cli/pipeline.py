@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from tpcalc.calc.activations import Recompute
+from tpcalc.calc.activations import ActivationModel, Recompute
 from tpcalc.calc.pipeline import Schedule
 from tpcalc.cli.common import emit
 from tpcalc.cli.options import (
@@ -23,6 +23,7 @@ from tpcalc.cli.options import (
     UnitsOpt,
 )
 from tpcalc.cli.parallel_options import (
+    ActivationsOpt,
     DpOpt,
     GpusPerNodeOpt,
     LinkOpt,
@@ -56,6 +57,7 @@ def pipeline(
     dtype: DtypeOpt = Dtype.bf16,
     sp: SpOpt = False,
     recompute: RecomputeOpt = Recompute.selective,
+    activations: ActivationsOpt = ActivationModel.exact,
     uneven: UnevenOpt = True,
     scatter_gather: ScatterGatherOpt = True,
     gpus_per_node: GpusPerNodeOpt = None,
@@ -74,6 +76,8 @@ def pipeline(
       tpcalc pipeline -m qwen3.8 -s 4096 --pp 8 --microbatches 32
 
       tpcalc pipeline --pp 8 --schedule interleaved --vpp 4 --explain
+
+      tpcalc pipeline -m llama3-70b -t 8 --sp --pp 4 --activations paper
 
       tpcalc pipeline -m deepseek-v3 --pp 16 --microbatches 32 --schedule dualpipe -f json
     """
@@ -95,6 +99,7 @@ def pipeline(
             dtype=dtype,
             sp=sp,
             recompute=recompute,
+            activations=activations,
             allow_uneven=uneven,
             scatter_gather=scatter_gather,
             gpus_per_node=gpus_per_node,

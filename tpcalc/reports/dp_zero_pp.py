@@ -5,8 +5,15 @@ from __future__ import annotations
 import itertools
 from enum import Enum
 
-from tpcalc.calc.activations import Recompute, paper_layer_terms, require_sp_seq
+from tpcalc.calc.activations import (
+    ActivationModel,
+    Recompute,
+    paper_layer_terms,
+    require_sp_seq,
+)
 from tpcalc.calc.dp import DDP_BUCKET_MIB, dp_terms
+from tpcalc.calc.layout import ParallelLayout
+from tpcalc.calc.layout_memory import layer_activation_bytes
 from tpcalc.calc.links import Link, link_for_group, link_nodes, nodes_spanned
 from tpcalc.calc.params import ParamConvention, params_for, total_params
 from tpcalc.calc.pipeline import Schedule
@@ -194,6 +201,7 @@ def pipeline_report(
     dtype: Dtype = Dtype.bf16,
     sp: bool = False,
     recompute: Recompute = Recompute.selective,
+    activations: ActivationModel = ActivationModel.exact,
     allow_uneven: bool = True,
     scatter_gather: bool = True,
     gpus_per_node: int | None = None,
@@ -211,9 +219,10 @@ def pipeline_report(
     if sp:
         require_sp_seq(inputs.seq, tp)
     spec, rows = inputs.spec, []
-    per_layer = activation_bytes_per_layer(
-        spec, seq=inputs.seq, micro_batch=inputs.micro_batch, t=tp, sp=sp, recompute=recompute
-    )
+    per_layer = layer_activation_bytes(
+        spec, ParallelLayout(tp=tp, gpus_per_node=g), seq=inputs.seq,
+        micro_batch=inputs.micro_batch, sp=sp, recompute=recompute, model=activations,
+    )  # fmt: skip
     for p in int_list(pp, "--pp", [8]):
         lk = pick_link(link, p, tp * dp, g)
         terms = pipeline_terms(
@@ -225,7 +234,8 @@ def pipeline_report(
         echo = {**base, "pp": p, "microbatches": microbatches, "vpp": vpp,
                 "schedule": schedule.value, "tp": tp, "dp": dp, "seq": inputs.seq,
                 "micro_batch": inputs.micro_batch, "dtype": dtype.value, "sp": sp,
-                "recompute": recompute.value, "uneven_allowed": allow_uneven,
+                "recompute": recompute.value, "activations": activations.value,
+                "uneven_allowed": allow_uneven,
                 "scatter_gather": scatter_gather, "link": lk.value,
                 "latency": with_latency}  # fmt: skip
         rows.append(Row(inputs=echo, terms=terms))
@@ -237,5 +247,8 @@ def pipeline_report(
         title=f"Pipeline stages, bubble and stage-to-stage traffic: {spec.name}",
         rows=tuple(rows),
         warnings=tuple(warnings),
-        notes=("F, B, W from 2·N_stage·tokens FLOP each at the achieved FLOP/s of the card",),
+        notes=(
+            "F, B, W from 2·N_stage·tokens FLOP each at the achieved FLOP/s of the card; "
+            f"activations per layer: {activations.value} model",
+        ),
     )
