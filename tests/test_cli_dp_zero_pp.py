@@ -74,7 +74,8 @@ def test_dp_link_auto_crosses_nodes_only_beyond_a_node(cli):
 
 
 def test_zero_seed_figures(cli):
-    rows = {row["zero"]: row for row in json_rows(cli, *SEED_ZERO)}
+    # the seed's activations are Korthikanti Table 2 (34·s·b·h·L), hence --activations paper
+    rows = {row["zero"]: row for row in json_rows(cli, *SEED_ZERO, "--activations", "paper")}
     # seed 000 §ZeRO: 444.5 -> 152.8 -> 104.2 -> 55.6 GB per card on 8 cards
     for stage, printed in ((0, 444.5), (1, 152.8), (2, 104.2), (3, 55.6)):
         assert abs(rows[stage]["model_states_bytes"] / 1e9 - printed) <= 0.05
@@ -84,6 +85,14 @@ def test_zero_seed_figures(cli):
     assert abs(rows[3]["free_for_activations_bytes"] / 1e9 - 24.4) <= 0.05
     assert abs(rows[3]["activation_bytes"] / 1e9 - 45.6) <= 0.05
     assert rows[3]["activations_fit"] is False
+
+
+def test_zero_exact_activations_by_default(cli):
+    # the exact model (default) keeps more for Qwen3.8's Gated DeltaNet and SwiGLU layers
+    exact = json_rows(cli, *SEED_ZERO, "--zero", "3")[0]
+    paper = json_rows(cli, *SEED_ZERO, "--zero", "3", "--activations", "paper")[0]
+    assert exact["activations"] == "exact" and paper["activations"] == "paper"
+    assert exact["activation_bytes"] > paper["activation_bytes"]
 
 
 def test_zero_llama_states_per_card_at_tp8(cli):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from tpcalc.calc.activations import Recompute
+from tpcalc.calc.activations import ActivationModel, Recompute
 from tpcalc.calc.states import StateRecipe
 from tpcalc.cli.common import emit
 from tpcalc.cli.options import (
@@ -22,6 +22,7 @@ from tpcalc.cli.options import (
     UnitsOpt,
 )
 from tpcalc.cli.parallel_options import (
+    ActivationsOpt,
     DpListOpt,
     GpusPerNodeOpt,
     LinkOpt,
@@ -51,6 +52,7 @@ def zero(
     gpus_per_node: GpusPerNodeOpt = None,
     link: LinkOpt = LinkChoice.auto,
     latency: LatencyOpt = True,
+    activations: ActivationsOpt = ActivationModel.exact,
     units: UnitsOpt = ByteUnits.GB,
     fmt: FormatOpt = Format.table,
     explain: ExplainOpt = False,
@@ -84,6 +86,7 @@ def zero(
             gpus_per_node=gpus_per_node,
             link=link,
             with_latency=latency,
+            activations=activations,
         )
 
     emit(build, fmt, units=units, explain=explain)

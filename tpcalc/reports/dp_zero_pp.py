@@ -8,7 +8,6 @@ from enum import Enum
 from tpcalc.calc.activations import (
     ActivationModel,
     Recompute,
-    paper_layer_terms,
     require_sp_seq,
 )
 from tpcalc.calc.dp import DDP_BUCKET_MIB, dp_terms
@@ -23,7 +22,6 @@ from tpcalc.calc.zero import ZeroStage, zero_stage, zero_terms
 from tpcalc.errors import InputError
 from tpcalc.reports.inputs import Inputs, node_size, positive, resolve
 from tpcalc.reports.tp import tp_warnings
-from tpcalc.specs import ModelSpec
 from tpcalc.terms import Report, Row, Scalar
 from tpcalc.units import Dtype, MiB
 
@@ -127,16 +125,6 @@ def dp_report(
     )  # fmt: skip
 
 
-def activation_bytes_per_layer(
-    spec: ModelSpec, *, seq: int, micro_batch: int, t: int, sp: bool, recompute: Recompute
-) -> float:
-    """One layer's activations for one micro-batch on one rank (Korthikanti et al. 2022 Table 2)."""
-    terms = paper_layer_terms(
-        spec, seq=seq, micro_batch=micro_batch, t=t, sp=sp, recompute=recompute
-    )
-    return float(next(x.value for x in terms if x.key == "activation_bytes_per_layer"))
-
-
 def zero_report(
     model: str,
     hardware: str,
@@ -152,11 +140,13 @@ def zero_report(
     gpus_per_node: int | None = None,
     link: LinkChoice = LinkChoice.auto,
     with_latency: bool = True,
+    activations: ActivationModel = ActivationModel.exact,
 ) -> Report:
     """One row per (t, dp, stage): model states per rank, room for activations, comm per rank.
 
     ``zero=None`` lists all four stages. Parameters per rank are the model's / t (seed 003 §7.3:
-    1,128.9 ÷ 8 ≈ 141 GB); activations are Korthikanti Table 2 over all layers at that t.
+    1,128.9 ÷ 8 ≈ 141 GB); activations are one micro-batch over all layers at that t, from the
+    exact model or Korthikanti Table 2 (``activations``; seed 000's 45.6 GB is the paper one).
     """
     inputs = resolve(model, hardware, seq=seq, micro_batch=micro_batch, tp=tp)
     g, base = _common(inputs, gpus_per_node)
@@ -164,19 +154,21 @@ def zero_report(
     stages = list(ZeroStage) if zero is None else [zero_stage(zero)]
     spec, rows = inputs.spec, []
     for t, n, stage in itertools.product(inputs.tps, int_list(dp, "--dp", [8]), stages):
-        per_layer = activation_bytes_per_layer(
-            spec, seq=inputs.seq, micro_batch=inputs.micro_batch, t=t, sp=sp, recompute=recompute
-        )
+        one_rank = ParallelLayout(gpus_per_node=g, tp=t)
+        per_layer = layer_activation_bytes(
+            spec, one_rank, seq=inputs.seq, micro_batch=inputs.micro_batch, sp=sp,
+            recompute=recompute, model=activations,
+        )  # fmt: skip
         lk = pick_link(link, n, t, g)
         terms = zero_terms(
             params=total_params(spec) // t, recipe=recipe, stage=stage, n=n, hw=inputs.hw,
-            link=lk, activation_bytes=per_layer * spec.num_hidden_layers, with_latency=with_latency,
+            link=lk, activation_bytes=sum(per_layer), with_latency=with_latency,
             nodes=pick_nodes(link, n, t, g),
         )  # fmt: skip
         echo = {**base, "dp": n, "zero": int(stage), "tp": t, "state_recipe": recipe.value,
                 "seq": inputs.seq, "micro_batch": inputs.micro_batch, "sp": sp,
-                "recompute": recompute.value, "link": lk.value,
-                "latency": with_latency}  # fmt: skip
+                "recompute": recompute.value, "activations": activations.value,
+                "link": lk.value, "latency": with_latency}  # fmt: skip
         rows.append(Row(inputs=echo, terms=terms))
     return Report(
         title=f"ZeRO model states and communication per rank: {spec.name}",
