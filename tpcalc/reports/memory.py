@@ -56,7 +56,7 @@ def memory_row(
     recompute: Recompute,
     full_sharding: FullRecomputeSharding,
     recipe: StateRecipe,
-    activations: ActivationModel = ActivationModel.paper,
+    activations: ActivationModel = ActivationModel.exact,
     exact_options=None,
     explain_tensors: bool = False,
 ) -> Row:
@@ -130,7 +130,7 @@ def memory_report(
     recompute: Recompute = Recompute.selective,
     full_sharding: FullRecomputeSharding = FullRecomputeSharding.paper,
     recipe: StateRecipe = StateRecipe.zero16,
-    activations: ActivationModel = ActivationModel.paper,
+    activations: ActivationModel = ActivationModel.exact,
     exact_options=None,
     explain_tensors: bool = False,
 ) -> Report:
