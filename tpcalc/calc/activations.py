@@ -208,29 +208,13 @@ def logits_terms(spec: ModelSpec, *, seq: int, micro_batch: int, t: int) -> tupl
     vocab-parallel cross-entropy that keeps 1/t (seed 003 §7.3.4: 2.10 GB and 4.20 GB)."""
     n = seq * micro_batch * spec.vocab_size
     src = "seed 003 §7.3.4 (VocabParallelCrossEntropy keeps 1/t)"
+    full = tuple(
+        term(f"logits_{d.value}_bytes", f"logits {d.value}", d.bytes * n, Unit.bytes,
+             formula=f"s·b·V·{d.bytes}", source=src, s=seq, b=micro_batch, V=spec.vocab_size)
+        for d in (Dtype.bf16, Dtype.fp32)
+    )  # fmt: skip
     return (
-        term(
-            "logits_bf16_bytes",
-            "logits bf16",
-            Dtype.bf16.bytes * n,
-            Unit.bytes,
-            formula="s·b·V·2",
-            source=src,
-            s=seq,
-            b=micro_batch,
-            V=spec.vocab_size,
-        ),
-        term(
-            "logits_fp32_bytes",
-            "logits fp32",
-            Dtype.fp32.bytes * n,
-            Unit.bytes,
-            formula="s·b·V·4",
-            source=src,
-            s=seq,
-            b=micro_batch,
-            V=spec.vocab_size,
-        ),
+        *full,
         term(
             "logits_fp32_bytes_per_rank",
             "logits fp32 per rank",
