@@ -33,8 +33,7 @@ FLOOR = [sys.executable, "-c", "import typer, pydantic, yaml"]
 PYDANTIC_IN_USE = [sys.executable, "-c", "import typer, yaml; from pydantic import BaseModel"]
 # The least any pydantic-validated config costs: one model class built and one instance validated.
 ONE_MODEL_SRC = (
-    "import typer, yaml\nfrom pydantic import BaseModel\n"
-    "class A(BaseModel):\n    x: int\nA(x=1)"
+    "import typer, yaml\nfrom pydantic import BaseModel\nclass A(BaseModel):\n    x: int\nA(x=1)"
 )
 ONE_MODEL = [sys.executable, "-c", ONE_MODEL_SRC]
 US_PER_S = 1e6

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-from importlib import resources
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tpcalc.catalog import hardware_names, load_hardware, load_model, model_names
+from tpcalc.catalog import configs_root, hardware_names, load_hardware, load_model, model_names
 from tpcalc.errors import ConfigError, UnknownNameError
 
-BUILTIN = resources.files("tpcalc") / "configs"
+BUILTIN = configs_root()
 LLAMA = (BUILTIN / "models" / "llama3-70b.yaml").read_text(encoding="utf-8")
 
 
@@ -28,9 +27,14 @@ def test_builtins_are_listed_and_load():
 
 
 def test_package_data_globs_cover_every_config():
-    """The wheel ships configs/*/*.yaml (pyproject package-data); nothing else is needed."""
-    text = (Path(__file__).parents[1] / "pyproject.toml").read_text()
-    assert '"configs/models/*.yaml"' in text and '"configs/hardware/*.yaml"' in text
+    """The wheel ships the top-level configs/*/*.yaml as tpcalc.configs (pyproject package-dir
+    and package-data); nothing else is needed."""
+    import tomllib
+
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    setuptools = pyproject["tool"]["setuptools"]
+    assert setuptools["package-dir"]["tpcalc.configs"] == "configs"
+    assert set(setuptools["package-data"]["tpcalc.configs"]) == {"models/*.yaml", "hardware/*.yaml"}
     for kind in ("models", "hardware"):
         files = [p.name for p in (BUILTIN / kind).iterdir() if not p.name.startswith("_")]
         assert files and all(f.endswith(".yaml") for f in files if f != "__pycache__")

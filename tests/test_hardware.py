@@ -7,15 +7,14 @@ shape, ring factor, all-reduces per layer, layers); what is under test is the co
 
 from __future__ import annotations
 
-from importlib.resources import files
-
 import pytest
 import yaml
 
 from tpcalc.calc.links import Link, bandwidth_bytes_per_s, transfer_time_s
+from tpcalc.catalog import configs_root
 from tpcalc.specs import HardwareSpec
 
-HARDWARE_DIR = files("tpcalc") / "configs" / "hardware"
+HARDWARE_DIR = configs_root() / "hardware"
 BUILT_IN = ("h100-sxm", "h800", "a100-80g", "h200", "b200")
 SOURCED_FIELDS = (
     "memory_bytes",

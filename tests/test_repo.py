@@ -100,3 +100,16 @@ def test_each_shared_quantity_has_one_function():
         assert gone not in defs
     mlp = (PACKAGE / "calc" / "activations_exact" / "mlp.py").read_text(encoding="utf-8")
     assert "shared_expert_intermediate(spec)" in mlp and "n_shared_experts" not in mlp
+
+
+def test_pyproject_lists_every_package():
+    """pyproject lists packages by hand (tpcalc.configs is mapped from configs/); a new
+    subpackage missing from the list would be left out of the wheel."""
+    import tomllib
+
+    from setuptools import find_packages
+
+    root = Path(__file__).parents[1]
+    listed = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    found = set(find_packages(str(root), include=["tpcalc*"])) | {"tpcalc.configs"}
+    assert set(listed) == found

@@ -22,8 +22,17 @@ from tpcalc.specs import HardwareSpec, ModelSpec
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
 
 
+def configs_root() -> Any:
+    """The built-in configs: ``tpcalc.configs`` in an installed wheel (pyproject maps the
+    top-level ``configs/`` there), the repository's ``configs/`` in a source checkout."""
+    try:
+        return resources.files("tpcalc.configs")
+    except ModuleNotFoundError:
+        return Path(__file__).resolve().parents[1] / "configs"
+
+
 def _builtin_dir(kind: str) -> Any:
-    return resources.files("tpcalc") / "configs" / kind
+    return configs_root() / kind
 
 
 def _names(kind: str) -> list[str]:
