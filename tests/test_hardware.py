@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from tpcalc.calc.links import Link, bandwidth_bytes_per_s, transfer_time_s
+from tpcalc.calc.links.link import Link, bandwidth_bytes_per_s, transfer_time_s
 from tpcalc.catalog import configs_root
 from tpcalc.specs import HardwareSpec
 

@@ -6,20 +6,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tpcalc.calc.layout import (
+from tpcalc.calc.dp.zero import ZeroStage
+from tpcalc.calc.layout.examples import DEEPSEEK_V3, LLAMA3_405B, matching_example
+from tpcalc.calc.layout.groups import (
     LayoutRun,
     ParallelLayout,
     group_link,
     layout_problems,
     place_groups,
 )
-from tpcalc.calc.layout_examples import DEEPSEEK_V3, LLAMA3_405B, matching_example
-from tpcalc.calc.layout_memory import rank_layers
-from tpcalc.calc.layout_report import DIM_ORDER, layout_report
-from tpcalc.calc.links import Link
-from tpcalc.calc.params import layer_params, total_params
-from tpcalc.calc.pipeline import Schedule
-from tpcalc.calc.zero import ZeroStage
+from tpcalc.calc.layout.memory import rank_layers
+from tpcalc.calc.layout.report import DIM_ORDER, layout_report
+from tpcalc.calc.links.link import Link
+from tpcalc.calc.params.counts import layer_params, total_params
+from tpcalc.calc.pipeline.schedule import Schedule
 from tpcalc.catalog import load_hardware, load_model
 from tpcalc.errors import InputError
 from tpcalc.terms import Report
@@ -228,7 +228,7 @@ def test_memory_over_card_is_a_term_not_a_formatted_warning(llama70b, h100):
 
 
 def test_activation_source_names_the_model_used(llama70b, h100):
-    from tpcalc.calc.activations import ActivationModel
+    from tpcalc.calc.activations.paper import ActivationModel
 
     lay = ParallelLayout(tp=8, pp=4, dp=2, gpus_per_node=8)
     for model, cited in (

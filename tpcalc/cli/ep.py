@@ -9,8 +9,8 @@ from typing import Annotated
 
 import typer
 
-from tpcalc.calc.ep_routing import EpRouting
-from tpcalc.calc.states import StateRecipe
+from tpcalc.calc.ep.routing import EpRouting
+from tpcalc.calc.params.states import StateRecipe
 from tpcalc.cli.common import emit
 from tpcalc.cli.options import (
     DEFAULT_HARDWARE,

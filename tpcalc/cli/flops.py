@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from tpcalc.calc.params import ParamConvention
+from tpcalc.calc.params.counts import ParamConvention
 from tpcalc.cli.common import emit
 from tpcalc.cli.options import (
     DEFAULT_HARDWARE,

@@ -10,9 +10,9 @@ from typing import Annotated
 
 import typer
 
-from tpcalc.calc.activations import ActivationModel, Recompute
-from tpcalc.calc.pipeline import Schedule
-from tpcalc.calc.states import StateRecipe
+from tpcalc.calc.activations.paper import ActivationModel, Recompute
+from tpcalc.calc.params.states import StateRecipe
+from tpcalc.calc.pipeline.schedule import Schedule
 from tpcalc.cli.common import emit
 from tpcalc.cli.options import (
     DEFAULT_HARDWARE,

@@ -6,9 +6,9 @@ from typing import Annotated
 
 import typer
 
-from tpcalc.calc.activations import ActivationModel, FullRecomputeSharding, Recompute
-from tpcalc.calc.activations_exact.options import AttentionKernel, SoftmaxDtype
-from tpcalc.calc.states import StateRecipe
+from tpcalc.calc.activations.exact.options import AttentionKernel, SoftmaxDtype
+from tpcalc.calc.activations.paper import ActivationModel, FullRecomputeSharding, Recompute
+from tpcalc.calc.params.states import StateRecipe
 from tpcalc.cli.common import emit
 from tpcalc.cli.options import (
     DEFAULT_HARDWARE,
@@ -102,7 +102,7 @@ def memory(
     """
 
     def build():
-        from tpcalc.calc.activations_exact import ActivationOptions
+        from tpcalc.calc.activations.exact.options import ActivationOptions
         from tpcalc.reports.memory import memory_report
 
         options = ActivationOptions(

@@ -9,9 +9,9 @@ from typing import Annotated
 
 import typer
 
-from tpcalc.calc.activations import ActivationModel
-from tpcalc.calc.pipeline import Schedule
-from tpcalc.calc.states import StateRecipe
+from tpcalc.calc.activations.paper import ActivationModel
+from tpcalc.calc.params.states import StateRecipe
+from tpcalc.calc.pipeline.schedule import Schedule
 from tpcalc.reports.dp_zero_pp import LinkChoice
 
 DpListOpt = Annotated[

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from tpcalc.calc.activations import ActivationModel, Recompute
-from tpcalc.calc.states import StateRecipe
+from tpcalc.calc.activations.paper import ActivationModel, Recompute
+from tpcalc.calc.params.states import StateRecipe
 from tpcalc.cli.common import emit
 from tpcalc.cli.options import (
     DEFAULT_HARDWARE,

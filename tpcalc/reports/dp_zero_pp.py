@@ -5,20 +5,20 @@ from __future__ import annotations
 import itertools
 from enum import Enum
 
-from tpcalc.calc.activations import (
+from tpcalc.calc.activations.paper import (
     ActivationModel,
     Recompute,
     require_sp_seq,
 )
-from tpcalc.calc.dp import DDP_BUCKET_MIB, dp_terms
-from tpcalc.calc.layout import ParallelLayout
-from tpcalc.calc.layout_memory import layer_activation_bytes
-from tpcalc.calc.links import Link, link_for_group, link_nodes, nodes_spanned
-from tpcalc.calc.params import ParamConvention, params_for, total_params
-from tpcalc.calc.pipeline import Schedule
-from tpcalc.calc.pipeline_terms import pipeline_terms
-from tpcalc.calc.states import StateRecipe, recipe_bytes
-from tpcalc.calc.zero import ZeroStage, zero_stage, zero_terms
+from tpcalc.calc.dp.gradients import DDP_BUCKET_MIB, dp_terms
+from tpcalc.calc.dp.zero import ZeroStage, zero_stage, zero_terms
+from tpcalc.calc.layout.groups import ParallelLayout
+from tpcalc.calc.layout.memory import layer_activation_bytes
+from tpcalc.calc.links.link import Link, link_for_group, link_nodes, nodes_spanned
+from tpcalc.calc.params.counts import ParamConvention, params_for, total_params
+from tpcalc.calc.params.states import StateRecipe, recipe_bytes
+from tpcalc.calc.pipeline.breakdown import pipeline_terms
+from tpcalc.calc.pipeline.schedule import Schedule
 from tpcalc.errors import InputError
 from tpcalc.reports.inputs import Inputs, node_size, positive, resolve
 from tpcalc.reports.tp import tp_warnings
@@ -29,7 +29,7 @@ from tpcalc.units import Dtype, MiB
 class LinkChoice(str, Enum):
     """Which link a group's collectives are priced on: placed by rank order, or forced."""
 
-    auto = "auto"  # the slowest link the group crosses (tpcalc.calc.links.link_for_group)
+    auto = "auto"  # the slowest link the group crosses (tpcalc.calc.links.link.link_for_group)
     nvlink = "nvlink"
     ib = "ib"
 

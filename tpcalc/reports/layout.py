@@ -1,15 +1,15 @@
 """Combined-layout report: the Python twin of ``tpcalc layout``.
 
 It loads the configs, builds the layout and the run, and prices them with
-``tpcalc.calc.layout_report.layout_report``; a published example with the same model and sizes
+``tpcalc.calc.layout.report.layout_report``; a published example with the same model and sizes
 contributes its cited MFU and a note on its workload.
 """
 
 from __future__ import annotations
 
-from tpcalc.calc.activations import ActivationModel, Recompute
-from tpcalc.calc.pipeline import Schedule
-from tpcalc.calc.states import StateRecipe
+from tpcalc.calc.activations.paper import ActivationModel, Recompute
+from tpcalc.calc.params.states import StateRecipe
+from tpcalc.calc.pipeline.schedule import Schedule
 from tpcalc.terms import Report
 from tpcalc.units import Dtype
 
@@ -41,10 +41,10 @@ def layout_report(
 ) -> Report:
     """Load the configs, build the layout and the run, price them; a published example with the
     same model and sizes contributes its cited MFU and a note on its workload."""
-    from tpcalc.calc.layout import LayoutRun, ParallelLayout
-    from tpcalc.calc.layout_examples import matching_example
-    from tpcalc.calc.layout_report import layout_report as price_layout
-    from tpcalc.calc.zero import zero_stage
+    from tpcalc.calc.dp.zero import zero_stage
+    from tpcalc.calc.layout.examples import matching_example
+    from tpcalc.calc.layout.groups import LayoutRun, ParallelLayout
+    from tpcalc.calc.layout.report import layout_report as price_layout
     from tpcalc.catalog import load_hardware, load_model
     from tpcalc.reports.inputs import node_size, positive
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from tpcalc.calc.comm import tp_comm_row
-from tpcalc.calc.flops import flops_terms
-from tpcalc.calc.params import ParamConvention
+from tpcalc.calc.params.counts import ParamConvention
+from tpcalc.calc.tp.comm import tp_comm_row
+from tpcalc.calc.tp.flops import flops_terms
 from tpcalc.reports.inputs import Inputs, resolve
 from tpcalc.terms import Report, Row
 from tpcalc.units import Dtype
@@ -12,7 +12,7 @@ from tpcalc.units import Dtype
 
 def tp_warnings(inputs: Inputs) -> list[str]:
     """Impossible splits raise (t must divide the query heads, ...); KV replication only warns."""
-    from tpcalc.calc.shards_rules import kv_warning, require_tp
+    from tpcalc.calc.tp.rules import kv_warning, require_tp
 
     warnings = []
     for t in inputs.tps:

@@ -1,7 +1,7 @@
 """ModelSpec: a model as its Hugging Face config.json fields plus a ``tpcalc:`` block.
 
 Field names are the Hugging Face ones, so a downloaded config.json can be pasted in. Parameter
-counts are derived from these fields by ``tpcalc.calc.params``, never typed in, except parts
+counts are derived from these fields by ``tpcalc.calc.params.counts``, never typed in, except parts
 the tool does not shard (a vision tower), which are declared with a source.
 """
 
