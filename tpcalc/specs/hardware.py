@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
+from tpcalc.specs.performance import PerformanceSpec
+
 
 class Sourced(BaseModel):
     """A number and where it comes from (datasheet, paper, seed section)."""
@@ -51,3 +53,5 @@ class HardwareSpec(BaseModel):
     intra_node_latency_s: SourcedSeconds
     inter_node_latency_s: SourcedSeconds
     gpus_per_node: SourcedCount
+    # Kernel-level achieved rates for the per-operation step-time model (tpcalc.calc.time).
+    performance: PerformanceSpec | None = None

@@ -1,0 +1,622 @@
+"""One training step on one layout: per-stage F, B, W from the per-operation roofline, the
+communication each stage cannot hide, the pipeline schedule over the stages, the data-parallel
+tail and the optimizer.
+
+A micro-batch on stage s costs F_s, B_s, W_s: the roofline times of its ops (``ops``,
+``roofline``) in that pass, a fixed per-layer overhead (a fitted constant), and the exposed
+part of its TP, CP and EP collectives. The step is
+
+    step = m · (F + B + W)_bottleneck + bubble + exposed p2p + DP tail + optimizer
+
+with the bubble of the schedule over the mean stage times (``pipeline.bubble_time_s``:
+GPipe/1F1B, interleaved, ZB-H1, DualPipe), so the parts add up to the step by construction.
+
+What real frameworks overlap, each an explicit ``Overlap`` flag with its source:
+- TP: exposed unless ``tp_comm`` (Transformer Engine userbuffers, Megatron --tp-comm-overlap):
+  then the collective is cut into t chunks pipelined with its GEMMs (Wang et al. 2022, ASPLOS,
+  "Overlap communication with dependent computation via decomposition"), so one chunk plus
+  whatever exceeds the GEMM time is exposed.
+- CP: the ring sends of K, V (and dK, dV) run under the attention blocks (Liu et al. 2023, Ring
+  Attention §3; Transformer Engine context parallelism): exposed only beyond the attention time.
+- EP: the all-to-all is exposed unless ``ep_a2a`` (DualPipe, DeepSeek-V3 report §3.2.1, or
+  Megatron's batch-level EP overlap), then only beyond the expert compute.
+- PP: sends overlap the steady state (Megatron overlap_p2p_comm); fill and drain expose 2(p−1).
+- DP: gradient reduce-scatter (all-reduce without a distributed optimizer) runs in buckets
+  under the backward of the last micro-batch, parameter all-gather under the first forward
+  (Megatron DDP overlap_grad_reduce / overlap_param_gather; Li et al. 2020, PyTorch DDP §3.2.3):
+  the last (first) bucket and what exceeds the pass are exposed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field, fields
+from functools import cache
+
+from tpcalc.calc.activations.paper import Recompute
+from tpcalc.calc.dp.zero import ZeroStage
+from tpcalc.calc.layout.groups import (
+    Group,
+    LayoutRun,
+    ParallelLayout,
+    expert_dp_group,
+    place_groups,
+)
+from tpcalc.calc.links.collectives import Collective
+from tpcalc.calc.params.counts import (
+    embedding_params,
+    final_norm_params,
+    layer_params,
+    lm_head_params,
+    routed_layer_params,
+)
+from tpcalc.calc.pipeline.schedule import (
+    Schedule,
+    StageTimes,
+    bubble_time_s,
+    chunk_layer_counts,
+    rank_chunks,
+)
+from tpcalc.calc.time.ops import (
+    Op,
+    OpKind,
+    Pass,
+    Shard,
+    embedding_ops,
+    head_ops,
+    layer_ops,
+)
+from tpcalc.calc.time.roofline import Rates, collective_time_s, op_time_s, rates
+from tpcalc.calc.tp.rules import DEFAULT_VOCAB_PAD_MULTIPLE, padded_vocab
+from tpcalc.errors import InputError
+from tpcalc.specs import HardwareSpec, ModelSpec
+from tpcalc.units import Dtype
+
+# Megatron-Core DistributedDataParallelConfig: bucket_size = max(40M, 1M·dp) parameters when
+# gradient reduction overlaps the backward (megatron/core/distributed/distributed_data_parallel.py).
+DDP_BUCKET_MIN_PARAMS = 40_000_000
+DDP_BUCKET_PARAMS_PER_DP_RANK = 1_000_000
+# Adam step on the rank's optimizer shard, fp32 master weights (Megatron distributed optimizer;
+# Kingma & Ba 2015): read param, grad, m, v (4 × 4 B), write param, m, v (3 × 4 B) and the BF16
+# model copy (2 B); the gradient-norm pass for clipping reads the grad again (4 B).
+ADAM_BYTES_PER_PARAM = 4 * 4 + 3 * 4 + 2 + 4
+P2P_PASSES = 2  # an activation forward, its gradient backward (Narayanan et al. 2021 §2.2)
+TP_FWD_COLLECTIVES = 2  # g after attention and after the MLP (Shoeybi et al. 2019 §3)
+KV_TENSORS = 2  # K and V travel the CP ring; the backward also sends dK and dV
+A2A_PER_PASS = 2  # dispatch and combine (Megatron-Core MoEAlltoAllTokenDispatcher)
+
+SRC_STEP = (
+    "Narayanan et al. 2021 §2.2 (m micro-batches + bubble); Qi et al. 2023 §2 (F, B, W); "
+    "per-operation roofline (Williams et al. 2009) with the card's kernel efficiencies"
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Overlap:
+    """Which communication runs under compute (module docstring, with sources)."""
+
+    tp_comm: bool = False
+    cp_ring: bool = True
+    ep_a2a: bool = False
+    pp_p2p: bool = True
+    dp_grad_reduce: bool = True
+    dp_param_gather: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimeOptions:
+    """Modelling choices of the step-time model; every one is echoed in the output."""
+
+    overlap: Overlap = field(default_factory=Overlap)
+    causal: bool = True
+    etp: int = 1
+    vocab_pad_multiple: int = DEFAULT_VOCAB_PAD_MULTIPLE
+    first_stage_layers: int | None = None
+    last_stage_layers: int | None = None
+    grad_reduce_dtype: Dtype = Dtype.bf16
+    efficiency_scale: float = 1.0  # multiplies every compute efficiency (what-if, properties)
+    comm_scale: float = 1.0  # multiplies every collective's bytes (what-if, properties)
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """Seconds one stage spends on one micro-batch in one pass, by what it is spent on."""
+
+    gemm_s: float = 0.0
+    attention_s: float = 0.0
+    memory_s: float = 0.0
+    overhead_s: float = 0.0
+    tp_s: float = 0.0
+    cp_s: float = 0.0
+    ep_s: float = 0.0
+
+    @property
+    def total_s(self) -> float:
+        return (
+            self.gemm_s + self.attention_s + self.memory_s + self.overhead_s
+            + self.tp_s + self.cp_s + self.ep_s
+        )  # fmt: skip
+
+    def __add__(self, other: Work) -> Work:
+        return Work(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(Work)))
+
+    def scaled(self, k: float) -> Work:
+        return Work(*(getattr(self, f.name) * k for f in fields(Work)))
+
+
+ZERO_WORK = Work()
+
+
+@dataclass(frozen=True, slots=True)
+class StageWork:
+    """One micro-batch on one pipeline rank: forward, backward-input (with any recompute) and
+    backward-weight work, and the parameters it holds (dense, routed experts)."""
+
+    stage: int
+    layers: int
+    forward: Work
+    backward_input: Work
+    backward_weight: Work
+    recompute: Work
+    dense_params: int
+    expert_params: int
+
+    @property
+    def times(self) -> StageTimes:
+        b = self.backward_input.total_s + self.recompute.total_s
+        return StageTimes(self.forward.total_s, b, self.backward_weight.total_s)
+
+    @property
+    def total_s(self) -> float:
+        return self.times.full_s
+
+    @property
+    def work(self) -> Work:
+        return self.forward + self.backward_input + self.backward_weight
+
+
+@dataclass(frozen=True, slots=True)
+class OpTime:
+    """One op of the bottleneck stage with its roofline time (for --explain)."""
+
+    op: Op
+    time_s: float
+    compute_bound: bool
+    count: int  # how many times it runs per micro-batch on the stage (its layers)
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """A step, in parts that add up to ``step_time_s``, and the rates derived from it."""
+
+    gemm_s: float
+    attention_s: float
+    memory_bound_s: float
+    overhead_s: float
+    recompute_s: float
+    tp_exposed_s: float
+    cp_exposed_s: float
+    ep_exposed_s: float
+    bubble_s: float
+    pp_exposed_s: float
+    dp_exposed_s: float
+    optimizer_s: float
+    step_time_s: float
+    tokens_per_step: int
+    tokens_per_s_per_gpu: float
+    model_flop_per_step: float
+    model_flop_per_s_per_gpu: float
+    mfu: float
+    hardware_flop_per_step: float
+    hfu: float
+    dp_comm_s: float
+    bottleneck_stage: int
+    stages: tuple[StageWork, ...] = ()
+    bottleneck_ops: tuple[OpTime, ...] = ()
+
+    @property
+    def parts_s(self) -> dict[str, float]:
+        return {name: getattr(self, name) for name in STEP_PARTS}
+
+
+STEP_PARTS = (
+    "gemm_s", "attention_s", "memory_bound_s", "overhead_s", "recompute_s", "tp_exposed_s",
+    "cp_exposed_s", "ep_exposed_s", "bubble_s", "pp_exposed_s", "dp_exposed_s", "optimizer_s",
+)  # fmt: skip
+
+
+# ---- pipeline split ----
+
+
+def stage_layers(
+    num_layers: int,
+    pp: int,
+    vpp: int = 1,
+    *,
+    first: int | None = None,
+    last: int | None = None,
+) -> list[list[int]]:
+    """Decoder layer indices of each pipeline rank (its v chunks in order).
+
+    Even split by default (``pipeline.chunk_layer_counts``); ``first``/``last`` fix the layers
+    of the first and last stage and split the rest evenly over the middle (Megatron-LM
+    --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers).
+    """
+    if first is None and last is None:
+        counts = list(chunk_layer_counts(num_layers, pp * vpp))
+    else:
+        if vpp != 1:
+            raise InputError("--first-stage-layers/--last-stage-layers need --vpp 1")
+        if pp < 2:
+            raise InputError("--first-stage-layers/--last-stage-layers need --pp 2 or more")
+        head, tail = first or 0, last or 0
+        middle_stages = pp - (first is not None) - (last is not None)
+        rest = num_layers - head - tail
+        if rest < 0 or (middle_stages == 0 and rest) or (middle_stages and rest < middle_stages):
+            raise InputError(
+                f"--first-stage-layers {first} and --last-stage-layers {last} leave {rest} of "
+                f"{num_layers} layers for {middle_stages} middle stages; each needs at least one"
+            )
+        middle = list(chunk_layer_counts(rest, middle_stages)) if middle_stages else []
+        counts = (
+            ([first] if first is not None else []) + middle + ([last] if last is not None else [])
+        )
+    starts = [sum(counts[:c]) for c in range(len(counts))]
+    return [
+        [i for c in rank_chunks(pp, vpp, r) for i in range(starts[c], starts[c] + counts[c])]
+        for r in range(pp)
+    ]
+
+
+# ---- per-pass work of a set of ops ----
+
+
+def _pass_work(ops: Iterable[Op], phase: Pass, r: Rates, count: int) -> Work:
+    gemm = attn = mem = 0.0
+    for op in ops:
+        if op.phase is not phase:
+            continue
+        t = op_time_s(op, r)
+        if op.kind is OpKind.gemm:
+            gemm += t
+        elif op.kind is OpKind.attention:
+            attn += t
+        else:
+            mem += t
+    return Work(gemm_s=gemm * count, attention_s=attn * count, memory_s=mem * count)
+
+
+def _gemm_s(ops: Iterable[Op], phase: Pass, r: Rates, names: tuple[str, ...]) -> float:
+    return sum(op_time_s(o, r) for o in ops if o.phase is phase and o.name in names)
+
+
+def _attn_s(ops: Iterable[Op], phase: Pass, r: Rates) -> float:
+    return sum(op_time_s(o, r) for o in ops if o.phase is phase and o.kind is OpKind.attention)
+
+
+def _exposed(comm_s: float, hidden_under_s: float, overlapped: bool, first_chunk_s: float = 0.0):
+    """What a collective leaves on the critical path: all of it, or (overlapped) its first
+    chunk plus whatever the compute it runs under cannot cover."""
+    if not overlapped:
+        return comm_s
+    return first_chunk_s + max(0.0, comm_s - first_chunk_s - hidden_under_s)
+
+
+TP_GEMMS = ("qkv_proj", "out_proj", "q_proj", "q_up_proj", "kv_up_proj", "fc1", "fc2",
+            "shared_fc1", "shared_fc2", "in_proj")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Ctx:
+    spec: ModelSpec
+    layout: ParallelLayout
+    shard: Shard
+    r: Rates
+    opts: TimeOptions
+    groups: dict[str, Group]
+
+
+def _layer_work(ctx: _Ctx, i: int) -> tuple[Work, Work, Work, tuple[Op, ...]]:
+    """(F, B, W, ops) of layer i on one micro-batch, the exposed communication included."""
+    spec, shard, r, ov = ctx.spec, ctx.shard, ctx.r, ctx.opts.overlap
+    ops = layer_ops(spec, shard, i)
+    f = _pass_work(ops, Pass.forward, r, 1)
+    b = _pass_work(ops, Pass.backward_input, r, 1)
+    w = _pass_work(ops, Pass.backward_weight, r, 1)
+    over = Work(overhead_s=r.layer_overhead_s)
+    f, b = f + over, b + over
+    scale = ctx.opts.comm_scale
+    h_bytes = shard.tokens * spec.hidden_size * shard.dtype.bytes * scale
+    # TP: with SP an all-gather and a reduce-scatter per block, else an all-reduce per block.
+    tp = ctx.layout.tp
+    moe = spec.is_moe_layer(i)
+    blocks = 1 if moe and not _shared_width(spec) else TP_FWD_COLLECTIVES
+    if shard.sp:
+        one = collective_time_s(r, Collective.all_gather, h_bytes, tp, ctx.groups["tp"].link)
+        one += collective_time_s(r, Collective.reduce_scatter, h_bytes, tp, ctx.groups["tp"].link)
+    else:
+        one = collective_time_s(r, Collective.all_reduce, h_bytes, tp, ctx.groups["tp"].link)
+    tp_pass = blocks * one
+    tp_f = _exposed(tp_pass, _gemm_s(ops, Pass.forward, r, TP_GEMMS), ov.tp_comm, tp_pass / tp)
+    tp_b = _exposed(
+        tp_pass, _gemm_s(ops, Pass.backward_input, r, TP_GEMMS), ov.tp_comm, tp_pass / tp
+    )
+    # CP: (cp−1) ring steps of this rank's K and V chunk; the backward also sends dK, dV.
+    cp_f = cp_b = 0.0
+    if ctx.layout.cp > 1 and spec.resolved_layer_types[i] != "linear_attention":
+        kv = shard.tokens * _kv_width(spec, tp) * shard.dtype.bytes * scale
+        step = collective_time_s(r, Collective.p2p, kv, 2, ctx.groups["cp"].link)
+        cp_comm = (ctx.layout.cp - 1) * step
+        cp_f = _exposed(cp_comm, _attn_s(ops, Pass.forward, r), ov.cp_ring)
+        cp_b = _exposed(KV_TENSORS * cp_comm, _attn_s(ops, Pass.backward_input, r), ov.cp_ring)
+    # EP: dispatch and combine all-to-all of the k copies of this rank's T/t tokens.
+    ep_f = ep_b = 0.0
+    if moe and ctx.layout.ep > 1:
+        routed = shard.tokens // tp * (spec.num_experts_per_tok or 1)
+        msg = routed * spec.hidden_size * shard.dtype.bytes * scale
+        a2a = A2A_PER_PASS * collective_time_s(
+            r, Collective.all_to_all, msg, ctx.layout.ep, ctx.groups["ep"].link
+        )
+        expert_f = _gemm_s(ops, Pass.forward, r, ("expert_fc1", "expert_fc2"))
+        expert_b = _gemm_s(ops, Pass.backward_input, r, ("expert_fc1", "expert_fc2"))
+        ep_f = _exposed(a2a, expert_f, ov.ep_a2a)
+        ep_b = _exposed(a2a, expert_b, ov.ep_a2a)
+    f = f + Work(tp_s=tp_f, cp_s=cp_f, ep_s=ep_f)
+    b = b + Work(tp_s=tp_b, cp_s=cp_b, ep_s=ep_b)
+    return f, b, w, ops
+
+
+def _shared_width(spec: ModelSpec) -> int:
+    from tpcalc.calc.params.counts import shared_expert_intermediate
+
+    return shared_expert_intermediate(spec) if spec.is_moe else 0
+
+
+def _kv_width(spec: ModelSpec, tp: int) -> int:
+    """K and V features per token on one TP rank (MLA: per-head nope+rope keys and v values)."""
+    if spec.is_mla:
+        heads = spec.num_attention_heads // tp
+        return heads * (
+            (spec.qk_nope_head_dim or 0) + (spec.qk_rope_head_dim or 0) + (spec.v_head_dim or 0)
+        )
+    return KV_TENSORS * max(1, spec.kv_heads // tp) * spec.head_dim_resolved
+
+
+def _recompute_work(recompute: Recompute, layer_f: Work, ops: tuple[Op, ...], r: Rates) -> Work:
+    """What recomputation re-runs before the backward: the layer's forward (full, with its TP
+    collectives) or the core attention forward (selective; Korthikanti et al. 2022 §5)."""
+    if recompute is Recompute.full:
+        return layer_f
+    if recompute is Recompute.selective:
+        return Work(attention_s=_attn_s(ops, Pass.forward, r))
+    return ZERO_WORK
+
+
+def _stage_work(
+    ctx: _Ctx, stage: int, layers: list[int], recompute: Recompute, padded: int
+) -> tuple[StageWork, list[OpTime]]:
+    spec, layout = ctx.spec, ctx.layout
+    kinds: dict[tuple[str, bool], tuple[Work, Work, Work, Work, tuple[Op, ...], int]] = {}
+    for i in layers:
+        key = (spec.resolved_layer_types[i], spec.is_moe_layer(i))
+        if key in kinds:
+            f, b, w, rc, ops, n = kinds[key]
+            kinds[key] = (f, b, w, rc, ops, n + 1)
+        else:
+            f, b, w, ops = _layer_work(ctx, i)
+            kinds[key] = (f, b, w, _recompute_work(recompute, f, ops, ctx.r), ops, 1)
+    fwd = bwd = wgt = rec = ZERO_WORK
+    detail: list[OpTime] = []
+    for f, b, w, rc, ops, n in kinds.values():
+        fwd, bwd, wgt, rec = (
+            fwd + f.scaled(n),
+            bwd + b.scaled(n),
+            wgt + w.scaled(n),
+            rec + rc.scaled(n),
+        )
+        detail += _op_times(ops, ctx.r, n)
+    ends: tuple[Op, ...] = ()
+    if stage == 0:
+        ends += embedding_ops(spec, ctx.shard)
+    if stage == layout.pp - 1:
+        ends += head_ops(spec, ctx.shard, padded)
+    if ends:
+        fwd = fwd + _pass_work(ends, Pass.forward, ctx.r, 1)
+        bwd = bwd + _pass_work(ends, Pass.backward_input, ctx.r, 1)
+        wgt = wgt + _pass_work(ends, Pass.backward_weight, ctx.r, 1)
+        detail += _op_times(ends, ctx.r, 1)
+    dense, experts = _stage_params(spec, layout, ctx.opts.etp, stage, layers)
+    return StageWork(stage, len(layers), fwd, bwd, wgt, rec, dense, experts), detail
+
+
+def _op_times(ops: Iterable[Op], r: Rates, count: int) -> list[OpTime]:
+    out = []
+    for op in ops:
+        t = op_time_s(op, r)
+        out.append(
+            OpTime(op, t, op.kind is not OpKind.memory and t > op.bytes / r.hbm_bytes_per_s, count)
+        )
+    return out
+
+
+def _stage_params(
+    spec: ModelSpec, layout: ParallelLayout, etp: int, stage: int, layers: list[int]
+) -> tuple[int, int]:
+    """(dense, routed-expert) parameters one rank of ``stage`` holds: dense split over TP,
+    experts over EP·ETP; the embedding on the first stage, final norm and head on the last."""
+    routed = sum(routed_layer_params(spec, i) for i in layers)
+    dense = sum(layer_params(spec, i) for i in layers) - routed
+    if stage == 0:
+        dense += embedding_params(spec)
+    if stage == layout.pp - 1:
+        dense += lm_head_params(spec) + final_norm_params(spec)
+    return dense // layout.tp, routed // (layout.ep * etp)
+
+
+# ---- data parallel tail and optimizer ----
+
+
+def _dp_exposed(ctx: _Ctx, st: StageWork, zero: ZeroStage) -> tuple[float, float]:
+    """(exposed seconds, total seconds) of the stage's gradient reduction and parameter
+    gather over its data-parallel groups (module docstring)."""
+    r, ov, lay = ctx.r, ctx.opts.overlap, ctx.layout
+    grad_bytes = ctx.opts.grad_reduce_dtype.bytes * ctx.opts.comm_scale
+    param_bytes = ctx.shard.dtype.bytes * ctx.opts.comm_scale
+    distributed = zero >= ZeroStage.optimizer
+    exposed = total = 0.0
+    edp = expert_dp_group(lay)
+    for params, group in ((st.dense_params, ctx.groups["dp"]), (st.expert_params, edp)):
+        if params == 0 or group.size == 1:
+            continue
+        bucket = min(params, max(DDP_BUCKET_MIN_PARAMS, DDP_BUCKET_PARAMS_PER_DP_RANK * lay.dp))
+        buckets = math.ceil(params / bucket)
+        if distributed:
+            one = collective_time_s(
+                r, Collective.reduce_scatter, bucket * grad_bytes, group.size, group.link
+            )
+            gather = collective_time_s(
+                r, Collective.all_gather, bucket * param_bytes, group.size, group.link
+            )
+        else:
+            one = collective_time_s(
+                r, Collective.all_reduce, bucket * grad_bytes, group.size, group.link
+            )
+            gather = 0.0
+        reduce_s, gather_s = buckets * one, buckets * gather
+        bwd = st.backward_input.total_s + st.backward_weight.total_s + st.recompute.total_s
+        exposed += _exposed(reduce_s, bwd, ov.dp_grad_reduce, one)
+        exposed += _exposed(gather_s, st.forward.total_s, ov.dp_param_gather, gather)
+        total += reduce_s + gather_s
+    return exposed, total
+
+
+def _optimizer_s(ctx: _Ctx, st: StageWork, zero: ZeroStage) -> float:
+    """Adam over the rank's optimizer shard, memory-bound (ADAM_BYTES_PER_PARAM)."""
+    lay = ctx.layout
+    dense_shard = lay.grad_group if zero >= ZeroStage.optimizer else 1
+    expert_shard = lay.expert_dp if zero >= ZeroStage.optimizer else 1
+    params = st.dense_params / dense_shard + st.expert_params / max(1, expert_shard)
+    return params * ADAM_BYTES_PER_PARAM / ctx.r.hbm_bytes_per_s
+
+
+# ---- the step ----
+
+
+def model_flop_per_token(spec: ModelSpec, seq: int, causal: bool) -> float:
+    """Model FLOP per token, forward + backward, no recompute (PaLM App. B): 6 per active
+    matmul parameter plus the attention scores, 3 × the forward's 2·2·s·(d_qk + d_v)/2 per
+    head and layer, halved under a causal mask (``--causal``)."""
+    return _model_flop_per_token(spec, seq, causal)
+
+
+@cache
+def _model_flop_per_token(spec: ModelSpec, seq: int, causal: bool) -> float:
+    from tpcalc.calc.layout.compute import FLOP_PER_PARAM_TOKEN, active_matmul_params
+    from tpcalc.calc.time.ops import CAUSAL_SHARE, GEMM_FLOP_PER_MAC
+
+    mask = CAUSAL_SHARE if causal else 1.0
+    if spec.is_mla:
+        d_qk = (spec.qk_nope_head_dim or 0) + (spec.qk_rope_head_dim or 0)
+        d_v = spec.v_head_dim or 0
+    else:
+        d_qk = d_v = spec.head_dim_resolved
+    fwd_attn = GEMM_FLOP_PER_MAC * seq * (d_qk + d_v) * spec.num_attention_heads * mask
+    attn = 3 * fwd_attn * spec.full_attention_layers  # forward + backward = 3 × forward
+    return FLOP_PER_PARAM_TOKEN * active_matmul_params(spec) + attn
+
+
+def step_time(
+    spec: ModelSpec,
+    hw: HardwareSpec,
+    layout: ParallelLayout,
+    run: LayoutRun,
+    opts: TimeOptions | None = None,
+) -> StepTime:
+    """The step of ``layout`` running ``run`` on ``hw`` (module docstring)."""
+    opts = opts or TimeOptions()
+    r = rates(hw, run.dtype, efficiency_scale=opts.efficiency_scale)
+    shard = Shard(
+        seq=run.seq, micro_batch=run.micro_batch, tp=layout.tp, cp=layout.cp, ep=layout.ep,
+        etp=opts.etp, sp=run.sp and layout.tp > 1, dtype=Dtype.bf16, causal=opts.causal,
+    )  # fmt: skip
+    ctx = _Ctx(spec, layout, shard, r, opts, place_groups(layout))
+    padded = padded_vocab(spec.vocab_size, layout.tp, opts.vocab_pad_multiple)
+    split = stage_layers(
+        spec.num_hidden_layers, layout.pp, run.vpp,
+        first=opts.first_stage_layers, last=opts.last_stage_layers,
+    )  # fmt: skip
+    stages, details = zip(
+        *(_stage_work(ctx, s, layers, run.recompute, padded) for s, layers in enumerate(split)),
+        strict=True,
+    )
+    m, p, v = run.microbatches, layout.pp, run.vpp
+    neck = max(stages, key=lambda st: st.total_s)
+    mean = StageTimes(
+        *(sum(getattr(st.times, f) for st in stages) / p
+          for f in ("forward_s", "backward_input_s", "backward_weight_s"))
+    )  # fmt: skip
+    bubble = bubble_time_s(run.schedule, p, m, mean, v) if p > 1 else 0.0
+    pp_s = _pp_exposed(ctx, m, v, run.schedule)
+    # The DP tail and optimizer of the stage that finishes last decide the end of the step;
+    # in 1F1B stage s finishes its last backward s backward-steps before stage 0.
+    tails = []
+    for st in stages:
+        dp_exp, dp_total = _dp_exposed(ctx, st, layout.zero)
+        ahead = st.stage * (neck.times.backward_input_s + neck.times.backward_weight_s)
+        tails.append(
+            (max(0.0, dp_exp + _optimizer_s(ctx, st, layout.zero) - ahead), dp_exp, dp_total, st)
+        )
+    tail, dp_exp, dp_total, tail_stage = max(tails, key=lambda x: x[0])
+    opt_s = max(0.0, tail - dp_exp)
+    dp_part = tail - opt_s
+    work = neck.work.scaled(m)
+    rec = neck.recompute.scaled(m)
+    parts = {
+        "gemm_s": work.gemm_s, "attention_s": work.attention_s,
+        "memory_bound_s": work.memory_s, "overhead_s": work.overhead_s + rec.overhead_s,
+        "recompute_s": rec.gemm_s + rec.attention_s + rec.memory_s,
+        "tp_exposed_s": work.tp_s + rec.tp_s, "cp_exposed_s": work.cp_s + rec.cp_s,
+        "ep_exposed_s": work.ep_s + rec.ep_s, "bubble_s": bubble, "pp_exposed_s": pp_s,
+        "dp_exposed_s": dp_part, "optimizer_s": opt_s,
+    }  # fmt: skip
+    step_s = sum(parts.values())
+    tokens = run.seq * run.micro_batch * m * layout.dp
+    world = layout.world
+    model_flop = model_flop_per_token(spec, run.seq, opts.causal) * tokens
+    peak = r.gemm_peak_flop_per_s
+    hw_flop = _hardware_flop(stages, details) * m * layout.dp * layout.cp * layout.tp
+    neck_ops = tuple(details[neck.stage])
+    return StepTime(
+        **parts,
+        step_time_s=step_s,
+        tokens_per_step=tokens,
+        tokens_per_s_per_gpu=tokens / step_s / world,
+        model_flop_per_step=model_flop,
+        model_flop_per_s_per_gpu=model_flop / step_s / world,
+        mfu=model_flop / step_s / world / peak,
+        hardware_flop_per_step=hw_flop,
+        hfu=hw_flop / step_s / world / peak,
+        dp_comm_s=dp_total,
+        bottleneck_stage=neck.stage,
+        stages=tuple(stages),
+        bottleneck_ops=neck_ops,
+    )
+
+
+def _hardware_flop(stages: tuple[StageWork, ...], details: tuple[list[OpTime], ...]) -> float:
+    """FLOP every stage's kernels execute per micro-batch (attention backward at 2.5×)."""
+    return sum(ot.op.flop * ot.count for d in details for ot in d)
+
+
+def _pp_exposed(ctx: _Ctx, m: int, v: int, schedule: Schedule) -> float:
+    """Pipeline sends on the critical path: fill and drain cross p−1 stage boundaries each way
+    when sends overlap the steady state, else every send of every micro-batch and chunk."""
+    p = ctx.layout.pp
+    if p == 1:
+        return 0.0
+    msg = ctx.shard.sp_tokens * ctx.spec.hidden_size * ctx.shard.dtype.bytes * ctx.opts.comm_scale
+    one = collective_time_s(ctx.r, Collective.p2p, msg, 2, ctx.groups["pp"].link)
+    chunks = v if schedule is Schedule.interleaved else 1
+    sends = (p - 1) if ctx.opts.overlap.pp_p2p else (m * chunks + p - 1)
+    return P2P_PASSES * sends * one
