@@ -41,12 +41,10 @@ class FittedConstants(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    # Multiplies every compute efficiency: sustained clocks under training load, and what the
-    # per-kernel measurements do not see (kernel gaps, stream contention).
+    # Multiplies every GEMM and attention efficiency: sustained clocks under training load, and
+    # what single-kernel benchmarks do not see (kernel gaps, SMs lent to overlapped
+    # communication, FP8 scaling bookkeeping).
     compute_scale: SourcedShare
-    # Fixed time per transformer layer per micro-batch and pass: kernel launches and the
-    # host-side work a measured step includes and a roofline does not.
-    layer_overhead_s: SourcedNonNegative
 
 
 class PerformanceSpec(BaseModel):
@@ -56,16 +54,22 @@ class PerformanceSpec(BaseModel):
 
     hbm_bandwidth_bytes_per_s: SourcedPositive
     hbm_efficiency: SourcedShare
-    # Large BF16 / FP8 GEMMs: achieved / dense peak.
+    # GEMMs: achieved / dense peak as the reduction dimension K grows without bound, and the K
+    # that halves it: eff = eff_max · K/(K + K½). Skinny M or N is left to the memory roofline.
     gemm_efficiency: SourcedShare
+    gemm_half_k: SourcedPositive
     gemm_fp8_efficiency: SourcedShare
-    # A GEMM dimension of this size halves the efficiency along it: eff = max · Π x/(x + x½).
-    gemm_half_dim: SourcedPositive
-    # Fused attention (FlashAttention-style), forward and backward, achieved / BF16 peak.
+    gemm_fp8_half_k: SourcedPositive
+    # Fused attention (FlashAttention-style), achieved / BF16 peak for long sequences, and the
+    # sequence block length that halves it: eff = eff_max · S/(S + S½), forward and backward.
     attention_fwd_efficiency: SourcedShare
+    attention_fwd_half_seq: SourcedPositive
     attention_bwd_efficiency: SourcedShare
-    # nccl-tests bus bandwidth of large messages, per GPU, and the message size that halves it.
+    attention_bwd_half_seq: SourcedPositive
+    # nccl-tests bus bandwidth of large messages, per GPU, inside a node and across nodes, and
+    # the fixed cost of one collective call (the per-ring-step latencies are the card's
+    # intra_node_latency_s / inter_node_latency_s).
     intra_node_busbw_bytes_per_s: SourcedPositive
     inter_node_busbw_bytes_per_s: SourcedPositive
-    collective_half_bytes: SourcedPositive
+    collective_base_latency_s: SourcedNonNegative
     fitted: FittedConstants

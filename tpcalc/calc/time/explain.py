@@ -46,11 +46,6 @@ STEP_EXPLANATIONS: dict[str, Explanation] = {
         "residuals, permutes, loss",
         SRC_ROOFLINE, STEP,
     ),
-    "overhead_s": Explanation(
-        "per-layer overhead", Unit.seconds,
-        "m · layers · 2 passes · layer_overhead_s (fitted)",
-        "tools/fit_time.py (the rows it used are in the card's fitted source)", STEP,
-    ),
     "recompute_s": Explanation(
         "recomputation", Unit.seconds,
         "m · the forward work recomputation re-runs (full: the layers; selective: core attention)",

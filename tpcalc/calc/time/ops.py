@@ -30,6 +30,11 @@ GEMM_FLOP_PER_MAC = 2  # one multiply-add is 2 FLOP
 ATTN_BWD_QK_MATMULS = 3
 ATTN_BWD_V_MATMULS = 2
 CAUSAL_SHARE = 0.5  # a causal mask skips the upper triangle of score blocks (Dao 2023 §3.1)
+CP_CHUNKS_PER_RANK = 2  # zig-zag: each CP rank holds chunks i and 2·cp−1−i (Megatron-Core CP)
+# Merging two partial attention outputs by their log-sum-exp: read both (fp32) and write one
+# (Transformer Engine attention.py, flash_attn_fwd_out_correction), per ring step after the
+# first; the backward accumulates dQ, dK, dV the same way.
+CP_MERGE_BYTES = 3 * 4
 GDN_CHUNK = 64  # chunk length of the chunked delta rule (Yang et al. 2024, Gated DeltaNet §3.3)
 # Elements read + written per element, forward / backward (each backward reads the saved
 # input(s) and the output gradient and writes the input gradient(s)):
@@ -41,6 +46,11 @@ ROPE_RW = (2, 2)  # q, k rotated in place; the backward rotates the gradient bac
 GATE_RW = (3, 4)  # sigmoid output gate: o, g -> y; o, g, dy -> do, dg
 PERMUTE_RW = (2, 2)  # MoE token permute / unpermute: a gather and its scatter
 EMBED_RW = (1, 3)  # lookup writes T·h; the backward scatter-adds dy into the table
+# FP8 GEMMs (Transformer Engine on Hopper) take FP8 operands in the TN layout: the input is cast
+# and transposed by one fused kernel before the forward (read 2 B, write 1 B + 1 B transposed per
+# element), and the output gradient likewise before the backward (TE cast_transpose; Micikevicius
+# et al. 2022, "FP8 formats for deep learning" §4, per-tensor scaling).
+FP8_CAST_TRANSPOSE_BYTES = 4
 # Vocab-parallel cross entropy in fp32 (Megatron-LM core/tensor_parallel/cross_entropy.py):
 # forward reads the logits, writes exp(logits - max) and reads it for the sum; backward reads
 # the softmax and writes the gradient of the logits.
@@ -73,6 +83,7 @@ class Op:
     n: int = 0
     k: int = 0
     groups: int = 1
+    fp8: bool = False  # a GEMM with FP8 operands (FP8 peak and efficiency)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +97,8 @@ class Shard:
     ep: int = 1
     etp: int = 1
     sp: bool = True
-    dtype: Dtype = Dtype.bf16
+    dtype: Dtype = Dtype.bf16  # activations and communication
+    gemm_dtype: Dtype = Dtype.bf16  # the transformer layers' GEMM operands (fp8 with TE)
     causal: bool = True
 
     @property
@@ -101,17 +113,27 @@ class Shard:
 
 
 def gemm(name: str, m: int, n: int, k: int, dtype: Dtype, groups: int = 1) -> tuple[Op, ...]:
-    """Y[m,n] = X[m,k]·W[k,n] forward, dX = dY·Wᵀ (B), dW = Xᵀ·dY (W); 2·m·n·k FLOP each."""
+    """Y[m,n] = X[m,k]·W[k,n] forward, dX = dY·Wᵀ (B), dW = Xᵀ·dY (W); 2·m·n·k FLOP each.
+    FP8 adds the cast-transpose of X (forward) and of dY (backward)."""
     flop = GEMM_FLOP_PER_MAC * m * n * k * groups
     size = dtype.bytes * groups
+    fp8 = dtype is Dtype.fp8
 
     def op(phase: Pass, a: int, b: int, c: int) -> Op:
-        return Op(name, OpKind.gemm, phase, flop, (a * c + c * b + a * b) * size, a, b, c, groups)
+        traffic = (a * c + c * b + a * b) * size
+        return Op(name, OpKind.gemm, phase, flop, traffic, a, b, c, groups, fp8)
 
-    return (
+    ops = (
         op(Pass.forward, m, n, k),
         op(Pass.backward_input, m, k, n),
         op(Pass.backward_weight, n, k, m),
+    )
+    if not fp8:
+        return ops
+    cast = FP8_CAST_TRANSPOSE_BYTES * groups
+    return ops + (
+        Op(f"{name}_fp8_cast", OpKind.memory, Pass.forward, 0.0, cast * m * k),
+        Op(f"{name}_fp8_cast", OpKind.memory, Pass.backward_input, 0.0, cast * m * n),
     )
 
 
@@ -127,18 +149,29 @@ def elementwise(name: str, elements: float, rw: tuple[int, int], dtype: Dtype) -
 def attention_core(
     name: str, shard: Shard, heads: int, kv_heads: int, d_qk: int, d_v: int
 ) -> tuple[Op, ...]:
-    """Fused attention of this rank's heads: its s/cp queries against all s keys (CP ring,
-    Liu et al. 2023), causal blocks skipped; forward 2 and backward 5 matmuls (Dao 2023)."""
+    """Fused attention of this rank's heads: its s/cp queries against all s keys, causal blocks
+    skipped; forward 2 and backward 5 matmuls (Dao 2023). Under CP the ring runs it as 2·cp
+    blocks of s/(2·cp) queries (zig-zag halves, Transformer Engine context parallelism; Liu et
+    al. 2023), so the kernel sees blocks of that length (``Op.m``), and after each ring step the
+    partial outputs are merged by their log-sum-exp (an fp32 read of both and a write)."""
     b, q_len, kv_len = shard.micro_batch, shard.seq // shard.cp, shard.seq
+    block = q_len // CP_CHUNKS_PER_RANK if shard.cp > 1 else q_len
     mask = CAUSAL_SHARE if shard.causal else 1.0
     scores = GEMM_FLOP_PER_MAC * b * heads * q_len * kv_len * mask
     fwd = scores * (d_qk + d_v)  # Q·Kᵀ over d_qk, P·V over d_v (Dao 2023 Algorithm 1)
     bwd = scores * (ATTN_BWD_QK_MATMULS * d_qk + ATTN_BWD_V_MATMULS * d_v)
     io = b * (q_len * heads * (2 * d_qk + 2 * d_v) + kv_len * kv_heads * (d_qk + d_v))
-    size, shape = shard.dtype.bytes, (q_len, kv_len, d_qk, heads)
-    return (
+    size, shape = shard.dtype.bytes, (block, kv_len, d_qk, heads)
+    ops = (
         Op(name, OpKind.attention, Pass.forward, fwd, io * size, *shape),
         Op(name, OpKind.attention, Pass.backward_input, bwd, 2 * io * size, *shape),
+    )
+    if shard.cp == 1:
+        return ops
+    merged = (shard.cp - 1) * b * q_len * heads * d_v * CP_MERGE_BYTES
+    return ops + (
+        Op("cp_merge", OpKind.memory, Pass.forward, 0.0, merged),
+        Op("cp_merge", OpKind.memory, Pass.backward_input, 0.0, merged),
     )
 
 
@@ -157,14 +190,14 @@ def attention_ops(spec: ModelSpec, shard: Shard) -> tuple[Op, ...]:
     d = spec.head_dim_resolved
     gate = 2 if spec.attn_output_gate else 1
     ops = [*elementwise("attn_norm", t_sp * h, NORM_RW, dt)]
-    ops += gemm("qkv_proj", t_all, (nq * gate + 2 * nkv) * d, h, dt)
+    ops += gemm("qkv_proj", t_all, (nq * gate + 2 * nkv) * d, h, shard.gemm_dtype)
     if spec.uses_qk_norm:
         ops += elementwise("qk_norm", t_all * (nq + nkv) * d, NORM_RW, dt)
     ops += elementwise("rope", t_all * (nq + nkv) * d, ROPE_RW, dt)
     ops += attention_core("core_attn", shard, nq, nkv, d, d)
     if spec.attn_output_gate:
         ops += elementwise("attn_gate", t_all * nq * d, GATE_RW, dt)
-    ops += gemm("out_proj", t_all, h, nq * d, dt)
+    ops += gemm("out_proj", t_all, h, nq * d, shard.gemm_dtype)
     ops += elementwise("attn_residual", t_sp * h, RESIDUAL_RW, dt)
     return tuple(ops)
 
@@ -179,17 +212,17 @@ def mla_ops(spec: ModelSpec, shard: Shard) -> tuple[Op, ...]:
     kv_rank, q_rank = spec.kv_lora_rank or 0, spec.q_lora_rank
     ops = [*elementwise("attn_norm", t_sp * h, NORM_RW, dt)]
     if q_rank:
-        ops += gemm("q_down_proj", t_all, q_rank, h, dt)
+        ops += gemm("q_down_proj", t_all, q_rank, h, shard.gemm_dtype)
         ops += elementwise("q_norm", t_all * q_rank, NORM_RW, dt)
-        ops += gemm("q_up_proj", t_all, nq * (nope + rope), q_rank, dt)
+        ops += gemm("q_up_proj", t_all, nq * (nope + rope), q_rank, shard.gemm_dtype)
     else:
-        ops += gemm("q_proj", t_all, nq * (nope + rope), h, dt)
-    ops += gemm("kv_down_proj", t_all, kv_rank + rope, h, dt)
+        ops += gemm("q_proj", t_all, nq * (nope + rope), h, shard.gemm_dtype)
+    ops += gemm("kv_down_proj", t_all, kv_rank + rope, h, shard.gemm_dtype)
     ops += elementwise("kv_norm", t_all * kv_rank, NORM_RW, dt)
-    ops += gemm("kv_up_proj", t_all, nq * (nope + v), kv_rank, dt)
+    ops += gemm("kv_up_proj", t_all, nq * (nope + v), kv_rank, shard.gemm_dtype)
     ops += elementwise("rope", t_all * (nq + 1) * rope, ROPE_RW, dt)
     ops += attention_core("core_attn", shard, nq, nq, nope + rope, v)
-    ops += gemm("out_proj", t_all, h, nq * v, dt)
+    ops += gemm("out_proj", t_all, h, nq * v, shard.gemm_dtype)
     ops += elementwise("attn_residual", t_sp * h, RESIDUAL_RW, dt)
     return tuple(ops)
 
@@ -208,7 +241,7 @@ def linear_attention_ops(spec: ModelSpec, shard: Shard) -> tuple[Op, ...]:
     dk, dv = spec.linear_key_head_dim or 0, spec.linear_value_head_dim or 0
     conv = 2 * nk * dk + nv * dv
     ops = [*elementwise("attn_norm", t_sp * h, NORM_RW, dt)]
-    ops += gemm("in_proj", t_all, conv + nv * dv + 2 * nv, h, dt)
+    ops += gemm("in_proj", t_all, conv + nv * dv + 2 * nv, h, shard.gemm_dtype)
     ops += elementwise("conv1d", t_all * conv * (spec.linear_conv_kernel_dim or 1), NORM_RW, dt)
     macs = t_all * nv * (GDN_CHUNK * (dk + dv) + 2 * dk * dv)
     fwd = GEMM_FLOP_PER_MAC * macs
@@ -218,20 +251,22 @@ def linear_attention_ops(spec: ModelSpec, shard: Shard) -> tuple[Op, ...]:
         Op("delta_rule", OpKind.attention, Pass.backward_input, 2 * fwd, 2 * io, t_all, dv, dk, nv),
     ]  # fmt: skip
     ops += elementwise("gated_norm", t_all * nv * dv, GATE_RW, dt)
-    ops += gemm("out_proj", t_all, h, nv * dv, dt)
+    ops += gemm("out_proj", t_all, h, nv * dv, shard.gemm_dtype)
     ops += elementwise("attn_residual", t_sp * h, RESIDUAL_RW, dt)
     return tuple(ops)
 
 
-def _mlp(prefix: str, spec: ModelSpec, tokens: int, width: int, dt: Dtype, groups: int = 1):
+def _mlp(
+    prefix: str, spec: ModelSpec, shard: Shard, tokens: int, width: int, groups: int = 1
+) -> tuple[Op, ...]:
     """One MLP on ``tokens`` (per group): fc1 (gate+up fused for SwiGLU), activation, fc2."""
-    h = spec.hidden_size
+    h, dt, gt = spec.hidden_size, shard.dtype, shard.gemm_dtype
     up = 2 * width if spec.gated_mlp else width
     act = ACT_GATED_RW if spec.gated_mlp else ACT_PLAIN_RW
     return (
-        *gemm(f"{prefix}fc1", tokens, up, h, dt, groups),
+        *gemm(f"{prefix}fc1", tokens, up, h, gt, groups),
         *elementwise(f"{prefix}act", tokens * width * groups, act, dt),
-        *gemm(f"{prefix}fc2", tokens, h, width, dt, groups),
+        *gemm(f"{prefix}fc2", tokens, h, width, gt, groups),
     )
 
 
@@ -240,7 +275,7 @@ def dense_mlp_ops(spec: ModelSpec, shard: Shard) -> tuple[Op, ...]:
     t_sp, h, dt = shard.sp_tokens, spec.hidden_size, shard.dtype
     return (
         *elementwise("mlp_norm", t_sp * h, NORM_RW, dt),
-        *_mlp("", spec, shard.tokens, spec.intermediate_size // shard.tp, dt),
+        *_mlp("", spec, shard, shard.tokens, spec.intermediate_size // shard.tp),
         *elementwise("mlp_residual", t_sp * h, RESIDUAL_RW, dt),
     )
 
@@ -267,11 +302,11 @@ def moe_ops(spec: ModelSpec, shard: Shard) -> tuple[Op, ...]:
     ops = [*elementwise("mlp_norm", t_sp * h, NORM_RW, dt)]
     ops += gemm("router", shard.tokens // shard.tp, experts, h, dt)
     ops += elementwise("permute", routed * h, PERMUTE_RW, dt)
-    ops += _mlp("expert_", spec, moe_tokens_per_expert(spec, shard), width, dt, local)
+    ops += _mlp("expert_", spec, shard, moe_tokens_per_expert(spec, shard), width, local)
     ops += elementwise("unpermute", routed * h, PERMUTE_RW, dt)
     shared = shared_expert_intermediate(spec)
     if shared:
-        ops += _mlp("shared_", spec, shard.tokens, shared // shard.tp, dt)
+        ops += _mlp("shared_", spec, shard, shard.tokens, shared // shard.tp)
     ops += elementwise("mlp_residual", t_sp * h, RESIDUAL_RW, dt)
     return tuple(ops)
 

@@ -3,16 +3,20 @@ bandwidth nccl-tests reports for its message size.
 
 Roofline (Williams et al. 2009): time = max(FLOP / (peak · efficiency), bytes / (HBM bandwidth ·
 efficiency)). A GEMM's efficiency falls as any of its dimensions shrinks (small or skinny GEMMs
-fill fewer SMs and waves): eff(M, N, K) = eff_max · Π x / (x + x½) over its three dimensions,
-with eff_max and x½ from public GEMM sweeps (the card's ``performance`` block). The fused
+reuse each tile less): eff(K) = eff_max · K / (K + K½) over the reduction dimension, eff_max
+from the best large shape of a public sweep (ml-engineering MAMF) and K½ from a sweep over K
+(tilelang); a skinny M or N (few tokens per expert) is memory-bound and the roofline's memory
+term takes over (DeepGEMM's M = 64, 128 rows run at HBM speed). The fused
 attention kernel runs at the FlashAttention papers' achieved fraction of peak, forward and
 backward apart.
 
 Collectives: nccl-tests defines bus bandwidth so that a ring collective's time is the bytes each
-rank sends over it (NVIDIA nccl-tests doc/PERFORMANCE.md: busbw = algbw · 2(n−1)/n for
-all-reduce, (n−1)/n for all-gather, reduce-scatter and all-to-all). Its curve against message
-size M rises to a plateau; busbw(M) = busbw_max · M / (M + M½) is the α-β model with
-α = M½ / busbw_max per byte-weighted step, fitted to the curve's half-bandwidth point.
+rank sends over it divided by busbw (NVIDIA nccl-tests doc/PERFORMANCE.md: busbw = algbw ·
+2(n−1)/n for all-reduce, (n−1)/n for all-gather, reduce-scatter and all-to-all). The α-β model
+adds NCCL's latency: a base cost per call plus α per ring step, α_intra inside a node and
+α_inter on steps that cross nodes (NCCL src/graph/tuning.cc; ``links.ring_steps``). With the
+H100 values it reproduces the measured busbw-versus-size curve's half-bandwidth point (~20 MiB
+for an 8-GPU all-reduce, docs/kernel-measurements.md §3.2).
 """
 
 from __future__ import annotations
@@ -20,8 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpcalc.calc.links.collectives import Collective, ring_factor
-from tpcalc.calc.links.link import Link
-from tpcalc.calc.time.ops import Op, OpKind
+from tpcalc.calc.links.link import ring_steps
+from tpcalc.calc.time.ops import Op, OpKind, Pass
 from tpcalc.errors import InputError
 from tpcalc.specs import HardwareSpec
 from tpcalc.specs.performance import PerformanceSpec
@@ -34,18 +38,23 @@ GEMM_DIMS = 3
 class Rates:
     """The achieved rates one rank computes and communicates at (from its card's config)."""
 
-    gemm_peak_flop_per_s: float
-    attention_peak_flop_per_s: float
+    bf16_peak_flop_per_s: float
+    fp8_peak_flop_per_s: float
     gemm_efficiency: float
-    gemm_half_dim: float
+    gemm_half_k: float
+    gemm_fp8_efficiency: float
+    gemm_fp8_half_k: float
     attention_fwd_efficiency: float
+    attention_fwd_half_seq: float
     attention_bwd_efficiency: float
+    attention_bwd_half_seq: float
     hbm_bytes_per_s: float
     compute_scale: float
-    layer_overhead_s: float
     intra_busbw_bytes_per_s: float
     inter_busbw_bytes_per_s: float
-    collective_half_bytes: float
+    collective_base_latency_s: float
+    intra_step_latency_s: float
+    inter_step_latency_s: float
 
 
 def performance(hw: HardwareSpec) -> PerformanceSpec:
@@ -60,38 +69,50 @@ def performance(hw: HardwareSpec) -> PerformanceSpec:
 
 
 def rates(hw: HardwareSpec, dtype: Dtype, *, efficiency_scale: float = 1.0) -> Rates:
-    """Rates of ``hw`` for GEMMs in ``dtype`` (FP8 GEMMs use the FP8 peak and efficiency; the
-    attention core and memory-bound kernels stay BF16, as Transformer Engine runs them)."""
+    """Rates of ``hw``. FP8 GEMMs (ops marked ``fp8``) run at the FP8 peak and efficiency; the
+    attention core, BF16 GEMMs and memory-bound kernels at the BF16 ones, as Transformer
+    Engine's FP8 recipes run them."""
     perf = performance(hw)
-    bf16 = hw.peak_bf16_flop_per_s.value
-    if dtype is Dtype.fp8:
-        if hw.peak_fp8_flop_per_s is None:
-            raise InputError(f"--dtype fp8: {hw.name} has no peak_fp8_flop_per_s; use bf16")
-        gemm_peak, gemm_eff = hw.peak_fp8_flop_per_s.value, perf.gemm_fp8_efficiency.value
-    else:
-        gemm_peak, gemm_eff = bf16, perf.gemm_efficiency.value
+    fp8_peak = hw.peak_fp8_flop_per_s.value if hw.peak_fp8_flop_per_s else 0.0
+    if dtype is Dtype.fp8 and not fp8_peak:
+        raise InputError(f"--dtype fp8: {hw.name} has no peak_fp8_flop_per_s; use --dtype bf16")
     return Rates(
-        gemm_peak_flop_per_s=gemm_peak,
-        attention_peak_flop_per_s=bf16,
-        gemm_efficiency=gemm_eff,
-        gemm_half_dim=perf.gemm_half_dim.value,
+        bf16_peak_flop_per_s=hw.peak_bf16_flop_per_s.value,
+        fp8_peak_flop_per_s=fp8_peak,
+        gemm_efficiency=perf.gemm_efficiency.value,
+        gemm_half_k=perf.gemm_half_k.value,
+        gemm_fp8_efficiency=perf.gemm_fp8_efficiency.value,
+        gemm_fp8_half_k=perf.gemm_fp8_half_k.value,
         attention_fwd_efficiency=perf.attention_fwd_efficiency.value,
+        attention_fwd_half_seq=perf.attention_fwd_half_seq.value,
         attention_bwd_efficiency=perf.attention_bwd_efficiency.value,
+        attention_bwd_half_seq=perf.attention_bwd_half_seq.value,
         hbm_bytes_per_s=perf.hbm_bandwidth_bytes_per_s.value * perf.hbm_efficiency.value,
         compute_scale=perf.fitted.compute_scale.value * efficiency_scale,
-        layer_overhead_s=perf.fitted.layer_overhead_s.value,
         intra_busbw_bytes_per_s=perf.intra_node_busbw_bytes_per_s.value,
         inter_busbw_bytes_per_s=perf.inter_node_busbw_bytes_per_s.value,
-        collective_half_bytes=perf.collective_half_bytes.value,
+        collective_base_latency_s=perf.collective_base_latency_s.value,
+        intra_step_latency_s=hw.intra_node_latency_s.value,
+        inter_step_latency_s=hw.inter_node_latency_s.value,
     )
 
 
-def gemm_efficiency(r: Rates, m: int, n: int, k: int) -> float:
-    """eff_max · Π x/(x + x½) over M, N, K (module docstring), times the fitted scale."""
-    shape = 1.0
-    for x in (m, n, k):
-        shape *= x / (x + r.gemm_half_dim)
-    return r.gemm_efficiency * shape * r.compute_scale
+def gemm_efficiency(r: Rates, k: int, fp8: bool = False) -> float:
+    """eff_max · K/(K + K½) (module docstring), times the fitted compute scale."""
+    if fp8:
+        eff, half = r.gemm_fp8_efficiency, r.gemm_fp8_half_k
+    else:
+        eff, half = r.gemm_efficiency, r.gemm_half_k
+    return eff * k / (k + half) * r.compute_scale
+
+
+def attention_efficiency(r: Rates, phase: Pass, block: int) -> float:
+    """eff_max · S/(S + S½) of the fused attention kernel on blocks of ``block`` queries."""
+    if phase is Pass.forward:
+        eff, half = r.attention_fwd_efficiency, r.attention_fwd_half_seq
+    else:
+        eff, half = r.attention_bwd_efficiency, r.attention_bwd_half_seq
+    return eff * block / (block + half) * r.compute_scale
 
 
 def op_time_s(op: Op, r: Rates) -> float:
@@ -100,24 +121,26 @@ def op_time_s(op: Op, r: Rates) -> float:
     if op.kind is OpKind.memory:
         return memory
     if op.kind is OpKind.gemm:
-        rate = r.gemm_peak_flop_per_s * gemm_efficiency(r, op.m, op.n, op.k)
+        peak = r.fp8_peak_flop_per_s if op.fp8 else r.bf16_peak_flop_per_s
+        rate = peak * gemm_efficiency(r, op.k, op.fp8)
     else:
-        eff = r.attention_fwd_efficiency if op.phase.value == "F" else r.attention_bwd_efficiency
-        rate = r.attention_peak_flop_per_s * eff * r.compute_scale
+        rate = r.bf16_peak_flop_per_s * attention_efficiency(r, op.phase, op.m)
     return max(op.flop / rate, memory)
 
 
-def busbw_bytes_per_s(r: Rates, link: Link, message_bytes: float) -> float:
-    """nccl-tests bus bandwidth for a message of ``message_bytes`` on ``link``."""
-    peak = r.intra_busbw_bytes_per_s if link is Link.intra_node else r.inter_busbw_bytes_per_s
-    return peak * message_bytes / (message_bytes + r.collective_half_bytes)
-
-
 def collective_time_s(
-    r: Rates, collective: Collective, message_bytes: float, group: int, link: Link
+    r: Rates, collective: Collective, message_bytes: float, group: int, nodes: int
 ) -> float:
-    """Bytes each rank sends in the ring collective / bus bandwidth at that message size."""
+    """base + ring steps · α + bytes each rank sends / busbw of the slowest link crossed, for
+    a group of ``group`` ranks over ``nodes`` nodes (module docstring)."""
     sent = ring_factor(collective, group) * message_bytes
     if sent <= 0:
         return 0.0
-    return sent / busbw_bytes_per_s(r, link, message_bytes)
+    steps = ring_steps(collective, group, nodes)
+    latency = (
+        r.collective_base_latency_s
+        + steps.intra * r.intra_step_latency_s
+        + steps.inter * r.inter_step_latency_s
+    )
+    busbw = r.intra_busbw_bytes_per_s if nodes == 1 else r.inter_busbw_bytes_per_s
+    return latency + sent / busbw

@@ -3,7 +3,7 @@ communication each stage cannot hide, the pipeline schedule over the stages, the
 tail and the optimizer.
 
 A micro-batch on stage s costs F_s, B_s, W_s: the roofline times of its ops (``ops``,
-``roofline``) in that pass, a fixed per-layer overhead (a fitted constant), and the exposed
+``roofline``) in that pass, scaled by the card's one fitted constant, and the exposed
 part of its TP, CP and EP collectives. The step is
 
     step = m · (F + B + W)_bottleneck + bubble + exposed p2p + DP tail + optimizer
@@ -36,14 +36,9 @@ from functools import cache
 
 from tpcalc.calc.activations.paper import Recompute
 from tpcalc.calc.dp.zero import ZeroStage
-from tpcalc.calc.layout.groups import (
-    Group,
-    LayoutRun,
-    ParallelLayout,
-    expert_dp_group,
-    place_groups,
-)
+from tpcalc.calc.layout.groups import LayoutRun, ParallelLayout
 from tpcalc.calc.links.collectives import Collective
+from tpcalc.calc.links.link import nodes_spanned
 from tpcalc.calc.params.counts import (
     embedding_params,
     final_norm_params,
@@ -115,6 +110,11 @@ class TimeOptions:
     first_stage_layers: int | None = None
     last_stage_layers: int | None = None
     grad_reduce_dtype: Dtype = Dtype.bf16
+    # Megatron --recompute-granularity full --recompute-method block --recompute-num-layers N:
+    # the first N layers of every model chunk recompute their whole forward.
+    recompute_layers: int | None = None
+    # Megatron --recompute-modules (selective): the ops of these modules re-run their forward.
+    recompute_modules: tuple[str, ...] = ()
     efficiency_scale: float = 1.0  # multiplies every compute efficiency (what-if, properties)
     comm_scale: float = 1.0  # multiplies every collective's bytes (what-if, properties)
 
@@ -126,7 +126,6 @@ class Work:
     gemm_s: float = 0.0
     attention_s: float = 0.0
     memory_s: float = 0.0
-    overhead_s: float = 0.0
     tp_s: float = 0.0
     cp_s: float = 0.0
     ep_s: float = 0.0
@@ -134,7 +133,7 @@ class Work:
     @property
     def total_s(self) -> float:
         return (
-            self.gemm_s + self.attention_s + self.memory_s + self.overhead_s
+            self.gemm_s + self.attention_s + self.memory_s
             + self.tp_s + self.cp_s + self.ep_s
         )  # fmt: skip
 
@@ -193,7 +192,6 @@ class StepTime:
     gemm_s: float
     attention_s: float
     memory_bound_s: float
-    overhead_s: float
     recompute_s: float
     tp_exposed_s: float
     cp_exposed_s: float
@@ -221,7 +219,7 @@ class StepTime:
 
 
 STEP_PARTS = (
-    "gemm_s", "attention_s", "memory_bound_s", "overhead_s", "recompute_s", "tp_exposed_s",
+    "gemm_s", "attention_s", "memory_bound_s", "recompute_s", "tp_exposed_s",
     "cp_exposed_s", "ep_exposed_s", "bubble_s", "pp_exposed_s", "dp_exposed_s", "optimizer_s",
 )  # fmt: skip
 
@@ -307,6 +305,46 @@ TP_GEMMS = ("qkv_proj", "out_proj", "q_proj", "q_up_proj", "kv_up_proj", "fc1", 
             "shared_fc1", "shared_fc2", "in_proj")  # fmt: skip
 
 
+@dataclass(frozen=True, slots=True)
+class Span:
+    """A process group as a collective sees it: its ranks and the nodes they sit on."""
+
+    size: int
+    nodes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Groups:
+    """Every process group one rank belongs to (Megatron-Core parallel_state: dense order
+    tp-cp-dp-pp, TP innermost; expert order etp-ep-edp-pp, so an EP group is ep blocks of etp
+    consecutive ranks and its expert-data-parallel group is the rest)."""
+
+    tp: Span
+    cp: Span
+    dp: Span
+    pp: Span
+    ep: Span
+    edp: Span
+
+
+def groups(layout: ParallelLayout, etp: int) -> Groups:
+    """Each group's size and the nodes it spans (``links.nodes_spanned``, Megatron order)."""
+    g, tp, cp, dp, ep = layout.gpus_per_node, layout.tp, layout.cp, layout.dp, layout.ep
+    edp = max(1, tp * cp * dp // (ep * etp))
+
+    def span(size: int, stride: int) -> Span:
+        return Span(size, nodes_spanned(size, stride, g) if size > 1 else 1)
+
+    return Groups(
+        tp=span(tp, 1),
+        cp=span(cp, tp),
+        dp=span(dp * cp, tp),
+        pp=span(layout.pp, tp * cp * dp),
+        ep=span(ep, etp),
+        edp=span(edp, ep * etp),
+    )
+
+
 @dataclass(frozen=True)
 class _Ctx:
     spec: ModelSpec
@@ -314,7 +352,7 @@ class _Ctx:
     shard: Shard
     r: Rates
     opts: TimeOptions
-    groups: dict[str, Group]
+    links: Groups
 
 
 def _layer_work(ctx: _Ctx, i: int) -> tuple[Work, Work, Work, tuple[Op, ...]]:
@@ -324,8 +362,6 @@ def _layer_work(ctx: _Ctx, i: int) -> tuple[Work, Work, Work, tuple[Op, ...]]:
     f = _pass_work(ops, Pass.forward, r, 1)
     b = _pass_work(ops, Pass.backward_input, r, 1)
     w = _pass_work(ops, Pass.backward_weight, r, 1)
-    over = Work(overhead_s=r.layer_overhead_s)
-    f, b = f + over, b + over
     scale = ctx.opts.comm_scale
     h_bytes = shard.tokens * spec.hidden_size * shard.dtype.bytes * scale
     # TP: with SP an all-gather and a reduce-scatter per block, else an all-reduce per block.
@@ -333,10 +369,10 @@ def _layer_work(ctx: _Ctx, i: int) -> tuple[Work, Work, Work, tuple[Op, ...]]:
     moe = spec.is_moe_layer(i)
     blocks = 1 if moe and not _shared_width(spec) else TP_FWD_COLLECTIVES
     if shard.sp:
-        one = collective_time_s(r, Collective.all_gather, h_bytes, tp, ctx.groups["tp"].link)
-        one += collective_time_s(r, Collective.reduce_scatter, h_bytes, tp, ctx.groups["tp"].link)
+        one = collective_time_s(r, Collective.all_gather, h_bytes, tp, ctx.links.tp.nodes)
+        one += collective_time_s(r, Collective.reduce_scatter, h_bytes, tp, ctx.links.tp.nodes)
     else:
-        one = collective_time_s(r, Collective.all_reduce, h_bytes, tp, ctx.groups["tp"].link)
+        one = collective_time_s(r, Collective.all_reduce, h_bytes, tp, ctx.links.tp.nodes)
     tp_pass = blocks * one
     tp_f = _exposed(tp_pass, _gemm_s(ops, Pass.forward, r, TP_GEMMS), ov.tp_comm, tp_pass / tp)
     tp_b = _exposed(
@@ -346,7 +382,7 @@ def _layer_work(ctx: _Ctx, i: int) -> tuple[Work, Work, Work, tuple[Op, ...]]:
     cp_f = cp_b = 0.0
     if ctx.layout.cp > 1 and spec.resolved_layer_types[i] != "linear_attention":
         kv = shard.tokens * _kv_width(spec, tp) * shard.dtype.bytes * scale
-        step = collective_time_s(r, Collective.p2p, kv, 2, ctx.groups["cp"].link)
+        step = collective_time_s(r, Collective.p2p, kv, 2, min(2, ctx.links.cp.nodes))
         cp_comm = (ctx.layout.cp - 1) * step
         cp_f = _exposed(cp_comm, _attn_s(ops, Pass.forward, r), ov.cp_ring)
         cp_b = _exposed(KV_TENSORS * cp_comm, _attn_s(ops, Pass.backward_input, r), ov.cp_ring)
@@ -356,7 +392,7 @@ def _layer_work(ctx: _Ctx, i: int) -> tuple[Work, Work, Work, tuple[Op, ...]]:
         routed = shard.tokens // tp * (spec.num_experts_per_tok or 1)
         msg = routed * spec.hidden_size * shard.dtype.bytes * scale
         a2a = A2A_PER_PASS * collective_time_s(
-            r, Collective.all_to_all, msg, ctx.layout.ep, ctx.groups["ep"].link
+            r, Collective.all_to_all, msg, ctx.layout.ep, ctx.links.ep.nodes
         )
         expert_f = _gemm_s(ops, Pass.forward, r, ("expert_fc1", "expert_fc2"))
         expert_b = _gemm_s(ops, Pass.backward_input, r, ("expert_fc1", "expert_fc2"))
@@ -383,20 +419,53 @@ def _kv_width(spec: ModelSpec, tp: int) -> int:
     return KV_TENSORS * max(1, spec.kv_heads // tp) * spec.head_dim_resolved
 
 
-def _recompute_work(recompute: Recompute, layer_f: Work, ops: tuple[Op, ...], r: Rates) -> Work:
-    """What recomputation re-runs before the backward: the layer's forward (full, with its TP
-    collectives) or the core attention forward (selective; Korthikanti et al. 2022 §5)."""
+# Megatron-LM TransformerConfig.recompute_modules: the ops each module re-runs (tpcalc op names).
+RECOMPUTE_MODULE_OPS: dict[str, tuple[str, ...]] = {
+    "core_attn": ("core_attn", "delta_rule"),
+    "layernorm": ("attn_norm", "mlp_norm", "qk_norm", "q_norm", "kv_norm"),
+    "mla_up_proj": ("q_up_proj", "kv_up_proj"),
+    "mlp": ("fc1", "act", "fc2"),
+    "moe_act": ("expert_act",),
+    "moe": ("router", "permute", "expert_fc1", "expert_act", "expert_fc2", "unpermute"),
+    "shared_experts": ("shared_fc1", "shared_act", "shared_fc2"),
+}
+
+
+def _partial_recompute(ops: tuple[Op, ...], r: Rates, names: set[str]) -> Work:
+    chosen = [o for o in ops if o.name in names or o.name.removesuffix("_fp8_cast") in names]
+    return _pass_work(chosen, Pass.forward, r, 1)
+
+
+def _recompute_names(recompute: Recompute, modules: tuple[str, ...]) -> set[str]:
+    """Op names selective recomputation re-runs: core attention (Korthikanti et al. 2022 §5),
+    plus any --recompute-modules."""
+    names = set(RECOMPUTE_MODULE_OPS["core_attn"]) if recompute is Recompute.selective else set()
+    for module in modules:
+        if module not in RECOMPUTE_MODULE_OPS:
+            valid = ", ".join(RECOMPUTE_MODULE_OPS)
+            raise InputError(f"--recompute-modules: unknown module '{module}'; valid: {valid}")
+        names |= set(RECOMPUTE_MODULE_OPS[module])
+    return names
+
+
+def _full_share(recompute: Recompute, layers_n: int, vpp: int, block: int | None) -> float:
+    """Share of the stage's layers that recompute their whole forward: all (full), or the
+    first ``block`` of each of its vpp chunks (Megatron recompute-method block)."""
     if recompute is Recompute.full:
-        return layer_f
-    if recompute is Recompute.selective:
-        return Work(attention_s=_attn_s(ops, Pass.forward, r))
-    return ZERO_WORK
+        return 1.0
+    if block:
+        return min(1.0, block * vpp / layers_n) if layers_n else 0.0
+    return 0.0
 
 
 def _stage_work(
-    ctx: _Ctx, stage: int, layers: list[int], recompute: Recompute, padded: int
+    ctx: _Ctx, stage: int, layers: list[int], run: LayoutRun, padded: int
 ) -> tuple[StageWork, list[OpTime]]:
+    """F, B, W of one micro-batch on one pipeline rank (its layers and, on the ends, the
+    embedding and the LM head with the loss; Megatron recomputes transformer layers only)."""
     spec, layout = ctx.spec, ctx.layout
+    full = _full_share(run.recompute, len(layers), run.vpp, ctx.opts.recompute_layers)
+    names = _recompute_names(run.recompute, ctx.opts.recompute_modules)
     kinds: dict[tuple[str, bool], tuple[Work, Work, Work, Work, tuple[Op, ...], int]] = {}
     for i in layers:
         key = (spec.resolved_layer_types[i], spec.is_moe_layer(i))
@@ -405,7 +474,8 @@ def _stage_work(
             kinds[key] = (f, b, w, rc, ops, n + 1)
         else:
             f, b, w, ops = _layer_work(ctx, i)
-            kinds[key] = (f, b, w, _recompute_work(recompute, f, ops, ctx.r), ops, 1)
+            rc = f.scaled(full) + _partial_recompute(ops, ctx.r, names).scaled(1 - full)
+            kinds[key] = (f, b, w, rc, ops, 1)
     fwd = bwd = wgt = rec = ZERO_WORK
     detail: list[OpTime] = []
     for f, b, w, rc, ops, n in kinds.values():
@@ -457,36 +527,39 @@ def _stage_params(
 # ---- data parallel tail and optimizer ----
 
 
-def _dp_exposed(ctx: _Ctx, st: StageWork, zero: ZeroStage) -> tuple[float, float]:
+def _dp_exposed(ctx: _Ctx, st: StageWork, zero: ZeroStage, vpp: int) -> tuple[float, float]:
     """(exposed seconds, total seconds) of the stage's gradient reduction and parameter
-    gather over its data-parallel groups (module docstring)."""
+    gather over its data-parallel groups (module docstring).
+
+    A bucket's reduce-scatter starts once its gradients are final, in the backward of the last
+    micro-batch; under pipeline parallelism those backwards spread over the drain, (p−1)/v more
+    micro-batch times, and the parameter gathers over the fill likewise (Narayanan et al. 2021
+    §2.2: the flush; Megatron DDP launches each chunk's buckets as its gradients finish)."""
     r, ov, lay = ctx.r, ctx.opts.overlap, ctx.layout
+    drain = 1 + (lay.pp - 1) / vpp
     grad_bytes = ctx.opts.grad_reduce_dtype.bytes * ctx.opts.comm_scale
     param_bytes = ctx.shard.dtype.bytes * ctx.opts.comm_scale
     distributed = zero >= ZeroStage.optimizer
     exposed = total = 0.0
-    edp = expert_dp_group(lay)
-    for params, group in ((st.dense_params, ctx.groups["dp"]), (st.expert_params, edp)):
-        if params == 0 or group.size == 1:
+    links = ctx.links
+    for params, size, nodes in (
+        (st.dense_params, links.dp.size, links.dp.nodes),
+        (st.expert_params, links.edp.size, links.edp.nodes),
+    ):
+        if params == 0 or size == 1:
             continue
         bucket = min(params, max(DDP_BUCKET_MIN_PARAMS, DDP_BUCKET_PARAMS_PER_DP_RANK * lay.dp))
         buckets = math.ceil(params / bucket)
         if distributed:
-            one = collective_time_s(
-                r, Collective.reduce_scatter, bucket * grad_bytes, group.size, group.link
-            )
-            gather = collective_time_s(
-                r, Collective.all_gather, bucket * param_bytes, group.size, group.link
-            )
+            one = collective_time_s(r, Collective.reduce_scatter, bucket * grad_bytes, size, nodes)
+            gather = collective_time_s(r, Collective.all_gather, bucket * param_bytes, size, nodes)
         else:
-            one = collective_time_s(
-                r, Collective.all_reduce, bucket * grad_bytes, group.size, group.link
-            )
+            one = collective_time_s(r, Collective.all_reduce, bucket * grad_bytes, size, nodes)
             gather = 0.0
         reduce_s, gather_s = buckets * one, buckets * gather
         bwd = st.backward_input.total_s + st.backward_weight.total_s + st.recompute.total_s
-        exposed += _exposed(reduce_s, bwd, ov.dp_grad_reduce, one)
-        exposed += _exposed(gather_s, st.forward.total_s, ov.dp_param_gather, gather)
+        exposed += _exposed(reduce_s, bwd * drain, ov.dp_grad_reduce, one)
+        exposed += _exposed(gather_s, st.forward.total_s * drain, ov.dp_param_gather, gather)
         total += reduce_s + gather_s
     return exposed, total
 
@@ -495,7 +568,7 @@ def _optimizer_s(ctx: _Ctx, st: StageWork, zero: ZeroStage) -> float:
     """Adam over the rank's optimizer shard, memory-bound (ADAM_BYTES_PER_PARAM)."""
     lay = ctx.layout
     dense_shard = lay.grad_group if zero >= ZeroStage.optimizer else 1
-    expert_shard = lay.expert_dp if zero >= ZeroStage.optimizer else 1
+    expert_shard = ctx.links.edp.size if zero >= ZeroStage.optimizer else 1
     params = st.dense_params / dense_shard + st.expert_params / max(1, expert_shard)
     return params * ADAM_BYTES_PER_PARAM / ctx.r.hbm_bytes_per_s
 
@@ -538,16 +611,17 @@ def step_time(
     r = rates(hw, run.dtype, efficiency_scale=opts.efficiency_scale)
     shard = Shard(
         seq=run.seq, micro_batch=run.micro_batch, tp=layout.tp, cp=layout.cp, ep=layout.ep,
-        etp=opts.etp, sp=run.sp and layout.tp > 1, dtype=Dtype.bf16, causal=opts.causal,
+        etp=opts.etp, sp=run.sp and layout.tp > 1, dtype=Dtype.bf16, gemm_dtype=run.dtype,
+        causal=opts.causal,
     )  # fmt: skip
-    ctx = _Ctx(spec, layout, shard, r, opts, place_groups(layout))
+    ctx = _Ctx(spec, layout, shard, r, opts, groups(layout, opts.etp))
     padded = padded_vocab(spec.vocab_size, layout.tp, opts.vocab_pad_multiple)
     split = stage_layers(
         spec.num_hidden_layers, layout.pp, run.vpp,
         first=opts.first_stage_layers, last=opts.last_stage_layers,
     )  # fmt: skip
     stages, details = zip(
-        *(_stage_work(ctx, s, layers, run.recompute, padded) for s, layers in enumerate(split)),
+        *(_stage_work(ctx, s, layers, run, padded) for s, layers in enumerate(split)),
         strict=True,
     )
     m, p, v = run.microbatches, layout.pp, run.vpp
@@ -562,7 +636,7 @@ def step_time(
     # in 1F1B stage s finishes its last backward s backward-steps before stage 0.
     tails = []
     for st in stages:
-        dp_exp, dp_total = _dp_exposed(ctx, st, layout.zero)
+        dp_exp, dp_total = _dp_exposed(ctx, st, layout.zero, run.vpp)
         ahead = st.stage * (neck.times.backward_input_s + neck.times.backward_weight_s)
         tails.append(
             (max(0.0, dp_exp + _optimizer_s(ctx, st, layout.zero) - ahead), dp_exp, dp_total, st)
@@ -574,7 +648,7 @@ def step_time(
     rec = neck.recompute.scaled(m)
     parts = {
         "gemm_s": work.gemm_s, "attention_s": work.attention_s,
-        "memory_bound_s": work.memory_s, "overhead_s": work.overhead_s + rec.overhead_s,
+        "memory_bound_s": work.memory_s,
         "recompute_s": rec.gemm_s + rec.attention_s + rec.memory_s,
         "tp_exposed_s": work.tp_s + rec.tp_s, "cp_exposed_s": work.cp_s + rec.cp_s,
         "ep_exposed_s": work.ep_s + rec.ep_s, "bubble_s": bubble, "pp_exposed_s": pp_s,
@@ -584,7 +658,7 @@ def step_time(
     tokens = run.seq * run.micro_batch * m * layout.dp
     world = layout.world
     model_flop = model_flop_per_token(spec, run.seq, opts.causal) * tokens
-    peak = r.gemm_peak_flop_per_s
+    peak = r.fp8_peak_flop_per_s if run.dtype is Dtype.fp8 else r.bf16_peak_flop_per_s
     hw_flop = _hardware_flop(stages, details) * m * layout.dp * layout.cp * layout.tp
     neck_ops = tuple(details[neck.stage])
     return StepTime(
@@ -616,7 +690,7 @@ def _pp_exposed(ctx: _Ctx, m: int, v: int, schedule: Schedule) -> float:
     if p == 1:
         return 0.0
     msg = ctx.shard.sp_tokens * ctx.spec.hidden_size * ctx.shard.dtype.bytes * ctx.opts.comm_scale
-    one = collective_time_s(ctx.r, Collective.p2p, msg, 2, ctx.groups["pp"].link)
+    one = collective_time_s(ctx.r, Collective.p2p, msg, 2, min(2, ctx.links.pp.nodes))
     chunks = v if schedule is Schedule.interleaved else 1
     sends = (p - 1) if ctx.opts.overlap.pp_p2p else (m * chunks + p - 1)
     return P2P_PASSES * sends * one
