@@ -157,7 +157,7 @@ def test_megatron_bridge_sequence_parallel_rule(row):
         ("mbridge-26.02.01-qwen3-235b-a22b-h100-sxm-256-fp8", 1611, 238),
         # same file @ 21d102f, 26.04.01 LLAMA3.1_405B DGX-H100 1024 GPUs FP8: 328 | 827
         ("mbridge-26.04.01-llama3-1-405b-h100-sxm-1024-fp8", 328, 827),
-        # Llama 3 paper Table 4: 16,384 GPUs, TP 8, CP 1, PP 16: 400 TFLOPs/GPU
+        # Llama 3 Table 4 as on the SC'24 slide: 16,384 GPUs, TP 8, CP 1, PP 16: 400 TFLOPs/GPU
         ("llama3-paper-405b-h100-16384-cp1", None, 400),
     ],
 )
