@@ -14,13 +14,15 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, 
 LayerType = Literal["full_attention", "linear_attention", "sliding_attention"]
 
 # model_type values whose MLP is the non-gated GPT-style 4h GeLU (dense_h_to_4h / dense_4h_to_h).
-NON_GATED_MLP_TYPES = frozenset({"gpt_neox", "gpt2", "gpt_bigcode", "gptj", "opt", "bloom"})
+NON_GATED_MLP_TYPES = frozenset(
+    {"gpt_neox", "gpt2", "gpt_bigcode", "gptj", "opt", "bloom", "nemotron"}
+)
 # model_type values that put RMSNorm on q and k per head (Qwen3 family).
 QK_NORM_TYPES = frozenset({"qwen3", "qwen3_moe", "qwen3_5", "qwen3_next"})
 # model_type values whose q/k/v projections carry a bias (Qwen2 hard-codes it).
 QKV_BIAS_TYPES = frozenset({"qwen2", "qwen2_moe"})
 # model_type values with LayerNorm (weight and bias) rather than RMSNorm.
-LAYERNORM_TYPES = frozenset({"gpt_neox", "gpt2", "gpt_bigcode", "gptj", "opt", "bloom"})
+LAYERNORM_TYPES = frozenset({"gpt_neox", "gpt2", "gpt_bigcode", "gptj", "opt", "bloom", "nemotron"})
 
 
 LINEAR_ATTENTION_FIELDS = (
