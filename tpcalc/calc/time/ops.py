@@ -41,7 +41,10 @@ GDN_CHUNK = 64  # chunk length of the chunked delta rule (Yang et al. 2024, Gate
 NORM_RW = (2, 3)  # RMSNorm/LayerNorm: x -> y; x, dy -> dx
 RESIDUAL_RW = (3, 3)  # a + b -> y; the gradient is summed where the branches meet
 ACT_GATED_RW = (3, 5)  # SwiGLU per output element: gate, up -> y; gate, up, dy -> dgate, dup
-ACT_PLAIN_RW = (2, 3)  # GeLU: x -> y; x, dy -> dx
+ACT_PLAIN_RW = (2, 3)  # GeLU, fused with its bias (Megatron bias_gelu_fusion): x -> y; x, dy -> dx
+# Squared ReLU (Nemotron, So et al. 2021 "Primer"), unfused in Megatron-Core: relu then square
+# forward (x -> r -> y), and their two backward kernels.
+ACT_RELU2_RW = (4, 6)
 ROPE_RW = (2, 2)  # q, k rotated in place; the backward rotates the gradient back
 GATE_RW = (3, 4)  # sigmoid output gate: o, g -> y; o, g, dy -> do, dg
 PERMUTE_RW = (2, 2)  # MoE token permute / unpermute: a gather and its scatter
@@ -262,7 +265,10 @@ def _mlp(
     """One MLP on ``tokens`` (per group): fc1 (gate+up fused for SwiGLU), activation, fc2."""
     h, dt, gt = spec.hidden_size, shard.dtype, shard.gemm_dtype
     up = 2 * width if spec.gated_mlp else width
-    act = ACT_GATED_RW if spec.gated_mlp else ACT_PLAIN_RW
+    if spec.gated_mlp:
+        act = ACT_GATED_RW
+    else:
+        act = ACT_RELU2_RW if spec.hidden_act == "relu2" else ACT_PLAIN_RW
     return (
         *gemm(f"{prefix}fc1", tokens, up, h, gt, groups),
         *elementwise(f"{prefix}act", tokens * width * groups, act, dt),

@@ -128,11 +128,25 @@ def op_time_s(op: Op, r: Rates) -> float:
     return max(op.flop / rate, memory)
 
 
+def group_busbw_bytes_per_s(r: Rates, group: int, nodes: int) -> float:
+    """Bus bandwidth of a ring collective over ``group`` ranks on ``nodes`` nodes.
+
+    Inside one node, NVLink's. Across nodes NCCL runs one ring per NIC, so the k = group/nodes
+    members of a node push the node's share through k NICs at once: k · the per-NIC rate, never
+    more than NVLink's (NCCL multi-channel rings; the 4-node 8x B200 all-reduce at 382 GB/s
+    against 50 GB/s NICs, docs/kernel-measurements.md §3.3)."""
+    if nodes <= 1:
+        return r.intra_busbw_bytes_per_s
+    per_node = max(1, group // nodes)
+    return min(r.intra_busbw_bytes_per_s, per_node * r.inter_busbw_bytes_per_s)
+
+
 def collective_time_s(
     r: Rates, collective: Collective, message_bytes: float, group: int, nodes: int
 ) -> float:
-    """base + ring steps · α + bytes each rank sends / busbw of the slowest link crossed, for
-    a group of ``group`` ranks over ``nodes`` nodes (module docstring)."""
+    """base + ring steps · α + bytes each rank sends / bus bandwidth, for a group of ``group``
+    ranks over ``nodes`` nodes (module docstring). An all-to-all sends the share bound for
+    other nodes through the rank's own NIC while the rest moves over NVLink."""
     sent = ring_factor(collective, group) * message_bytes
     if sent <= 0:
         return 0.0
@@ -142,5 +156,11 @@ def collective_time_s(
         + steps.intra * r.intra_step_latency_s
         + steps.inter * r.inter_step_latency_s
     )
-    busbw = r.intra_busbw_bytes_per_s if nodes == 1 else r.inter_busbw_bytes_per_s
-    return latency + sent / busbw
+    if collective is Collective.all_to_all and nodes > 1:
+        per_node = max(1, group // nodes)
+        off_node = message_bytes * (group - per_node) / group
+        on_node = message_bytes * (per_node - 1) / group
+        return latency + max(
+            off_node / r.inter_busbw_bytes_per_s, on_node / r.intra_busbw_bytes_per_s
+        )
+    return latency + sent / group_busbw_bytes_per_s(r, group, nodes)
