@@ -30,59 +30,59 @@ SRC_MFU = "Chowdhery et al. 2022 (PaLM) App. B: MFU = model FLOP/s / peak FLOP/s
 
 STEP = "step_time_s"
 STEP_EXPLANATIONS: dict[str, Explanation] = {
-    "gemm_s": Explanation(
+    "gemm_time_s": Explanation(
         "GEMMs", Unit.seconds,
         "m · Σ 2·M·N·K / (peak · eff_max · Π x/(x + x½) · scale), F + B + W, bottleneck stage",
         f"{SRC_GEMM}; {SRC_ROOFLINE}", STEP,
     ),
-    "attention_s": Explanation(
+    "attention_time_s": Explanation(
         "attention core", Unit.seconds,
         "m · Σ attention FLOP / (peak · eff_attention · scale), forward and backward",
         f"{SRC_FA}; {SRC_ROOFLINE}", STEP,
     ),
-    "memory_bound_s": Explanation(
+    "memory_bound_time_s": Explanation(
         "memory-bound kernels", Unit.seconds,
         "m · Σ bytes read + written / (HBM bandwidth · efficiency): norms, activations, RoPE, "
         "residuals, permutes, loss",
         SRC_ROOFLINE, STEP,
     ),
-    "recompute_s": Explanation(
+    "recompute_time_s": Explanation(
         "recomputation", Unit.seconds,
         "m · the forward work recomputation re-runs (full: the layers; selective: core attention)",
         "Korthikanti et al. 2022 §5", STEP,
     ),
-    "tp_exposed_s": Explanation(
+    "tp_exposed_time_s": Explanation(
         "TP comm, exposed", Unit.seconds,
         "m · Σ layers (collective bytes / busbw(M)), all of it, or with --tp-comm-overlap "
         "one chunk + max(0, comm − GEMMs)",
         SRC_TP_OVERLAP, STEP,
     ),
-    "cp_exposed_s": Explanation(
+    "cp_exposed_time_s": Explanation(
         "CP comm, exposed", Unit.seconds,
         "m · Σ attention layers max(0, (cp−1) · K,V chunk / busbw − attention time)",
         SRC_CP, STEP,
     ),
-    "ep_exposed_s": Explanation(
+    "ep_exposed_time_s": Explanation(
         "EP all-to-all, exposed", Unit.seconds,
         "m · Σ MoE layers 2 all-to-all of T/t·k·h per pass (overlapped only with --ep-overlap)",
         SRC_EP, STEP,
     ),
-    "bubble_s": Explanation(
+    "bubble_time_s": Explanation(
         "pipeline bubble", Unit.seconds,
         "schedule bubble over the mean stage F, B, W", SRC_BUBBLE, STEP,
     ),
-    "pp_exposed_s": Explanation(
+    "pp_exposed_time_s": Explanation(
         "PP p2p, exposed", Unit.seconds,
         "2 · (p−1) sends of [s/t, b, h] (fill and drain), or every send without overlap",
         "Narayanan et al. 2021 §2.2; Megatron overlap_p2p_comm", STEP,
     ),
-    "dp_exposed_s": Explanation(
+    "dp_exposed_time_s": Explanation(
         "DP comm, exposed", Unit.seconds,
         "last bucket + max(0, reduce-scatter − backward) + first bucket + max(0, all-gather − "
         "forward), of the stage that ends the step",
         SRC_DP, STEP,
     ),
-    "optimizer_s": Explanation(
+    "optimizer_time_s": Explanation(
         "optimizer step", Unit.seconds,
         "params of the optimizer shard · 34 B / (HBM bandwidth · efficiency)", SRC_ADAM, STEP,
     ),
@@ -107,17 +107,32 @@ STEP_EXPLANATIONS: dict[str, Explanation] = {
     "model_flop_per_s_per_gpu": Explanation(
         "model FLOP/s/GPU", Unit.flop_per_s, "model FLOP per step / step time / GPUs", SRC_MFU,
     ),
-    "mfu": Explanation(
+    "mfu_ratio": Explanation(
         "MFU", Unit.ratio, "model FLOP/s/GPU / peak FLOP/s of the GEMM dtype", SRC_MFU,
     ),
     "hardware_flop_per_step": Explanation(
         "hardware FLOP per step", Unit.flop,
         "Σ every kernel's FLOP (attention backward 2.5×) · m · ranks", SRC_FA,
     ),
-    "hfu": Explanation(
+    "hfu_ratio": Explanation(
         "HFU", Unit.ratio, "hardware FLOP/s/GPU / peak FLOP/s", SRC_MFU,
     ),
-    "dp_comm_s": Explanation(
+    "tp_comm_time_s": Explanation(
+        "TP comm, total", Unit.seconds, "m · Σ layers TP collectives, F and B, before overlap",
+        SRC_TP_OVERLAP,
+    ),
+    "cp_comm_time_s": Explanation(
+        "CP comm, total", Unit.seconds, "m · Σ attention layers (cp−1) ring steps, F and B",
+        SRC_CP,
+    ),
+    "ep_comm_time_s": Explanation(
+        "EP comm, total", Unit.seconds, "m · Σ MoE layers dispatch + combine, F and B", SRC_EP,
+    ),
+    "pp_comm_time_s": Explanation(
+        "PP comm, total", Unit.seconds, "2 · (m · chunks + p − 1) sends of [s/t, b, h]",
+        "Narayanan et al. 2021 §2.2",
+    ),
+    "dp_comm_time_s": Explanation(
         "DP comm, total", Unit.seconds,
         "buckets · bucket bytes · ring factor / busbw, before overlap", SRC_DP,
     ),

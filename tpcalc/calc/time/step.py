@@ -129,6 +129,10 @@ class Work:
     tp_s: float = 0.0
     cp_s: float = 0.0
     ep_s: float = 0.0
+    # The same collectives before overlap (not part of total_s: only their exposed part is).
+    tp_comm_s: float = 0.0
+    cp_comm_s: float = 0.0
+    ep_comm_s: float = 0.0
 
     @property
     def total_s(self) -> float:
@@ -189,26 +193,30 @@ class OpTime:
 class StepTime:
     """A step, in parts that add up to ``step_time_s``, and the rates derived from it."""
 
-    gemm_s: float
-    attention_s: float
-    memory_bound_s: float
-    recompute_s: float
-    tp_exposed_s: float
-    cp_exposed_s: float
-    ep_exposed_s: float
-    bubble_s: float
-    pp_exposed_s: float
-    dp_exposed_s: float
-    optimizer_s: float
+    gemm_time_s: float
+    attention_time_s: float
+    memory_bound_time_s: float
+    recompute_time_s: float
+    tp_exposed_time_s: float
+    cp_exposed_time_s: float
+    ep_exposed_time_s: float
+    bubble_time_s: float
+    pp_exposed_time_s: float
+    dp_exposed_time_s: float
+    optimizer_time_s: float
     step_time_s: float
     tokens_per_step: int
     tokens_per_s_per_gpu: float
     model_flop_per_step: float
     model_flop_per_s_per_gpu: float
-    mfu: float
+    mfu_ratio: float
     hardware_flop_per_step: float
-    hfu: float
-    dp_comm_s: float
+    hfu_ratio: float
+    tp_comm_time_s: float
+    cp_comm_time_s: float
+    ep_comm_time_s: float
+    pp_comm_time_s: float
+    dp_comm_time_s: float
     bottleneck_stage: int
     stages: tuple[StageWork, ...] = ()
     bottleneck_ops: tuple[OpTime, ...] = ()
@@ -219,9 +227,18 @@ class StepTime:
 
 
 STEP_PARTS = (
-    "gemm_s", "attention_s", "memory_bound_s", "recompute_s", "tp_exposed_s",
-    "cp_exposed_s", "ep_exposed_s", "bubble_s", "pp_exposed_s", "dp_exposed_s", "optimizer_s",
-)  # fmt: skip
+    "gemm_time_s",
+    "attention_time_s",
+    "memory_bound_time_s",
+    "recompute_time_s",
+    "tp_exposed_time_s",
+    "cp_exposed_time_s",
+    "ep_exposed_time_s",
+    "bubble_time_s",
+    "pp_exposed_time_s",
+    "dp_exposed_time_s",
+    "optimizer_time_s",
+)
 
 
 # ---- pipeline split ----
@@ -379,7 +396,7 @@ def _layer_work(ctx: _Ctx, i: int) -> tuple[Work, Work, Work, tuple[Op, ...]]:
         tp_pass, _gemm_s(ops, Pass.backward_input, r, TP_GEMMS), ov.tp_comm, tp_pass / tp
     )
     # CP: (cp−1) ring steps of this rank's K and V chunk; the backward also sends dK, dV.
-    cp_f = cp_b = 0.0
+    cp_f = cp_b = cp_comm = 0.0
     if ctx.layout.cp > 1 and spec.resolved_layer_types[i] != "linear_attention":
         kv = shard.tokens * _kv_width(spec, tp) * shard.dtype.bytes * scale
         step = collective_time_s(r, Collective.p2p, kv, 2, min(2, ctx.links.cp.nodes))
@@ -387,7 +404,7 @@ def _layer_work(ctx: _Ctx, i: int) -> tuple[Work, Work, Work, tuple[Op, ...]]:
         cp_f = _exposed(cp_comm, _attn_s(ops, Pass.forward, r), ov.cp_ring)
         cp_b = _exposed(KV_TENSORS * cp_comm, _attn_s(ops, Pass.backward_input, r), ov.cp_ring)
     # EP: dispatch and combine all-to-all of the k copies of this rank's T/t tokens.
-    ep_f = ep_b = 0.0
+    ep_f = ep_b = a2a = 0.0
     if moe and ctx.layout.ep > 1:
         routed = shard.tokens // tp * (spec.num_experts_per_tok or 1)
         msg = routed * spec.hidden_size * shard.dtype.bytes * scale
@@ -398,8 +415,13 @@ def _layer_work(ctx: _Ctx, i: int) -> tuple[Work, Work, Work, tuple[Op, ...]]:
         expert_b = _gemm_s(ops, Pass.backward_input, r, ("expert_fc1", "expert_fc2"))
         ep_f = _exposed(a2a, expert_f, ov.ep_a2a)
         ep_b = _exposed(a2a, expert_b, ov.ep_a2a)
-    f = f + Work(tp_s=tp_f, cp_s=cp_f, ep_s=ep_f)
-    b = b + Work(tp_s=tp_b, cp_s=cp_b, ep_s=ep_b)
+    f = f + Work(
+        tp_s=tp_f, cp_s=cp_f, ep_s=ep_f, tp_comm_s=tp_pass, cp_comm_s=cp_comm, ep_comm_s=a2a
+    )
+    b = b + Work(
+        tp_s=tp_b, cp_s=cp_b, ep_s=ep_b,
+        tp_comm_s=tp_pass, cp_comm_s=KV_TENSORS * cp_comm, ep_comm_s=a2a,
+    )  # fmt: skip
     return f, b, w, ops
 
 
@@ -631,7 +653,7 @@ def step_time(
           for f in ("forward_s", "backward_input_s", "backward_weight_s"))
     )  # fmt: skip
     bubble = bubble_time_s(run.schedule, p, m, mean, v) if p > 1 else 0.0
-    pp_s = _pp_exposed(ctx, m, v, run.schedule)
+    pp_s, pp_total = _pp_exposed(ctx, m, v, run.schedule)
     # The DP tail and optimizer of the stage that finishes last decide the end of the step;
     # in 1F1B stage s finishes its last backward s backward-steps before stage 0.
     tails = []
@@ -647,12 +669,12 @@ def step_time(
     work = neck.work.scaled(m)
     rec = neck.recompute.scaled(m)
     parts = {
-        "gemm_s": work.gemm_s, "attention_s": work.attention_s,
-        "memory_bound_s": work.memory_s,
-        "recompute_s": rec.gemm_s + rec.attention_s + rec.memory_s,
-        "tp_exposed_s": work.tp_s + rec.tp_s, "cp_exposed_s": work.cp_s + rec.cp_s,
-        "ep_exposed_s": work.ep_s + rec.ep_s, "bubble_s": bubble, "pp_exposed_s": pp_s,
-        "dp_exposed_s": dp_part, "optimizer_s": opt_s,
+        "gemm_time_s": work.gemm_s, "attention_time_s": work.attention_s,
+        "memory_bound_time_s": work.memory_s,
+        "recompute_time_s": rec.gemm_s + rec.attention_s + rec.memory_s,
+        "tp_exposed_time_s": work.tp_s + rec.tp_s, "cp_exposed_time_s": work.cp_s + rec.cp_s,
+        "ep_exposed_time_s": work.ep_s + rec.ep_s, "bubble_time_s": bubble, "pp_exposed_time_s": pp_s,
+        "dp_exposed_time_s": dp_part, "optimizer_time_s": opt_s,
     }  # fmt: skip
     step_s = sum(parts.values())
     tokens = run.seq * run.micro_batch * m * layout.dp
@@ -668,10 +690,14 @@ def step_time(
         tokens_per_s_per_gpu=tokens / step_s / world,
         model_flop_per_step=model_flop,
         model_flop_per_s_per_gpu=model_flop / step_s / world,
-        mfu=model_flop / step_s / world / peak,
+        mfu_ratio=model_flop / step_s / world / peak,
         hardware_flop_per_step=hw_flop,
-        hfu=hw_flop / step_s / world / peak,
-        dp_comm_s=dp_total,
+        hfu_ratio=hw_flop / step_s / world / peak,
+        tp_comm_time_s=work.tp_comm_s + rec.tp_comm_s,
+        cp_comm_time_s=work.cp_comm_s + rec.cp_comm_s,
+        ep_comm_time_s=work.ep_comm_s + rec.ep_comm_s,
+        pp_comm_time_s=pp_total,
+        dp_comm_time_s=dp_total,
         bottleneck_stage=neck.stage,
         stages=tuple(stages),
         bottleneck_ops=neck_ops,
@@ -683,14 +709,16 @@ def _hardware_flop(stages: tuple[StageWork, ...], details: tuple[list[OpTime], .
     return sum(ot.op.flop * ot.count for d in details for ot in d)
 
 
-def _pp_exposed(ctx: _Ctx, m: int, v: int, schedule: Schedule) -> float:
-    """Pipeline sends on the critical path: fill and drain cross p−1 stage boundaries each way
-    when sends overlap the steady state, else every send of every micro-batch and chunk."""
+def _pp_exposed(ctx: _Ctx, m: int, v: int, schedule: Schedule) -> tuple[float, float]:
+    """(exposed, total) seconds of pipeline sends: on the critical path are the fill and drain,
+    p−1 stage boundaries each way, when sends overlap the steady state, else every send of
+    every micro-batch and chunk."""
     p = ctx.layout.pp
     if p == 1:
-        return 0.0
+        return 0.0, 0.0
     msg = ctx.shard.sp_tokens * ctx.spec.hidden_size * ctx.shard.dtype.bytes * ctx.opts.comm_scale
     one = collective_time_s(ctx.r, Collective.p2p, msg, 2, min(2, ctx.links.pp.nodes))
     chunks = v if schedule is Schedule.interleaved else 1
-    sends = (p - 1) if ctx.opts.overlap.pp_p2p else (m * chunks + p - 1)
-    return P2P_PASSES * sends * one
+    every = m * chunks + p - 1
+    sends = (p - 1) if ctx.opts.overlap.pp_p2p else every
+    return P2P_PASSES * sends * one, P2P_PASSES * every * one
