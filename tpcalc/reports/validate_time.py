@@ -208,8 +208,8 @@ def _row(o: Outcome) -> Row:
             "step_time_s", "step time", st.step_time_s, Unit.seconds,
             formula="step-time model", source="tpcalc.calc.time.step",
         ),
-        term("mfu", "MFU", st.mfu_ratio, Unit.ratio, formula="model FLOP/s / peak of the GEMM dtype",
-             source="PaLM App. B"),
+        term("mfu_ratio", "MFU", st.mfu_ratio, Unit.ratio,
+             formula="model FLOP/s / peak of the GEMM dtype", source="PaLM App. B"),
     ]  # fmt: skip
     return Row(inputs=inputs, terms=tuple(terms))
 

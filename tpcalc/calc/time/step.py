@@ -673,8 +673,8 @@ def step_time(
         "memory_bound_time_s": work.memory_s,
         "recompute_time_s": rec.gemm_s + rec.attention_s + rec.memory_s,
         "tp_exposed_time_s": work.tp_s + rec.tp_s, "cp_exposed_time_s": work.cp_s + rec.cp_s,
-        "ep_exposed_time_s": work.ep_s + rec.ep_s, "bubble_time_s": bubble, "pp_exposed_time_s": pp_s,
-        "dp_exposed_time_s": dp_part, "optimizer_time_s": opt_s,
+        "ep_exposed_time_s": work.ep_s + rec.ep_s, "bubble_time_s": bubble,
+        "pp_exposed_time_s": pp_s, "dp_exposed_time_s": dp_part, "optimizer_time_s": opt_s,
     }  # fmt: skip
     step_s = sum(parts.values())
     tokens = run.seq * run.micro_batch * m * layout.dp
