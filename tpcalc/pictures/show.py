@@ -156,12 +156,13 @@ def layout_timeline(report: Report, run, p: int, width: int) -> Any:
         tl = simulate(run.schedule, p, m, run.vpp, third, third, third)
     except TpcalcError as exc:
         return Text(f"{title}: no timeline ({exc})")
-    idle = tl.idle_s[0]
+    idle = fmt_quantity(max(tl.idle_s), Unit.seconds)
+    table = fmt_quantity(float(s.value("bubble_time_s")), Unit.seconds)
     notes = [
         f"drawn with F = B = W = {fmt_quantity(third, Unit.seconds)} (compute + exposed TP/CP/EP "
         "per micro-batch, in thirds)",
-        f"idle per stage {fmt_quantity(idle, Unit.seconds)}; the table's bubble "
-        f"{fmt_quantity(float(s.value('bubble_time_s')), Unit.seconds)} (recompute shifts F, B, W)",
+        f"idle per stage {idle}; the table's bubble {table}"
+        + ("" if idle == table else " (its F, B, W: recompute runs before B)"),
     ]
     return render_timeline(tl, title, notes, width)
 

@@ -17,7 +17,7 @@ from tpcalc.calc.pipeline.timeline import Event, Kind, Timeline
 
 STYLES = {
     Kind.forward: "bold white on blue",
-    Kind.backward_input: "bold black on green",
+    Kind.backward_input: "bold black on spring_green2",
     Kind.backward: "bold black on green",
     Kind.backward_weight: "bold black on yellow",
 }
@@ -25,11 +25,17 @@ STYLES = {
 # and DualPipe's reverse direction are underlined.
 ALT_STYLES = {
     Kind.forward: "bold white on dark_blue",
-    Kind.backward_input: "bold white on dark_green",
+    Kind.backward_input: "bold white on spring_green4",
     Kind.backward: "bold white on dark_green",
     Kind.backward_weight: "bold black on dark_orange",
 }
 IDLE = "·"
+KIND_LETTER = {
+    Kind.forward: "F",
+    Kind.backward_input: "B",
+    Kind.backward: "B",
+    Kind.backward_weight: "W",
+}
 MAX_CELLS_PER_QUANTUM = 4
 MAX_BANDS = 4  # a long exact timeline is cut into bands of the width, one under the other
 QUANTUM_MAX_DENOMINATOR = 64  # F:B:W ratios with a denominator up to this count as commensurate
@@ -117,7 +123,9 @@ def _row_text(row: tuple[Event | None, ...], stage: int, label_w: int):
         while c + n < len(row) and row[c + n] is e:
             n += 1
         label = str(e.microbatch)
-        text = label.center(n) if len(label) <= n else " " * n
+        if len(label) > n:  # too narrow for the micro-batch: say at least what it is
+            label = KIND_LETTER[e.kind][:n]
+        text = label.center(n)
         style = (ALT_STYLES if e.microbatch % 2 else STYLES)[e.kind]
         style += " underline" if e.chunk % 2 else ""
         line.append(text, style=style)
