@@ -20,7 +20,7 @@ TimelineOpt = Annotated[
     typer.Option(
         "--timeline",
         help="Draw the pipeline schedule: one row per stage, F/B/W blocks labelled with their "
-        "micro-batch, idle cells blank, to scale. Table format only; see --save-svg.",
+        "micro-batch, idle cells dotted, to scale. Table format only; see --save-svg.",
     ),
 ]
 MapOpt = Annotated[

@@ -10,6 +10,7 @@ drawn, beside the simulated one.
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -176,6 +177,7 @@ def render_timeline(tl: Timeline, title: str, notes: list[str], width: int):
         )
     lines.append(legend)
     lines.append(Text(" " * label_w + f"idle cells {cells.idle_share:.1%}"))
-    for note in notes:
-        lines.append(Text(" " * label_w + note))
+    for note in notes:  # long notes wrap under themselves, not under the stage labels
+        for part in textwrap.wrap(note, max(20, width - label_w)):
+            lines.append(Text(" " * label_w + part))
     return Group(*lines)

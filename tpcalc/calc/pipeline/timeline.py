@@ -295,8 +295,8 @@ def simulate(
     check_pipeline(p * v, p, m, v, schedule)
     if schedule is Schedule.interleaved and m % p:
         raise InputError(
-            f"the interleaved schedule needs microbatches divisible by pp: {m} by {p} "
-            "(Megatron-LM's interleaved order)"
+            f"the interleaved schedule needs microbatches divisible by pp, as Megatron-LM's "
+            f"interleaved order does: {m} by {p}"
         )
     fwd = _per_stage(forward_s, p, "F")
     bwd = _per_stage(backward_input_s, p, "B")
