@@ -41,6 +41,8 @@ from tpcalc.cli.parallel_options import (
     UnevenOpt,
     VppOpt,
 )
+from tpcalc.cli.picture_options import BarsOpt, MapOpt, SaveSvgOpt, TimelineOpt
+from tpcalc.cli.pictures import draw
 from tpcalc.render import Format
 from tpcalc.units import ByteUnits, Dtype
 
@@ -84,6 +86,10 @@ def layout(
     units: UnitsOpt = ByteUnits.GB,
     fmt: FormatOpt = Format.table,
     explain: ExplainOpt = False,
+    bars: BarsOpt = False,
+    timeline: TimelineOpt = False,
+    group_map: MapOpt = False,
+    save_svg: SaveSvgOpt = None,
 ) -> None:
     """A combined layout: checks world size and every divisibility, places groups on GPUs (TP
     innermost, PP outermost; a group wider than a node is priced on the inter-node link), and
@@ -98,6 +104,8 @@ def layout(
       --schedule dualpipe
 
       tpcalc layout -m llama3-70b --tp 16 --dp 4 --explain
+
+      tpcalc layout -m llama3-70b --tp 16 --dp 4 --map --bars --timeline --save-svg layout.svg
     """
 
     def build():
@@ -112,4 +120,16 @@ def layout(
             with_latency=latency,
         )  # fmt: skip
 
-    emit(build, fmt, units=units, explain=explain)
+    report = emit(build, fmt, units=units, explain=explain)
+    anything = bars or timeline or group_map
+
+    def pictures(width: int):
+        from tpcalc.pictures.show import layout_pictures
+
+        return layout_pictures(
+            report, model, hardware, bars=bars or not anything,
+            timeline=timeline or not anything, group_map=group_map or not anything,
+            units=units, width=width,
+        )  # fmt: skip
+
+    draw(pictures, fmt, asked=anything, svg_path=save_svg, title="tpcalc layout")

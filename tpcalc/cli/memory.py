@@ -24,6 +24,8 @@ from tpcalc.cli.options import (
     TpOpt,
     UnitsOpt,
 )
+from tpcalc.cli.picture_options import BarsOpt, SaveSvgOpt
+from tpcalc.cli.pictures import draw
 from tpcalc.render import Format
 from tpcalc.units import ByteUnits
 
@@ -87,6 +89,8 @@ def memory(
     units: UnitsOpt = ByteUnits.GB,
     fmt: FormatOpt = Format.table,
     explain: ExplainOpt = False,
+    bars: BarsOpt = False,
+    save_svg: SaveSvgOpt = None,
 ) -> None:
     """Per-rank memory: activations, logits, model states and what is left on the card.
 
@@ -99,6 +103,8 @@ def memory(
       tpcalc memory -m qwen3.8 -s 4096 -t 1,8 --recompute selective --format json
 
       tpcalc memory -m llama3-70b -t 8 --no-sp --recompute none --explain
+
+      tpcalc memory -m qwen3.8 -t 1,2,4,8 --bars --save-svg memory.svg
     """
 
     def build():
@@ -127,4 +133,11 @@ def memory(
             explain_tensors=explain,
         )
 
-    emit(build, fmt, units=units, explain=explain)
+    report = emit(build, fmt, units=units, explain=explain)
+
+    def pictures(width: int):
+        from tpcalc.pictures.show import memory_pictures
+
+        return memory_pictures(report, units, width)
+
+    draw(pictures, fmt, asked=bars, svg_path=save_svg, title="tpcalc memory")

@@ -35,6 +35,8 @@ from tpcalc.cli.parallel_options import (
     UnevenOpt,
     VppOpt,
 )
+from tpcalc.cli.picture_options import SaveSvgOpt, TimelineOpt
+from tpcalc.cli.pictures import draw
 from tpcalc.render import Format
 from tpcalc.reports.dp_zero_pp import LinkChoice
 from tpcalc.units import ByteUnits, Dtype
@@ -66,6 +68,8 @@ def pipeline(
     units: UnitsOpt = ByteUnits.GB,
     fmt: FormatOpt = Format.table,
     explain: ExplainOpt = False,
+    timeline: TimelineOpt = False,
+    save_svg: SaveSvgOpt = None,
 ) -> None:
     """Pipeline parallelism: layers and parameters per stage, bytes between stages, the bubble
     of the schedule (1f1b, interleaved, zb-h1, dualpipe, gpipe), micro-batches in flight and the
@@ -80,6 +84,8 @@ def pipeline(
       tpcalc pipeline -m llama3-70b -t 8 --sp --pp 4 --activations paper
 
       tpcalc pipeline -m deepseek-v3 --pp 16 --microbatches 32 --schedule dualpipe -f json
+
+      tpcalc pipeline --pp 4 --microbatches 8 --schedule zb-h1 --timeline --save-svg pp.svg
     """
 
     def build():
@@ -107,4 +113,11 @@ def pipeline(
             with_latency=latency,
         )
 
-    emit(build, fmt, units=units, explain=explain)
+    report = emit(build, fmt, units=units, explain=explain)
+
+    def pictures(width: int):
+        from tpcalc.pictures.show import pipeline_pictures
+
+        return pipeline_pictures(report, width)
+
+    draw(pictures, fmt, asked=timeline, svg_path=save_svg, title="tpcalc pipeline")
