@@ -13,6 +13,7 @@ import typer
 from tpcalc.calc.activations.paper import ActivationModel, Recompute
 from tpcalc.calc.params.states import StateRecipe
 from tpcalc.calc.pipeline.schedule import Schedule
+from tpcalc.calc.time.model import TimeModel
 from tpcalc.cli.common import emit
 from tpcalc.cli.options import (
     DEFAULT_HARDWARE,
@@ -43,6 +44,17 @@ from tpcalc.cli.parallel_options import (
 )
 from tpcalc.cli.picture_options import BarsOpt, MapOpt, SaveSvgOpt, TimelineOpt
 from tpcalc.cli.pictures import draw
+from tpcalc.cli.time_options import (
+    CpOverlapOpt,
+    DpOverlapOpt,
+    EpOverlapOpt,
+    FirstStageLayersOpt,
+    LastStageLayersOpt,
+    OpsOpt,
+    RecomputeLayersOpt,
+    TimeModelOpt,
+    TpCommOverlapOpt,
+)
 from tpcalc.render import Format
 from tpcalc.units import ByteUnits, Dtype
 
@@ -90,11 +102,26 @@ def layout(
     timeline: TimelineOpt = False,
     group_map: MapOpt = False,
     save_svg: SaveSvgOpt = None,
+    time_model: TimeModelOpt = TimeModel.roofline,
+    tp_comm_overlap: TpCommOverlapOpt = False,
+    dp_overlap: DpOverlapOpt = True,
+    ep_overlap: EpOverlapOpt = None,
+    cp_overlap: CpOverlapOpt = True,
+    first_stage_layers: FirstStageLayersOpt = None,
+    last_stage_layers: LastStageLayersOpt = None,
+    recompute_layers: RecomputeLayersOpt = None,
+    ops: OpsOpt = False,
 ) -> None:
     """A combined layout: checks world size and every divisibility, places groups on GPUs (TP
     innermost, PP outermost; a group wider than a node is priced on the inter-node link), and
     reports per-rank memory against the card, bytes and time per dimension with its link, the
-    bubble, an estimated step time and MFU (with a source's measured MFU when it cites one).
+    bubble, the step time and MFU (with a source's measured MFU when it cites one).
+
+    The step time is a per-operation model by default (--time-model roofline): every GEMM,
+    attention core and memory-bound kernel of each stage timed on the card's measured kernel
+    rates, collectives on NCCL bus bandwidth, the overlaps below, the pipeline schedule, the DP
+    tail and the optimizer; its parts add up to the step. 'tpcalc validate' checks it against
+    published runs. --time-model fixed keeps the seed documents' 400 TFLOP/s convention.
 
     Examples:
 
@@ -106,6 +133,11 @@ def layout(
       tpcalc layout -m llama3-70b --tp 16 --dp 4 --explain
 
       tpcalc layout -m llama3-70b --tp 16 --dp 4 --map --bars --timeline --save-svg layout.svg
+
+      tpcalc layout -m llama3-70b --tp 4 --pp 8 --vpp 5 --dp 2 --zero 1 --schedule
+      interleaved --microbatches 64 --dtype fp8 --tp-comm-overlap --recompute none
+
+      tpcalc layout -m llama3-405b --tp 8 --pp 16 --dp 128 --zero 1 --microbatches 16 --ops
     """
 
     def build():
@@ -116,11 +148,15 @@ def layout(
             world_size=world_size, gpus_per_node=gpus_per_node, seq=seq,
             micro_batch=micro_batch, microbatches=microbatches, vpp=vpp, schedule=schedule,
             recipe=recipe, sp=sp, recompute=recompute, activations=activations, dtype=dtype,
-            allow_uneven=uneven,
-            with_latency=latency,
+            allow_uneven=uneven, with_latency=latency, time_model=time_model,
+            tp_comm_overlap=tp_comm_overlap, dp_overlap=dp_overlap, ep_overlap=ep_overlap,
+            cp_overlap=cp_overlap, first_stage_layers=first_stage_layers,
+            last_stage_layers=last_stage_layers, recompute_layers=recompute_layers, ops=ops,
         )  # fmt: skip
 
     report = emit(build, fmt, units=units, explain=explain)
+    if ops:
+        return
     anything = bars or timeline or group_map
 
     def pictures(width: int):

@@ -10,6 +10,9 @@ from __future__ import annotations
 from tpcalc.calc.activations.paper import ActivationModel, Recompute
 from tpcalc.calc.params.states import StateRecipe
 from tpcalc.calc.pipeline.schedule import Schedule
+from tpcalc.calc.time.model import TimeModel
+from tpcalc.calc.time.ops_table import ops_report
+from tpcalc.calc.time.step import Overlap, TimeOptions
 from tpcalc.terms import Report
 from tpcalc.units import Dtype
 
@@ -38,9 +41,19 @@ def layout_report(
     dtype: Dtype = Dtype.bf16,
     allow_uneven: bool = True,
     with_latency: bool = True,
+    time_model: TimeModel = TimeModel.roofline,
+    tp_comm_overlap: bool = False,
+    dp_overlap: bool = True,
+    ep_overlap: bool | None = None,
+    cp_overlap: bool = True,
+    first_stage_layers: int | None = None,
+    last_stage_layers: int | None = None,
+    recompute_layers: int | None = None,
+    ops: bool = False,
 ) -> Report:
     """Load the configs, build the layout and the run, price them; a published example with the
-    same model and sizes contributes its cited MFU and a note on its workload."""
+    same model and sizes contributes its cited MFU and a note on its workload. ``ops`` returns
+    the slowest stage's operations instead (``tpcalc layout --ops``)."""
     from tpcalc.calc.dp.zero import zero_stage
     from tpcalc.calc.layout.examples import matching_example
     from tpcalc.calc.layout.groups import LayoutRun, ParallelLayout
@@ -59,10 +72,25 @@ def layout_report(
         schedule=schedule, recipe=recipe, sp=sp, recompute=recompute, dtype=dtype,
         with_latency=with_latency, activations=activations,
     )  # fmt: skip
+    options = TimeOptions(
+        overlap=Overlap(
+            tp_comm=tp_comm_overlap, dp_grad_reduce=dp_overlap, dp_param_gather=dp_overlap,
+            ep_a2a=ep_overlap if ep_overlap is not None else schedule is Schedule.dualpipe,
+            cp_ring=cp_overlap,
+        ),
+        first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
+        recompute_layers=recompute_layers,
+    )  # fmt: skip
+    if ops:
+        from tpcalc.calc.layout.groups import check_layout
+        from tpcalc.calc.time.step import step_time
+
+        check_layout(spec, layout, run, allow_uneven=allow_uneven)
+        return ops_report(spec.name, step_time(spec, hw, layout, run, options))
     example = matching_example(spec.name, layout, hw.name)
     report = price_layout(
         spec, hw, layout, run, cited=example.cited if example else None,
-        allow_uneven=allow_uneven,
+        allow_uneven=allow_uneven, time_model=time_model, time_options=options,
     )  # fmt: skip
     if example is None:
         return report

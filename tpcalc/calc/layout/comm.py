@@ -218,9 +218,15 @@ def ep_cost(
 
 
 def dimension_row(
-    group: Group, cost: DimCost, inputs: dict[str, Scalar], hw: HardwareSpec, with_latency: bool
+    group: Group,
+    cost: DimCost,
+    inputs: dict[str, Scalar],
+    hw: HardwareSpec,
+    with_latency: bool,
+    timed_by: tuple[str, str] | None = None,
 ) -> Row:
-    """One row per dimension: the group, its link, bytes and time, hidden and exposed parts."""
+    """One row per dimension: the group, its link, bytes and time, hidden and exposed parts.
+    ``timed_by`` (formula, source) names the model that timed it when not this module's."""
     link = group.link.value if group.size > 1 else "none"
     hidden = cost.time_s - cost.exposed_s
     terms = [
@@ -247,6 +253,9 @@ def dimension_row(
         term("comm_time_s", "time on the link", cost.time_s, Unit.seconds,
              formula=f"bytes / bandwidth + {LATENCY_FORMULA}",
              source="alpha-beta model (links.py); " + latency_source(hw, with_latency),
-             **latency_inputs(hw, cost.latency, with_latency)),
+             **latency_inputs(hw, cost.latency, with_latency))
+        if timed_by is None
+        else term("comm_time_s", "time on the link", cost.time_s, Unit.seconds,
+                  formula=timed_by[0], source=timed_by[1]),
     ]  # fmt: skip
     return Row(inputs={**inputs, "dimension": group.dimension}, terms=tuple(terms))

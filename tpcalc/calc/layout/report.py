@@ -37,7 +37,16 @@ from tpcalc.calc.layout.groups import (
     placement_warnings,
 )
 from tpcalc.calc.layout.memory import memory_terms, rank_layers, rank_memory
+from tpcalc.calc.layout.timed import (
+    ROOFLINE_COMM,
+    roofline_costs,
+    roofline_summary,
+    time_inputs,
+    with_overlap,
+)
 from tpcalc.calc.pipeline.schedule import bubble_time_s
+from tpcalc.calc.time.model import TimeModel
+from tpcalc.calc.time.step import TimeOptions, step_time
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.terms import Report, Row, Scalar, Term, Unit, term
 
@@ -89,8 +98,13 @@ def layout_report(
     *,
     cited: Cited | None = None,
     allow_uneven: bool = True,
+    time_model: TimeModel = TimeModel.roofline,
+    time_options: TimeOptions | None = None,
 ) -> Report:
-    """Check, place and price ``layout`` for ``spec`` on ``hw`` (sources: the calc modules)."""
+    """Check, place and price ``layout`` for ``spec`` on ``hw`` (sources: the calc modules).
+
+    ``time_model`` roofline (default) times the step per operation with the overlap rules of
+    ``time_options``; fixed keeps the seeds' convention (compute at the achieved FLOP/s)."""
     check_layout(spec, layout, run, allow_uneven=allow_uneven)
     groups = place_groups(layout)
     mem = rank_memory(
@@ -122,11 +136,23 @@ def layout_report(
         "ep": ep_cost(spec, hw, layout, run, groups["ep"], moe, mb_s * run.microbatches),
     }  # fmt: skip
     inputs = _inputs(spec, hw, layout, run)
-    rows = [dimension_row(groups[d], costs[d], inputs, hw, run.with_latency) for d in DIM_ORDER]
-    in_stage = sum(costs[d].exposed_s for d in ("tp", "cp", "ep")) / run.microbatches
-    times = stage_times(mb_s, in_stage, recompute_share)
-    bubble = bubble_time_s(run.schedule, layout.pp, run.microbatches, times, run.vpp)
-    summary = _summary_terms(spec, hw, layout, run, costs, mb_s, bubble, cited)
+    if time_model is TimeModel.roofline:
+        opts = time_options or TimeOptions()
+        st = step_time(spec, hw, layout, run, opts)
+        inputs = {**inputs, **time_inputs(hw, opts)}
+        costs = with_overlap(roofline_costs(costs, st), opts)
+        rows = [
+            dimension_row(groups[d], costs[d], inputs, hw, run.with_latency, ROOFLINE_COMM)
+            for d in DIM_ORDER
+        ]
+        summary = roofline_summary(st, costs, hw, run, cited)
+    else:
+        inputs = {**inputs, "time_model": TimeModel.fixed.value}
+        rows = [dimension_row(groups[d], costs[d], inputs, hw, run.with_latency) for d in DIM_ORDER]
+        in_stage = sum(costs[d].exposed_s for d in ("tp", "cp", "ep")) / run.microbatches
+        times = stage_times(mb_s, in_stage, recompute_share)
+        bubble = bubble_time_s(run.schedule, layout.pp, run.microbatches, times, run.vpp)
+        summary = _summary_terms(spec, hw, layout, run, costs, mb_s, bubble, cited)
     summary += memory_terms(worst, layout, hw, run.activations)
     rows.append(Row(inputs={**inputs, "dimension": "total"}, terms=tuple(summary)))
     return Report(
