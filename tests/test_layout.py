@@ -11,6 +11,7 @@ from tpcalc.calc.layout.examples import DEEPSEEK_V3, LLAMA3_405B, matching_examp
 from tpcalc.calc.layout.groups import (
     LayoutRun,
     ParallelLayout,
+    expert_dp_group,
     group_link,
     layout_problems,
     place_groups,
@@ -74,8 +75,11 @@ def test_llama405_stage_params_per_rank(llama405):
     assert max(len(r) for r in rank_layers(126, 16)) == 8
     total = rows_by_dim(llama405)["total"]
     assert total.value("worst_pp_rank") not in (0, 15)  # a middle stage, 8 layers, no head
-    # 8 identical layers split 8 ways by TP: one layer's parameters per rank
-    assert total.value("dense_params_per_rank") == layer_params(spec, 1)
+    # 8 identical layers split 8 ways by TP: one layer's parameters per rank, except the two
+    # RMSNorm weights of each layer, whole on every TP rank (Megatron-Core
+    # finalize_model_grads._allreduce_layernorm_grads): 8·(L - 2h)/8 + 8·2h = L + 7·2h
+    norms = 2 * spec.hidden_size
+    assert total.value("dense_params_per_rank") == layer_params(spec, 1) + 7 * norms
 
 
 def test_deepseek_parallel_layout(deepseek):
@@ -115,8 +119,13 @@ def test_straddling_groups_cross_nodes():
 
 def test_megatron_order_strides():
     g = place_groups(ParallelLayout(tp=2, cp=4, pp=3, dp=5, gpus_per_node=8))
-    assert [g[d].stride for d in ("tp", "cp", "dp", "pp", "ep")] == [1, 2, 2, 40, 2]
+    assert [g[d].stride for d in ("tp", "cp", "dp", "pp", "ep")] == [1, 2, 2, 40, 1]
     assert g["dp"].size == 20  # gradients are summed over dp·cp
+    # Megatron-Core expert grid (parallel_state.py, order "tp-ep-dp-pp" over the expert ranks):
+    # EP members sit etp apart, expert-DP members etp·ep apart
+    lay = ParallelLayout(tp=2, dp=8, ep=4, etp=2, gpus_per_node=8)
+    assert place_groups(lay)["ep"].stride == 2
+    assert expert_dp_group(lay).stride == 8 and expert_dp_group(lay).size == 2
 
 
 def test_one_gpu_memory_is_all_model_states_plus_activations(llama70b, h100):
@@ -153,7 +162,7 @@ def test_ep_errors_name_experts_and_dp(h800):
     problems = layout_problems(ds, ParallelLayout(pp=16, dp=96, ep=96, gpus_per_node=8), run)
     assert problems == ["n_routed_experts=256 is not divisible by ep=96"]
     problems = layout_problems(ds, ParallelLayout(pp=16, dp=32, ep=64, gpus_per_node=8), run)
-    assert problems[0].startswith("dp·cp=32 is not divisible by ep=64")
+    assert problems[0].startswith("dp·cp·tp=32 is not divisible by ep·etp=64")
 
 
 def test_every_problem_is_reported_at_once(llama70b):

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from tpcalc.calc.activations.paper import ActivationModel, Recompute
+from tpcalc.calc.layout.groups import MemoryTechniques
 from tpcalc.calc.params.states import StateRecipe
 from tpcalc.calc.pipeline.schedule import Schedule
 from tpcalc.cli.common import emit
@@ -32,15 +33,22 @@ from tpcalc.cli.options import (
 from tpcalc.cli.parallel_options import (
     ActivationsOpt,
     DpOpt,
+    EtpOpt,
+    Fp8CacheOpt,
     GpusPerNodeOpt,
     MicrobatchesOpt,
+    MtpOpt,
+    OffloadLayersOpt,
     PpOpt,
+    ProbsInActOpt,
+    RecomputeModulesOpt,
     ScheduleOpt,
     StateRecipeOpt,
     TpIntOpt,
     UnevenOpt,
     VppOpt,
 )
+from tpcalc.cli.parallel_options import recompute_modules as recompute_modules_list
 from tpcalc.render import Format
 from tpcalc.units import ByteUnits, Dtype
 
@@ -65,6 +73,7 @@ def layout(
     pp: PpOpt = 1,
     dp: DpOpt = 1,
     ep: EpOpt = 1,
+    etp: EtpOpt = 1,
     zero: ZeroStageOpt = 0,
     world_size: WorldSizeOpt = None,
     gpus_per_node: GpusPerNodeOpt = None,
@@ -78,6 +87,11 @@ def layout(
     recompute: RecomputeOpt = Recompute.selective,
     activations: ActivationsOpt = ActivationModel.exact,
     dtype: DtypeOpt = Dtype.bf16,
+    recompute_modules: RecomputeModulesOpt = None,
+    fp8_cache: Fp8CacheOpt = False,
+    moe_probs_in_act: ProbsInActOpt = False,
+    mtp: MtpOpt = True,
+    offload_layers: OffloadLayersOpt = 0,
     uneven: UnevenOpt = True,
     hardware: HardwareOpt = DEFAULT_HARDWARE,
     latency: LatencyOpt = True,
@@ -98,6 +112,14 @@ def layout(
       --schedule dualpipe
 
       tpcalc layout -m llama3-70b --tp 16 --dp 4 --explain
+
+    Memory techniques, each explicit (DeepSeek-V3 as published, report §3.2-3.3):
+
+      tpcalc layout -m deepseek-v3 --hardware h800 --pp 16 --dp 128 --ep 64 --zero 1
+      --schedule dualpipe --recompute none --recompute-modules layernorm,mla_up_proj,moe_act
+      --fp8-cache --moe-probs-in-act --state-recipe bf16-moments
+
+    Every published layout at once: tpcalc validate --memory
     """
 
     def build():
@@ -109,7 +131,11 @@ def layout(
             micro_batch=micro_batch, microbatches=microbatches, vpp=vpp, schedule=schedule,
             recipe=recipe, sp=sp, recompute=recompute, activations=activations, dtype=dtype,
             allow_uneven=uneven,
-            with_latency=latency,
+            with_latency=latency, etp=etp,
+            memory=MemoryTechniques(
+                recompute_modules=recompute_modules_list(recompute_modules), fp8_cache=fp8_cache,
+                moe_probs_in_act=moe_probs_in_act, mtp=mtp, offload_layers=offload_layers,
+            ),
         )  # fmt: skip
 
     emit(build, fmt, units=units, explain=explain)

@@ -8,6 +8,7 @@ contributes its cited MFU and a note on its workload.
 from __future__ import annotations
 
 from tpcalc.calc.activations.paper import ActivationModel, Recompute
+from tpcalc.calc.layout.groups import MemoryTechniques
 from tpcalc.calc.params.states import StateRecipe
 from tpcalc.calc.pipeline.schedule import Schedule
 from tpcalc.terms import Report
@@ -38,26 +39,28 @@ def layout_report(
     dtype: Dtype = Dtype.bf16,
     allow_uneven: bool = True,
     with_latency: bool = True,
+    etp: int = 1,
+    memory: MemoryTechniques | None = None,
 ) -> Report:
     """Load the configs, build the layout and the run, price them; a published example with the
     same model and sizes contributes its cited MFU and a note on its workload."""
     from tpcalc.calc.dp.zero import zero_stage
     from tpcalc.calc.layout.examples import matching_example
-    from tpcalc.calc.layout.groups import LayoutRun, ParallelLayout
+    from tpcalc.calc.layout.groups import LayoutRun, MemoryTechniques, ParallelLayout
     from tpcalc.calc.layout.report import layout_report as price_layout
     from tpcalc.catalog import load_hardware, load_model
     from tpcalc.reports.inputs import node_size, positive
 
     spec, hw = load_model(model), load_hardware(hardware)
     layout = ParallelLayout(
-        tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, zero=zero_stage(zero), world_size=world_size,
+        tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, etp=etp, zero=zero_stage(zero), world_size=world_size,
         gpus_per_node=node_size(gpus_per_node, hw.gpus_per_node.value),
     )  # fmt: skip
     run = LayoutRun(
         seq=positive(seq, "--seq") if seq is not None else spec.seq_length,
         microbatches=microbatches, micro_batch=positive(micro_batch, "--micro-batch"), vpp=vpp,
         schedule=schedule, recipe=recipe, sp=sp, recompute=recompute, dtype=dtype,
-        with_latency=with_latency, activations=activations,
+        with_latency=with_latency, activations=activations, memory=memory or MemoryTechniques(),
     )  # fmt: skip
     example = matching_example(spec.name, layout, hw.name)
     report = price_layout(

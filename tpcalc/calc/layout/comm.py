@@ -43,7 +43,7 @@ SRC_EP = "GShard §2.2 all-to-alls; DeepSeek-V3 §3.2.1: DualPipe overlaps them 
 
 # How each dimension's group is shaped and what its row's totals add up (for --explain).
 GROUP_FORMULA = {"tp": "tp", "cp": "cp", "pp": "pp", "dp": "dp·cp", "ep": "ep"}
-STRIDE_FORMULA = {"tp": "1", "cp": "tp", "pp": "tp·cp·dp", "dp": "tp", "ep": "tp"}
+STRIDE_FORMULA = {"tp": "1", "cp": "tp", "pp": "tp·cp·dp", "dp": "tp", "ep": "etp"}
 SEND_FORMULA = {
     "tp": "m · layers · collectives/layer · 2(t-1)/t · M",
     "cp": "m · full-attention layers · send_bytes_per_layer (cp row)",

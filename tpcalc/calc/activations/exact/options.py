@@ -85,6 +85,10 @@ class ActivationOptions(BaseModel):
     t: PositiveInt = 1
     cp: PositiveInt = 1
     dtype: Dtype = Dtype.bf16
+    # Memory techniques (tpcalc.calc.activations.exact.techniques), all off by default:
+    recompute_modules: tuple[str, ...] = ()  # Megatron recompute_modules, on top of ``recompute``
+    fp8_cache: bool = False  # DeepSeek-V3 §3.3: Linear inputs and SwiGLU input kept in FP8
+    moe_probs_in_act: bool = False  # Megatron-Core activation_func_with_probs
 
     def resolved_dropout(self, spec: ModelSpec) -> bool:
         """Dropout on for GPT-style models (LayerNorm, non-gated MLP), off for Llama-style."""
@@ -109,4 +113,7 @@ class ActivationOptions(BaseModel):
             "t": self.t,
             "cp": self.cp,
             "activation_dtype": self.dtype.value,
+            "recompute_modules": ",".join(self.recompute_modules) or "none",
+            "fp8_cache": self.fp8_cache,
+            "moe_probs_in_act": self.moe_probs_in_act,
         }
