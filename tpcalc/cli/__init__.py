@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "verify": "verify",
     "figures": "figures",
     "hardware": "hardware",
+    "validate": "validate",
 }
 
 HELP = (

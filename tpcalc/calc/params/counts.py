@@ -58,6 +58,7 @@ def attention_params(spec: ModelSpec) -> int:
     n = h * q * gate + KV_PROJECTIONS * h * kv + q * h
     n += (q * gate + KV_PROJECTIONS * kv) if spec.qkv_bias else 0
     n += h if spec.o_proj_bias else 0
+    n += spec.num_attention_heads if spec.attention_sinks else 0  # GPT-OSS sinks, one per head
     return n + (QK_NORMS * _norm(spec, d) if spec.uses_qk_norm else 0)
 
 
