@@ -10,7 +10,9 @@ from typing import Annotated
 
 import typer
 
+from tpcalc.calc.activations.exact.options import RouterDtype
 from tpcalc.calc.activations.paper import ActivationModel, Recompute
+from tpcalc.calc.ep.all_to_all import MoeDispatcher
 from tpcalc.calc.layout.groups import MemoryTechniques
 from tpcalc.calc.params.states import StateRecipe
 from tpcalc.calc.pipeline.schedule import Schedule
@@ -32,6 +34,8 @@ from tpcalc.cli.options import (
 )
 from tpcalc.cli.parallel_options import (
     ActivationsOpt,
+    CapacityFactorOpt,
+    DispatcherOpt,
     DpOpt,
     EtpOpt,
     Fp8CacheOpt,
@@ -42,6 +46,7 @@ from tpcalc.cli.parallel_options import (
     PpOpt,
     ProbsInActOpt,
     RecomputeModulesOpt,
+    RouterDtypeOpt,
     ScheduleOpt,
     StateRecipeOpt,
     TpIntOpt,
@@ -92,6 +97,9 @@ def layout(
     moe_probs_in_act: ProbsInActOpt = False,
     mtp: MtpOpt = True,
     offload_layers: OffloadLayersOpt = 0,
+    moe_dispatcher: DispatcherOpt = MoeDispatcher.alltoall,
+    capacity_factor: CapacityFactorOpt = None,
+    router_dtype: RouterDtypeOpt = RouterDtype.fp32,
     uneven: UnevenOpt = True,
     hardware: HardwareOpt = DEFAULT_HARDWARE,
     latency: LatencyOpt = True,
@@ -135,6 +143,8 @@ def layout(
             memory=MemoryTechniques(
                 recompute_modules=recompute_modules_list(recompute_modules), fp8_cache=fp8_cache,
                 moe_probs_in_act=moe_probs_in_act, mtp=mtp, offload_layers=offload_layers,
+                moe_dispatcher=moe_dispatcher.value, capacity_factor=capacity_factor,
+                router_dtype=router_dtype.value,
             ),
         )  # fmt: skip
 

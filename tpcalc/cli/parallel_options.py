@@ -9,7 +9,9 @@ from typing import Annotated
 
 import typer
 
+from tpcalc.calc.activations.exact.options import RouterDtype
 from tpcalc.calc.activations.paper import ActivationModel
+from tpcalc.calc.ep.all_to_all import MoeDispatcher
 from tpcalc.calc.params.states import StateRecipe
 from tpcalc.calc.pipeline.schedule import Schedule
 from tpcalc.reports.dp_zero_pp import LinkChoice
@@ -153,3 +155,30 @@ def recompute_modules(value: str | None) -> tuple[str, ...]:
     modules = tuple(m.strip() for m in value.split(",") if m.strip())
     check_recompute_modules(modules)
     return modules
+
+
+DispatcherOpt = Annotated[
+    MoeDispatcher,
+    typer.Option(
+        "--moe-dispatcher",
+        help="Megatron-Core MoE token dispatcher: 'alltoall' (each copy to its expert's rank) or "
+        "'allgather' (every rank gathers the group's tokens). Example: --moe-dispatcher allgather",
+    ),
+]
+CapacityFactorOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--capacity-factor",
+        help="Expert capacity factor with token dropping and padding (Megatron "
+        "--moe-expert-capacity-factor; off by default: no dropping). "
+        "Example: --capacity-factor 1.25",
+    ),
+]
+RouterDtypeOpt = Annotated[
+    RouterDtype,
+    typer.Option(
+        "--router-dtype",
+        help="dtype of the router scores kept for backward (Megatron --moe-router-dtype; fp32 "
+        "is tpcalc's default, bf16 when unset in Megatron). Example: --router-dtype fp64",
+    ),
+]

@@ -134,12 +134,17 @@ class MemoryTechniques:
     moe_probs_in_act: bool = False  # Megatron-Core activation_func_with_probs
     mtp: bool = True  # count the MTP module (last stage) when the model has one
     offload_layers: int = 0  # Megatron --cpu-offloading-num-layers: layers kept on the host
+    moe_dispatcher: str = "alltoall"  # Megatron-Core --moe-token-dispatcher-type
+    capacity_factor: float | None = None  # --moe-expert-capacity-factor (off: no dropping)
+    router_dtype: str = "fp32"  # --moe-router-dtype
 
     def echo(self) -> dict[str, str | int | bool]:
         return {
             "recompute_modules": ",".join(self.recompute_modules) or "none",
             "fp8_cache": self.fp8_cache, "moe_probs_in_act": self.moe_probs_in_act,
             "mtp": self.mtp, "offload_layers": self.offload_layers,
+            "moe_dispatcher": self.moe_dispatcher, "router_dtype": self.router_dtype,
+            "capacity_factor": "none" if self.capacity_factor is None else self.capacity_factor,
         }  # fmt: skip
 
 

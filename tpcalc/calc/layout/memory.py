@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tpcalc.calc.activations.exact.options import ActivationOptions
+from tpcalc.calc.activations.exact.options import ActivationOptions, RouterDtype
 from tpcalc.calc.activations.paper import ActivationModel, Recompute, paper_layer_terms
 from tpcalc.calc.dp.zero import zero_states_bytes
+from tpcalc.calc.ep.all_to_all import routed_copies
 from tpcalc.calc.layout.groups import MemoryTechniques, ParallelLayout
 from tpcalc.calc.params.counts import (
     SRC_TP_REPLICATED,
@@ -49,7 +50,8 @@ SRC_STATES = (
 )
 SRC_BUFFERS = (
     "seed 003 §7.3.4 (fp32 logits, V/tp with the vocab-parallel cross-entropy); Megatron-Core "
-    "MoEAlltoAllTokenDispatcher permute/all-to-all buffers"
+    "MoEAlltoAllTokenDispatcher permute/all-to-all buffers, MoEAllGatherTokenDispatcher "
+    "gathered tokens of the tp·ep group"
 )
 SRC_OFFLOAD = (
     "Megatron-Core --cpu-offloading-num-layers: the activations of that many layers per rank "
@@ -163,6 +165,8 @@ def activation_options(
         t=layout.tp, cp=layout.cp, sequence_parallel=sp, recompute=recompute,
         recompute_modules=techniques.recompute_modules, fp8_cache=techniques.fp8_cache,
         moe_probs_in_act=techniques.moe_probs_in_act,
+        router_dtype=RouterDtype(techniques.router_dtype),
+        capacity_factor=techniques.capacity_factor,
     )  # fmt: skip
 
 
@@ -203,17 +207,21 @@ def buffer_bytes(
 ) -> float:  # fmt: skip
     """Transient buffers outside the saved activations: on the last stage the fp32 logits of
     one micro-batch, V/tp per rank (seed 003 §7.3.4; Megatron's vocab-parallel cross-entropy),
-    and on MoE ranks the alltoall dispatcher's permute and combine buffers for one layer
-    (Megatron-Core MoEAlltoAllTokenDispatcher: permuted tokens [T·k, h] sent and received),
-    T = s·b/(cp·tp) tokens routed from this rank."""
+    and on MoE ranks one layer's dispatch buffers (``SRC_BUFFERS``): the alltoall dispatcher
+    sends and receives T·k copies (2·T·k·h, or the padded capacity cf·T·k), the allgather
+    dispatcher holds the tokens of its tp·ep group (T·tp·ep·h). T = s·b/(cp·tp) tokens routed
+    from this rank."""
     tokens = seq * micro_batch // layout.cp
     out = 0.0
     if last:
         out += LOGITS_BYTES * tokens * spec.vocab_size / layout.tp
     if spec.is_moe:
-        routed = tokens // layout.tp * (spec.num_experts_per_tok or 0)
-        out += DISPATCH_BUFFERS * routed * spec.hidden_size * act_bytes
-    del techniques
+        own = tokens // layout.tp
+        if techniques.moe_dispatcher == "allgather":
+            out += own * layout.tp * layout.ep * spec.hidden_size * act_bytes
+        else:
+            copies = routed_copies(spec.num_experts_per_tok or 0, techniques.capacity_factor)
+            out += DISPATCH_BUFFERS * own * copies * spec.hidden_size * act_bytes
     return out
 
 
