@@ -113,3 +113,24 @@ def test_cli_layout_with_techniques_fits_deepseek_v3(cli):
     assert after["recompute_modules"] == "layernorm,mla_up_proj,moe_act"
     bad = cli(*base, "--recompute-modules", "attn")
     assert bad.code == 1 and "unknown" in bad.err and "Traceback" not in bad.err
+
+
+@pytest.mark.parametrize(
+    ("command", "key"),
+    [
+        (["memory", "-m", "deepseek-v3", "-t", "1", "--recompute", "none"],
+         "exact_activation_bytes"),
+        (["zero", "-m", "deepseek-v3", "--dp", "8", "--zero", "1", "--recompute", "none"],
+         "activation_bytes"),
+        (["pipeline", "-m", "deepseek-v3", "--pp", "16", "--recompute", "none"],
+         "stage_activation_bytes"),
+    ],
+)  # fmt: skip
+def test_memory_zero_pipeline_take_the_techniques(cli, command, key):
+    import json
+
+    base = json.loads(cli(*command, "-f", "json").out)[0]
+    opts = ["--recompute-modules", "layernorm,moe_act", "--fp8-cache", "--moe-probs-in-act"]
+    cut = json.loads(cli(*command, *opts, "-f", "json").out)[0]
+    assert cut[key] < base[key]
+    assert "layernorm,moe_act" in json.dumps(cut)
