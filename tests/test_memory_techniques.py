@@ -134,3 +134,28 @@ def test_memory_zero_pipeline_take_the_techniques(cli, command, key):
     cut = json.loads(cli(*command, *opts, "-f", "json").out)[0]
     assert cut[key] < base[key]
     assert "layernorm,moe_act" in json.dumps(cut)
+
+
+def test_offload_layers_moves_activations_to_host_with_its_pcie_time(cli):
+    import json
+
+    # Megatron --cpu-offloading-num-layers 2 of the 8 layers of a Llama 3 405B stage; PCIe
+    # Gen5 x16 at 64 GB/s one way (hardware config); out after the forward, back before backward
+    base = ["layout", "-m", "llama3-405b", "--tp", "8", "--pp", "16", "--dp", "128", "--zero",
+            "1", "--microbatches", "16", "-f", "json"]  # fmt: skip
+    plain = json.loads(cli(*base).out)[-1]
+    off = json.loads(cli(*base, "--offload-layers", "2").out)[-1]
+    assert off["offloaded_activation_bytes"] == pytest.approx(plain["activation_bytes"] * 2 / 8)
+    assert off["activation_bytes"] == pytest.approx(plain["activation_bytes"] * 6 / 8)
+    one_mb = plain["activation_bytes"] / plain_in_flight(plain)
+    assert off["offload_transfer_bytes_per_step"] == pytest.approx(2 * 16 * one_mb * 2 / 8)
+    assert off["offload_transfer_time_s"] == pytest.approx(
+        off["offload_transfer_bytes_per_step"] / 64e9
+    )
+    bad = cli(*base, "--offload-layers", "2", "--hardware", "b200")
+    assert bad.code == 1 and "host_bandwidth_bytes_per_s" in bad.err
+
+
+def plain_in_flight(row) -> int:
+    """1F1B: the most loaded rank r holds p - r micro-batches (Narayanan et al. 2021 §2.2)."""
+    return 16 - row["worst_pp_rank"]

@@ -51,3 +51,5 @@ class HardwareSpec(BaseModel):
     intra_node_latency_s: SourcedSeconds
     inter_node_latency_s: SourcedSeconds
     gpus_per_node: SourcedCount
+    # GPU <-> host memory, one direction (PCIe or NVLink-C2C): activation offloading (issue 10)
+    host_bandwidth_bytes_per_s: Sourced | None = None

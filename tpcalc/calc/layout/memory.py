@@ -38,12 +38,14 @@ from tpcalc.calc.pipeline.schedule import (
     rank_chunks,
     rank_params,
 )
+from tpcalc.errors import InputError
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.terms import Term, Unit, term
 from tpcalc.units import Dtype
 
 LOGITS_BYTES = Dtype.fp32.bytes  # fp32 logits for the cross-entropy (seed 003 §7.3.4)
 DISPATCH_BUFFERS = 2  # alltoall dispatcher: permuted send buffer + received tokens
+OFFLOAD_DIRECTIONS = 2  # device -> host after the forward, host -> device before the backward
 
 SRC_STATES = (
     "ZeRO §5 over dp·cp (dense) and dp·cp·tp/(ep·etp) (experts); Megatron-Core MoE expert-DP"
@@ -147,6 +149,7 @@ class RankMemory:
     buffer_bytes: float = 0.0
     replicated_params: int = 0
     offload_bytes: float = 0.0
+    offload_transfer_bytes_per_step: float = 0.0  # to host in forward and back in backward
 
     @property
     def states_bytes(self) -> float:
@@ -259,10 +262,12 @@ def rank_memory(
         chunks = in_flight_chunks(schedule, layout.pp, microbatches, vpp, r)
         holds_last = _holds_last_stage(schedule, layout.pp, vpp, r)
         rank_act = act[r]
-        offload = 0.0
+        offload = transfer = 0.0
         if tech.offload_layers and layers[r]:
             share = min(tech.offload_layers, len(layers[r])) / len(layers[r])
             offload = rank_act * share
+            one_mb = sum(per_layer[i] for i in layers[r])
+            transfer = OFFLOAD_DIRECTIONS * microbatches * share * one_mb
         out.append(
             RankMemory(
                 pp_rank=r,
@@ -283,6 +288,7 @@ def rank_memory(
                 ),  # fmt: skip
                 replicated_params=whole,
                 offload_bytes=offload,
+                offload_transfer_bytes_per_step=transfer,
             )
         )
     return out
@@ -293,6 +299,27 @@ def _holds_last_stage(schedule: Schedule, p: int, v: int, r: int) -> bool:
     if schedule is Schedule.dualpipe:
         return r in (0, p - 1)
     return (p * v - 1) in rank_chunks(p, v, r)
+
+
+def _offload_time(worst: RankMemory, hw: HardwareSpec) -> list[Term]:
+    """Host transfer of the offloaded activations per step, on the host link (PCIe or C2C)."""
+    if not worst.offload_transfer_bytes_per_step:
+        return []
+    if hw.host_bandwidth_bytes_per_s is None:
+        raise InputError(
+            f"--offload-layers: {hw.name} has no host_bandwidth_bytes_per_s in its config; add "
+            "one (PCIe or NVLink-C2C, one direction) or use --offload-layers 0"
+        )
+    bw = hw.host_bandwidth_bytes_per_s
+    b = worst.offload_transfer_bytes_per_step
+    return [
+        term("offload_transfer_bytes_per_step", "offload traffic per step (out + back)", b,
+             Unit.bytes, formula="2 · m · offloaded share · one micro-batch's activations",
+             source=SRC_OFFLOAD),
+        term("offload_transfer_time_s", "offload transfer time per step", b / bw.value,
+             Unit.seconds, formula="bytes / host bandwidth (overlapped with compute when shorter)",
+             source=f"{SRC_OFFLOAD}; {bw.source}", host_bandwidth_bytes_per_s=bw.value),
+    ]  # fmt: skip
 
 
 def memory_terms(
@@ -333,6 +360,7 @@ def memory_terms(
              source=SRC_TP_REPLICATED),
         term("offloaded_activation_bytes", "activations offloaded to host", worst.offload_bytes,
              Unit.bytes, formula="activations of the offloaded layers", source=SRC_OFFLOAD),
+        *_offload_time(worst, hw),
         term(total, "memory per rank", worst.total_bytes, Unit.bytes,
              formula="states + activations + buffers", source=SRC_STATES),
         term("card_memory_bytes", "card memory", card, Unit.bytes, formula="hardware config",
