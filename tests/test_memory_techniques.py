@@ -159,3 +159,14 @@ def test_offload_layers_moves_activations_to_host_with_its_pcie_time(cli):
 def plain_in_flight(row) -> int:
     """1F1B: the most loaded rank r holds p - r micro-batches (Narayanan et al. 2021 §2.2)."""
     return 16 - row["worst_pp_rank"]
+
+
+def test_recompute_modules_replace_selectives_core_attn(ds):
+    # Megatron transformer_config.py: recompute_modules defaults to ["core_attn"]; a given list
+    # replaces it, so selective + [moe_act] keeps core attention's softmax statistics
+    sel = ActivationOptions(recompute="selective", recompute_modules=("moe_act",))
+    plain = ActivationOptions(recompute_modules=("moe_act",))
+    a = saved_tensors(ds, MOE_LAYER, S, 1, sel)
+    b = saved_tensors(ds, MOE_LAYER, S, 1, plain)
+    assert [r.name for r in a] == [r.name for r in b]
+    assert "attention.softmax_lse" in {r.name for r in a}

@@ -68,7 +68,8 @@ StateRecipeOpt = Annotated[
         help="Bytes/param of model states: zero16 = 2+2+12 with bf16 grads (ZeRO); "
         "megatron18 = 2+4+12 with fp32 grads (Megatron); bf16-moments = 2+4+4+2+2 "
         "(--use-precision-aware-optimizer, DeepSeek-V3 §3.3.3); bf16-grads-moments = 2+2+4+2+2; "
-        "fp8-params = 1+4+12 (TE FP8 param gather); fp8-params-bf16-moments = 1+4+4+2+2.",
+        "fp8-params = 1+4+12 (TE FP8 param gather); fp8-params-bf16-moments = 1+4+4+2+2. "
+        "Example: --state-recipe bf16-moments",
     ),
 ]
 UnevenOpt = Annotated[
@@ -106,8 +107,8 @@ RecomputeModulesOpt = Annotated[
     typer.Option(
         "--recompute-modules",
         help="Megatron fine-grained recompute (transformer_config.py recompute_modules), comma "
-        "list of core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts; replaces "
-        "--recompute selective's core_attn. Example: "
+        "list of core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts; it "
+        "replaces --recompute selective's default (core_attn). Example: "
         "--recompute-modules layernorm,mla_up_proj,moe_act",
     ),
 ]

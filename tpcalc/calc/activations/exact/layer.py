@@ -51,6 +51,9 @@ def saved_tensors(
 ) -> list[TensorRecord]:
     """Every tensor layer ``layer_index`` keeps for backward on one rank, in forward order."""
     opts = options or ActivationOptions()
+    if opts.recompute_modules and opts.recompute is Recompute.selective:
+        # Megatron: recompute_modules replaces selective's default ["core_attn"]
+        opts = opts.model_copy(update={"recompute": Recompute.none})
     kind = layer_kind(spec, layer_index)
     lay = layout(spec, seq, micro_batch, opts)
     h = spec.hidden_size
