@@ -92,6 +92,7 @@ def test_explain_echoes_steps_and_both_alphas(cli):
 
 
 def test_layout_zero0_dp_all_reduce_has_2_n_minus_1_steps(h100):
+    from tpcalc.calc.time.model import TimeModel
     from tpcalc.catalog import load_model
 
     spec = load_model("llama3-70b")
@@ -99,7 +100,7 @@ def test_layout_zero0_dp_all_reduce_has_2_n_minus_1_steps(h100):
     rows = {}
     for latency in (True, False):
         run = LayoutRun(seq=8192, microbatches=8, with_latency=latency)
-        report = layout_report(spec, h100, lay, run)
+        report = layout_report(spec, h100, lay, run, time_model=TimeModel.fixed)
         rows[latency] = next(r for r in report.rows if r.inputs["dimension"] == "dp")
     extra = rows[True].value("comm_time_s") - rows[False].value("comm_time_s")
     # dp=4 ranks 8 apart: 4 nodes; one all-reduce of the dense gradients, 2·3 network steps

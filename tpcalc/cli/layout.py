@@ -10,7 +10,10 @@ from typing import Annotated
 
 import typer
 
+from tpcalc.calc.activations.exact.options import RouterDtype
 from tpcalc.calc.activations.paper import ActivationModel, Recompute
+from tpcalc.calc.ep.all_to_all import MoeDispatcher
+from tpcalc.calc.layout.groups import MemoryTechniques
 from tpcalc.calc.params.states import StateRecipe
 from tpcalc.calc.pipeline.schedule import Schedule
 from tpcalc.calc.time.model import TimeModel
@@ -32,16 +35,26 @@ from tpcalc.cli.options import (
 )
 from tpcalc.cli.parallel_options import (
     ActivationsOpt,
+    CapacityFactorOpt,
+    DispatcherOpt,
     DpOpt,
+    EtpOpt,
+    Fp8CacheOpt,
     GpusPerNodeOpt,
     MicrobatchesOpt,
+    MtpOpt,
+    OffloadLayersOpt,
     PpOpt,
+    ProbsInActOpt,
+    RecomputeModulesOpt,
+    RouterDtypeOpt,
     ScheduleOpt,
     StateRecipeOpt,
     TpIntOpt,
     UnevenOpt,
     VppOpt,
 )
+from tpcalc.cli.parallel_options import recompute_modules as recompute_modules_list
 from tpcalc.cli.picture_options import BarsOpt, MapOpt, SaveSvgOpt, TimelineOpt
 from tpcalc.cli.pictures import draw
 from tpcalc.cli.time_options import (
@@ -79,6 +92,7 @@ def layout(
     pp: PpOpt = 1,
     dp: DpOpt = 1,
     ep: EpOpt = 1,
+    etp: EtpOpt = 1,
     zero: ZeroStageOpt = 0,
     world_size: WorldSizeOpt = None,
     gpus_per_node: GpusPerNodeOpt = None,
@@ -92,6 +106,14 @@ def layout(
     recompute: RecomputeOpt = Recompute.selective,
     activations: ActivationsOpt = ActivationModel.exact,
     dtype: DtypeOpt = Dtype.bf16,
+    recompute_modules: RecomputeModulesOpt = None,
+    fp8_cache: Fp8CacheOpt = False,
+    moe_probs_in_act: ProbsInActOpt = False,
+    mtp: MtpOpt = True,
+    offload_layers: OffloadLayersOpt = 0,
+    moe_dispatcher: DispatcherOpt = MoeDispatcher.alltoall,
+    capacity_factor: CapacityFactorOpt = None,
+    router_dtype: RouterDtypeOpt = RouterDtype.fp32,
     uneven: UnevenOpt = True,
     hardware: HardwareOpt = DEFAULT_HARDWARE,
     latency: LatencyOpt = True,
@@ -138,6 +160,14 @@ def layout(
       interleaved --microbatches 64 --dtype fp8 --tp-comm-overlap --recompute none
 
       tpcalc layout -m llama3-405b --tp 8 --pp 16 --dp 128 --zero 1 --microbatches 16 --ops
+
+    Memory techniques, each explicit (DeepSeek-V3 as published, report §3.2-3.3):
+
+      tpcalc layout -m deepseek-v3 --hardware h800 --pp 16 --dp 128 --ep 64 --zero 1
+      --schedule dualpipe --recompute none --recompute-modules layernorm,mla_up_proj,moe_act
+      --fp8-cache --moe-probs-in-act --state-recipe bf16-moments
+
+    Every published layout at once: tpcalc validate --memory
     """
 
     def build():
@@ -148,9 +178,15 @@ def layout(
             world_size=world_size, gpus_per_node=gpus_per_node, seq=seq,
             micro_batch=micro_batch, microbatches=microbatches, vpp=vpp, schedule=schedule,
             recipe=recipe, sp=sp, recompute=recompute, activations=activations, dtype=dtype,
-            allow_uneven=uneven, with_latency=latency, time_model=time_model,
-            tp_comm_overlap=tp_comm_overlap, dp_overlap=dp_overlap, ep_overlap=ep_overlap,
-            cp_overlap=cp_overlap, first_stage_layers=first_stage_layers,
+            allow_uneven=uneven, with_latency=latency, etp=etp,
+            memory=MemoryTechniques(
+                recompute_modules=recompute_modules_list(recompute_modules), fp8_cache=fp8_cache,
+                moe_probs_in_act=moe_probs_in_act, mtp=mtp, offload_layers=offload_layers,
+                moe_dispatcher=moe_dispatcher.value, capacity_factor=capacity_factor,
+                router_dtype=router_dtype.value,
+            ),
+            time_model=time_model, tp_comm_overlap=tp_comm_overlap, dp_overlap=dp_overlap,
+            ep_overlap=ep_overlap, cp_overlap=cp_overlap, first_stage_layers=first_stage_layers,
             last_stage_layers=last_stage_layers, recompute_layers=recompute_layers, ops=ops,
         )  # fmt: skip
 

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from tpcalc.calc.activations.exact.options import AttentionKernel, SoftmaxDtype
+from tpcalc.calc.activations.exact.options import AttentionKernel, RouterDtype, SoftmaxDtype
 from tpcalc.calc.activations.paper import ActivationModel, FullRecomputeSharding, Recompute
 from tpcalc.calc.params.states import StateRecipe
 from tpcalc.cli.common import emit
@@ -24,6 +24,14 @@ from tpcalc.cli.options import (
     TpOpt,
     UnitsOpt,
 )
+from tpcalc.cli.parallel_options import (
+    CapacityFactorOpt,
+    Fp8CacheOpt,
+    ProbsInActOpt,
+    RecomputeModulesOpt,
+    RouterDtypeOpt,
+)
+from tpcalc.cli.parallel_options import recompute_modules as recompute_modules_list
 from tpcalc.cli.picture_options import BarsOpt, SaveSvgOpt
 from tpcalc.cli.pictures import draw
 from tpcalc.render import Format
@@ -86,6 +94,11 @@ def memory(
         bool,
         typer.Option("--fused-swiglu/--no-fused-swiglu", help="Megatron's fused SwiGLU kernel."),
     ] = True,
+    recompute_modules: RecomputeModulesOpt = None,
+    fp8_cache: Fp8CacheOpt = False,
+    moe_probs_in_act: ProbsInActOpt = False,
+    router_dtype: RouterDtypeOpt = RouterDtype.fp32,
+    capacity_factor: CapacityFactorOpt = None,
     units: UnitsOpt = ByteUnits.GB,
     fmt: FormatOpt = Format.table,
     explain: ExplainOpt = False,
@@ -105,6 +118,9 @@ def memory(
       tpcalc memory -m llama3-70b -t 8 --no-sp --recompute none --explain
 
       tpcalc memory -m qwen3.8 -t 1,2,4,8 --bars --save-svg memory.svg
+
+      tpcalc memory -m deepseek-v3 -t 1 --recompute none --recompute-modules
+      layernorm,mla_up_proj,moe_act --fp8-cache --moe-probs-in-act --state-recipe bf16-moments
     """
 
     def build():
@@ -117,6 +133,11 @@ def memory(
             dropout=dropout,
             fused_norm=fused_norm,
             fused_swiglu=fused_swiglu,
+            recompute_modules=recompute_modules_list(recompute_modules),
+            fp8_cache=fp8_cache,
+            moe_probs_in_act=moe_probs_in_act,
+            router_dtype=router_dtype,
+            capacity_factor=capacity_factor,
         )
         return memory_report(
             model,

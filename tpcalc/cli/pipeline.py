@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from tpcalc.calc.activations.paper import ActivationModel, Recompute
+from tpcalc.calc.layout.groups import MemoryTechniques
 from tpcalc.calc.pipeline.schedule import Schedule
 from tpcalc.cli.common import emit
 from tpcalc.cli.options import (
@@ -25,16 +26,20 @@ from tpcalc.cli.options import (
 from tpcalc.cli.parallel_options import (
     ActivationsOpt,
     DpOpt,
+    Fp8CacheOpt,
     GpusPerNodeOpt,
     LinkOpt,
     MicrobatchesOpt,
     PpListOpt,
+    ProbsInActOpt,
+    RecomputeModulesOpt,
     ScatterGatherOpt,
     ScheduleOpt,
     TpIntOpt,
     UnevenOpt,
     VppOpt,
 )
+from tpcalc.cli.parallel_options import recompute_modules as recompute_modules_list
 from tpcalc.cli.picture_options import SaveSvgOpt, TimelineOpt
 from tpcalc.cli.pictures import draw
 from tpcalc.render import Format
@@ -65,6 +70,9 @@ def pipeline(
     gpus_per_node: GpusPerNodeOpt = None,
     link: LinkOpt = LinkChoice.auto,
     latency: LatencyOpt = True,
+    recompute_modules: RecomputeModulesOpt = None,
+    fp8_cache: Fp8CacheOpt = False,
+    moe_probs_in_act: ProbsInActOpt = False,
     units: UnitsOpt = ByteUnits.GB,
     fmt: FormatOpt = Format.table,
     explain: ExplainOpt = False,
@@ -111,6 +119,11 @@ def pipeline(
             gpus_per_node=gpus_per_node,
             link=link,
             with_latency=latency,
+            memory=MemoryTechniques(
+                recompute_modules=recompute_modules_list(recompute_modules),
+                fp8_cache=fp8_cache,
+                moe_probs_in_act=moe_probs_in_act,
+            ),
         )
 
     report = emit(build, fmt, units=units, explain=explain)

@@ -75,7 +75,7 @@ def layout_bars(spec, hw, layout, run) -> tuple[MemoryBar, ...]:
     mem = rank_memory(
         spec, layout, seq=run.seq, micro_batch=run.micro_batch, microbatches=run.microbatches,
         vpp=run.vpp, schedule=run.schedule, recipe=run.recipe, sp=run.sp,
-        recompute=run.recompute, activations=run.activations,
+        recompute=run.recompute, activations=run.activations, techniques=run.memory,
     )  # fmt: skip
     rb = recipe_bytes(run.recipe)
     dense_d = state_divisors(layout.zero, layout.grad_group)
@@ -92,6 +92,7 @@ def layout_bars(spec, hw, layout, run) -> tuple[MemoryBar, ...]:
             ("gradients", parts[1]),
             ("optimizer", parts[2]),
             ("activations", m.activation_bytes),
+            ("buffers", m.buffer_bytes),
         )
         bars.append(MemoryBar(f"stage {m.pp_rank}", segments, m.total_bytes, hw.memory_bytes.value))
     return tuple(bars)

@@ -110,7 +110,7 @@ def layout_objects(report: Report, model: str, hardware: str):
     """(spec, hw, layout, run) as the report priced them, rebuilt from its echoed inputs."""
     from tpcalc.calc.activations.paper import ActivationModel, Recompute
     from tpcalc.calc.dp.zero import zero_stage
-    from tpcalc.calc.layout.groups import LayoutRun, ParallelLayout
+    from tpcalc.calc.layout.groups import LayoutRun, MemoryTechniques, ParallelLayout
     from tpcalc.calc.params.states import StateRecipe
     from tpcalc.catalog import load_hardware, load_model
     from tpcalc.units import Dtype
@@ -118,13 +118,25 @@ def layout_objects(report: Report, model: str, hardware: str):
     i: dict[str, Any] = {k: v for k, v in report.rows[-1].inputs.items() if k != "dimension"}
     layout = ParallelLayout(
         gpus_per_node=i["gpus_per_node"], tp=i["tp"], cp=i["cp"], pp=i["pp"], dp=i["dp"],
-        ep=i["ep"], zero=zero_stage(i["zero"]), world_size=i["world_size"],
+        ep=i["ep"], etp=i.get("etp", 1), zero=zero_stage(i["zero"]), world_size=i["world_size"],
     )  # fmt: skip
+    modules = str(i.get("recompute_modules", "none"))
+    factor = i.get("capacity_factor", "none")
+    memory = MemoryTechniques(
+        recompute_modules=() if modules == "none" else tuple(modules.split(",")),
+        fp8_cache=bool(i.get("fp8_cache", False)),
+        moe_probs_in_act=bool(i.get("moe_probs_in_act", False)),
+        mtp=bool(i.get("mtp", True)),
+        offload_layers=int(i.get("offload_layers", 0)),
+        moe_dispatcher=str(i.get("moe_dispatcher", "alltoall")),
+        capacity_factor=None if factor == "none" else float(factor),
+        router_dtype=str(i.get("router_dtype", "fp32")),
+    )
     run = LayoutRun(
         seq=i["seq"], microbatches=i["microbatches"], micro_batch=i["micro_batch"], vpp=i["vpp"],
         schedule=Schedule(i["schedule"]), recipe=StateRecipe(i["recipe"]), sp=i["sp"],
         recompute=Recompute(i["recompute"]), dtype=Dtype(i["dtype"]),
-        with_latency=i["latency"], activations=ActivationModel(i["activations"]),
+        with_latency=i["latency"], activations=ActivationModel(i["activations"]), memory=memory,
     )  # fmt: skip
     return load_model(model), load_hardware(hardware), layout, run
 
@@ -142,25 +154,39 @@ def layout_timeline(report: Report, run, p: int, width: int) -> Any:
 
     s = report.rows[-1]
     m = run.microbatches
-    per_mb = (
-        float(s.value("compute_time_s"))
-        + sum(float(s.value(f"{d}_exposed_time_s")) for d in ("tp", "cp", "ep"))
-    ) / m
-    third = per_mb / 3
+    if s.inputs.get("time_model") == "roofline":  # the step model's own F, B, W
+        f, b, w = (
+            float(s.value(k))
+            for k in (
+                "stage_forward_time_s",
+                "stage_backward_input_time_s",
+                "stage_backward_weight_time_s",
+            )
+        )
+        drawn = "the slowest stage's F, B, W from the step-time model"
+    else:
+        per_mb = (
+            float(s.value("compute_time_s"))
+            + sum(float(s.value(f"{d}_exposed_time_s")) for d in ("tp", "cp", "ep"))
+        ) / m
+        f = b = w = per_mb / 3
+        drawn = (
+            f"F = B = W = {fmt_quantity(f, Unit.seconds)} (compute + exposed TP/CP/EP "
+            "per micro-batch, in thirds)"
+        )
     title = f"Pipeline timeline: {run.schedule.value}, pp={p}, m={m}" + (
         f", v={run.vpp}" if run.vpp > 1 else ""
     )
     if (why := _too_many(p, m, run.vpp)) is not None:
         return Text(f"{title}: no timeline ({why})")
     try:
-        tl = simulate(run.schedule, p, m, run.vpp, third, third, third)
+        tl = simulate(run.schedule, p, m, run.vpp, f, b, w)
     except TpcalcError as exc:
         return Text(f"{title}: no timeline ({exc})")
     idle = fmt_quantity(max(tl.idle_s), Unit.seconds)
     table = fmt_quantity(float(s.value("bubble_time_s")), Unit.seconds)
     notes = [
-        f"drawn with F = B = W = {fmt_quantity(third, Unit.seconds)} (compute + exposed TP/CP/EP "
-        "per micro-batch, in thirds)",
+        f"drawn with {drawn}",
         f"idle per stage {idle}; the table's bubble {table}"
         + ("" if idle == table else " (its F, B, W: recompute runs before B)"),
     ]

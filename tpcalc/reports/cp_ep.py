@@ -84,10 +84,13 @@ def ep_report(
     recipe: StateRecipe = StateRecipe.zero16,
     gpus_per_node: int | None = None,
     with_latency: bool = True,
+    etp: int = 1,
+    dispatcher: str = "alltoall",
+    capacity_factor: float | None = None,
 ) -> Report:
     """One row per ep: experts and expert memory per rank, the four all-to-alls of an MoE layer
     with their IB and NVLink shares, and all-to-all time against expert compute."""
-    from tpcalc.calc.ep.all_to_all import ep_row
+    from tpcalc.calc.ep.all_to_all import MoeDispatcher, ep_row
     from tpcalc.errors import divide
     from tpcalc.reports.dp_zero_pp import int_list
     from tpcalc.reports.inputs import node_size, positive, resolve
@@ -101,9 +104,10 @@ def ep_report(
     rows = []
     for e in int_list(ep, "--ep", [int(v) for v in DEFAULT_EP.split(",")]):
         row = ep_row(
-            inputs.spec, inputs.hw, ep=e, tokens=tokens, stride=tp, gpus_per_node=g,
-            routing=routing, dispatch_dtype=dtype, combine_dtype=combine_dtype or dtype,
-            recipe=recipe, with_latency=with_latency,
+            inputs.spec, inputs.hw, ep=e, tokens=tokens, stride=positive(etp, "--etp"),
+            gpus_per_node=g, routing=routing, dispatch_dtype=dtype,
+            combine_dtype=combine_dtype or dtype, recipe=recipe, with_latency=with_latency,
+            etp=etp, dispatcher=MoeDispatcher(dispatcher), capacity_factor=capacity_factor,
         )  # fmt: skip
         echo = {"model": row.inputs["model"], "hardware": inputs.hw.name, "seq": inputs.seq,
                 "micro_batch": inputs.micro_batch, "tp": tp, "cp": cp, **row.inputs}  # fmt: skip

@@ -8,6 +8,7 @@ contributes its cited MFU and a note on its workload.
 from __future__ import annotations
 
 from tpcalc.calc.activations.paper import ActivationModel, Recompute
+from tpcalc.calc.layout.groups import MemoryTechniques
 from tpcalc.calc.params.states import StateRecipe
 from tpcalc.calc.pipeline.schedule import Schedule
 from tpcalc.calc.time.model import TimeModel
@@ -50,32 +51,34 @@ def layout_report(
     last_stage_layers: int | None = None,
     recompute_layers: int | None = None,
     ops: bool = False,
+    etp: int = 1,
+    memory: MemoryTechniques | None = None,
 ) -> Report:
     """Load the configs, build the layout and the run, price them; a published example with the
     same model and sizes contributes its cited MFU and a note on its workload. ``ops`` returns
     the slowest stage's operations instead (``tpcalc layout --ops``)."""
     from tpcalc.calc.dp.zero import zero_stage
     from tpcalc.calc.layout.examples import matching_example
-    from tpcalc.calc.layout.groups import LayoutRun, ParallelLayout
+    from tpcalc.calc.layout.groups import LayoutRun, MemoryTechniques, ParallelLayout
     from tpcalc.calc.layout.report import layout_report as price_layout
     from tpcalc.catalog import load_hardware, load_model
     from tpcalc.reports.inputs import node_size, positive
 
     spec, hw = load_model(model), load_hardware(hardware)
     layout = ParallelLayout(
-        tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, zero=zero_stage(zero), world_size=world_size,
+        tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, etp=etp, zero=zero_stage(zero), world_size=world_size,
         gpus_per_node=node_size(gpus_per_node, hw.gpus_per_node.value),
     )  # fmt: skip
     run = LayoutRun(
         seq=positive(seq, "--seq") if seq is not None else spec.seq_length,
         microbatches=microbatches, micro_batch=positive(micro_batch, "--micro-batch"), vpp=vpp,
         schedule=schedule, recipe=recipe, sp=sp, recompute=recompute, dtype=dtype,
-        with_latency=with_latency, activations=activations,
+        with_latency=with_latency, activations=activations, memory=memory or MemoryTechniques(),
     )  # fmt: skip
     options = TimeOptions(
         overlap=Overlap(
             tp_comm=tp_comm_overlap, dp_grad_reduce=dp_overlap, dp_param_gather=dp_overlap,
-            ep_a2a=ep_overlap if ep_overlap is not None else schedule is Schedule.dualpipe,
+            ep_a2a=ep_overlap,
             cp_ring=cp_overlap,
         ),
         first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tpcalc.calc.params.counts import ParamConvention
 from tpcalc.calc.tp.comm import tp_comm_row
-from tpcalc.calc.tp.flops import flops_terms
+from tpcalc.calc.tp.flops import AttentionFlops, flops_terms
 from tpcalc.reports.inputs import Inputs, resolve
 from tpcalc.terms import Report, Row
 from tpcalc.units import Dtype
@@ -70,6 +70,8 @@ def flops_report(
     micro_batch: int = 1,
     params: ParamConvention = ParamConvention.matmul,
     attention: bool = False,
+    attention_flops: AttentionFlops = AttentionFlops.full,
+    mtp: bool | None = None,
 ) -> Report:
     """One row per t: per-rank FLOPs of one micro-batch and compute time (tpcalc flops)."""
     inputs = resolve(model, hardware, seq=seq, micro_batch=micro_batch, tp=tp)
@@ -84,6 +86,8 @@ def flops_report(
             micro_batch=inputs.micro_batch,
             params=params,
             attention=attention,
+            mask=attention_flops,
+            mtp=mtp,
         )
         rows.append(
             Row(
@@ -95,6 +99,9 @@ def flops_report(
                     "micro_batch": inputs.micro_batch,
                     "params_convention": params.value,
                     "attention_term": attention,
+                    "attention_flops": attention_flops.value,
+                    "active_params": inputs.spec.is_moe,
+                    "mtp": (params is ParamConvention.all) if mtp is None else mtp,
                 },
                 terms=terms,
             )

@@ -19,7 +19,7 @@ import yaml
 
 from tpcalc.calc.activations.paper import Recompute
 from tpcalc.calc.dp.zero import ZeroStage
-from tpcalc.calc.layout.groups import LayoutRun, ParallelLayout
+from tpcalc.calc.layout.groups import LayoutRun, MemoryTechniques, ParallelLayout
 from tpcalc.calc.pipeline.schedule import Schedule
 from tpcalc.calc.time.step import Overlap, StepTime, TimeOptions, step_time
 from tpcalc.catalog import hardware_names, load_hardware, load_model, model_names
@@ -100,18 +100,16 @@ def case_of(row: dict[str, Any]) -> Case | str:
     modules = tuple(recipe.get("recompute_modules") or ())
     layout = ParallelLayout(
         gpus_per_node=load_hardware(row["hardware"]).gpus_per_node.value,
-        tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, zero=ZeroStage.optimizer,
+        tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, etp=etp, zero=ZeroStage.optimizer,
     )  # fmt: skip
     run = LayoutRun(
         seq=row["seq_length"], microbatches=microbatches, micro_batch=mbs, vpp=vp,
         schedule=Schedule.interleaved if vp > 1 else Schedule.one_f_one_b,
         sp=tp > 1, recompute=Recompute.none, dtype=Dtype(row["dtype"]),
+        memory=MemoryTechniques(recompute_modules=modules),
     )  # fmt: skip
     overlap = Overlap(tp_comm=tp > 1, ep_a2a=bool(recipe.get("moe_a2a_overlap", False)))
-    options = TimeOptions(
-        overlap=overlap, etp=etp, recompute_layers=recompute_layers,
-        recompute_modules=modules,
-    )  # fmt: skip
+    options = TimeOptions(overlap=overlap, recompute_layers=recompute_layers)
     measured = row["measured"]
     src = row["source"]
     where = ", ".join(

@@ -55,3 +55,5 @@ class HardwareSpec(BaseModel):
     gpus_per_node: SourcedCount
     # Kernel-level achieved rates for the per-operation step-time model (tpcalc.calc.time).
     performance: PerformanceSpec | None = None
+    # GPU <-> host memory, one direction (PCIe or NVLink-C2C): activation offloading (issue 10)
+    host_bandwidth_bytes_per_s: Sourced | None = None

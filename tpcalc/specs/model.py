@@ -122,6 +122,9 @@ class ModelSpec(BaseModel):
     # Multi-token prediction modules (DeepSeek name; Qwen3.5 name).
     num_nextn_predict_layers: NonNegativeInt = 0
     mtp_num_hidden_layers: NonNegativeInt = 0
+    # GPT-OSS: one learned attention-sink logit per query head and layer (transformers
+    # GptOssAttention.sinks); tpcalc-only field, implied by model_type gpt_oss on HF configs.
+    attention_sinks: bool = False
 
     tpcalc: TpcalcBlock = Field(description="tpcalc's own facts: name, training seq length")
 

@@ -9,6 +9,8 @@ memory per rank in ``tpcalc.calc.ep.memory``.
 
 from __future__ import annotations
 
+from enum import Enum
+
 from tpcalc.calc.ep.memory import memory_terms, require_moe
 from tpcalc.calc.ep.routing import (
     SRC_A2A,
@@ -37,6 +39,34 @@ from tpcalc.terms import Row, Term, Unit, term
 from tpcalc.units import Dtype
 
 SRC_FLOP = "2 FLOP per weight per token (Kaplan et al. 2020 §2.1), k experts per token"
+SRC_ALLGATHER = (
+    "Megatron-Core MoEAllGatherTokenDispatcher: every rank all-gathers the group's tokens "
+    "(dispatch) and reduce-scatters the outputs (combine); a ring sends (n-1) shards per rank "
+    "and runs at its slowest hop (the inter-node link once the group leaves a node)"
+)
+SRC_CAPACITY = (
+    "Megatron-LM --moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity (GShard, "
+    "Lepikhin et al. 2020 §2.2): each expert takes capacity_factor·T·k/E tokens, the rest are "
+    "dropped, the buffers padded to capacity"
+)
+
+
+class MoeDispatcher(str, Enum):
+    """Megatron-Core --moe-token-dispatcher-type: ``alltoall`` sends each token copy to the rank
+    of its expert; ``allgather`` gathers every token of the group on every rank."""
+
+    alltoall = "alltoall"
+    allgather = "allgather"
+
+
+def routed_copies(k: int, capacity_factor: float | None) -> float:
+    """Token copies a rank sends and receives per token: k, or capacity_factor·k when tokens are
+    dropped/padded to the expert capacity (``SRC_CAPACITY``)."""
+    if capacity_factor is None:
+        return float(k)
+    if capacity_factor <= 0:
+        raise InputError(f"capacity_factor={capacity_factor} must be positive (e.g. 1.0)")
+    return capacity_factor * k
 
 
 # The four all-to-alls of one MoE layer, fwd + bwd: (key, label, which dtype they carry).
@@ -143,6 +173,9 @@ def ep_row(
     combine_dtype: Dtype = Dtype.bf16,
     recipe: StateRecipe = StateRecipe.zero16,
     with_latency: bool = False,
+    etp: int = 1,
+    dispatcher: MoeDispatcher = MoeDispatcher.alltoall,
+    capacity_factor: float | None = None,
 ) -> Row:
     """Experts per rank, expert memory, all-to-all bytes and time, and compute, for one ep.
 
@@ -160,7 +193,13 @@ def ep_row(
     m = max_nodes_per_token(spec)
     routing = resolve_routing(spec, routing)
     nodes = nodes_spanned(ep, stride, g)
-    ib, nv = copies_per_token(k, ep, nodes, routing, m)
+    if dispatcher is MoeDispatcher.allgather:
+        others = float(ep - 1)
+        ib, nv = (others, 0.0) if nodes > 1 else (0.0, others)
+    else:
+        ib, nv = copies_per_token(k, ep, nodes, routing, m)
+        scale = routed_copies(k, capacity_factor) / k
+        ib, nv = ib * scale, nv * scale
     h, layers = spec.hidden_size, spec.moe_layers
     dtypes = {"dispatch": dispatch_dtype, "combine": combine_dtype}
     parts = [
@@ -171,11 +210,11 @@ def ep_row(
     layer_time = sum(time for _, time in parts)
     fwd_a2a_time = parts[0][1] + parts[1][1]
     expert = mlp_params(spec, f)
-    flop = tokens * k * FLOP_PER_PARAM_TOKEN_FWD * expert
+    flop = tokens * routed_copies(k, capacity_factor) * FLOP_PER_PARAM_TOKEN_FWD * expert / etp
     achieved = hw.achieved_flop_per_s.value
     compute = flop / achieved
     terms: list[Term] = [
-        *memory_terms(spec, ep, recipe),
+        *memory_terms(spec, ep, recipe, etp=etp),
         *_routing_terms(spec, ep, nodes, m, routing, ib, nv, stride, g),
         term(
             "a2a_message_bytes",
@@ -269,5 +308,8 @@ def ep_row(
         "combine_dtype": combine_dtype.value,
         "recipe": recipe.value,
         "latency": with_latency,
+        "etp": etp,
+        "dispatcher": dispatcher.value,
+        "capacity_factor": "none" if capacity_factor is None else capacity_factor,
     }
     return Row(inputs=inputs, terms=tuple(terms))

@@ -36,14 +36,17 @@ def experts_per_rank(spec: ModelSpec, ep: int) -> int:
     return divide(n_routed, ep, what="n_routed_experts", by="ep")
 
 
-def memory_terms(spec: ModelSpec, ep: int, recipe: StateRecipe) -> list[Term]:
+def memory_terms(spec: ModelSpec, ep: int, recipe: StateRecipe, *, etp: int = 1) -> list[Term]:
     """Routed experts, their parameters, weights and model states per rank (before ZeRO).
 
     Sources: ``SRC_EP`` (experts / ep), ``SRC_PARAMS`` (parameter count), the state recipe.
     """
     n_routed, _, f = require_moe(spec)
     total = routed_expert_params(spec)
-    per_rank = total // ep
+    if etp < 1:
+        raise InputError(f"etp={etp} must be a positive integer")
+    divide(f, etp, what="moe_intermediate_size", by="etp")
+    per_rank = total // (ep * etp)
     rb = recipe_bytes(recipe)
     return [
         term(
@@ -82,9 +85,10 @@ def memory_terms(spec: ModelSpec, ep: int, recipe: StateRecipe) -> list[Term]:
             "routed-expert parameters per rank",
             per_rank,
             Unit.params,
-            formula="routed_expert_params / ep",
-            source=SRC_EP,
+            formula="routed_expert_params / (ep·etp)",
+            source=f"{SRC_EP}; Megatron-Core expert tensor parallel splits each expert by etp",
             ep=ep,
+            etp=etp,
         ),
         term(
             "expert_weights_bytes_per_rank",

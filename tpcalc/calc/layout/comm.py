@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from tpcalc.calc.activations.paper import Recompute
 from tpcalc.calc.cp.ring import cp_row, ring_latency_steps_per_layer
 from tpcalc.calc.dp.zero import COMM_LABELS, zero_comm_parts, zero_latency_steps
-from tpcalc.calc.ep.all_to_all import A2A_KINDS, ep_row
+from tpcalc.calc.ep.all_to_all import A2A_KINDS, MoeDispatcher, ep_row
 from tpcalc.calc.layout.groups import SRC_ORDER, Group, LayoutRun, ParallelLayout
 from tpcalc.calc.links.collectives import Collective, ring_factor
 from tpcalc.calc.links.link import (
@@ -43,7 +43,7 @@ SRC_EP = "GShard §2.2 all-to-alls; DeepSeek-V3 §3.2.1: DualPipe overlaps them 
 
 # How each dimension's group is shaped and what its row's totals add up (for --explain).
 GROUP_FORMULA = {"tp": "tp", "cp": "cp", "pp": "pp", "dp": "dp·cp", "ep": "ep"}
-STRIDE_FORMULA = {"tp": "1", "cp": "tp", "pp": "tp·cp·dp", "dp": "tp", "ep": "tp"}
+STRIDE_FORMULA = {"tp": "1", "cp": "tp", "pp": "tp·cp·dp", "dp": "tp", "ep": "etp"}
 SEND_FORMULA = {
     "tp": "m · layers · collectives/layer · 2(t-1)/t · M",
     "cp": "m · full-attention layers · send_bytes_per_layer (cp row)",
@@ -200,7 +200,9 @@ def ep_cost(
     row = ep_row(
         spec, hw, ep=layout.ep, tokens=tokens, stride=group.stride,
         gpus_per_node=layout.gpus_per_node, dispatch_dtype=run.dtype, combine_dtype=run.dtype,
-        recipe=run.recipe, with_latency=run.with_latency,
+        recipe=run.recipe, with_latency=run.with_latency, etp=layout.etp,
+        dispatcher=MoeDispatcher(run.memory.moe_dispatcher),
+        capacity_factor=run.memory.capacity_factor,
     )  # fmt: skip
     total = run.microbatches * moe_layers * float(row.value("send_bytes_per_layer"))
     time = run.microbatches * moe_layers * float(row.value("a2a_time_per_layer_s"))

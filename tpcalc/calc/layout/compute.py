@@ -91,13 +91,14 @@ def rank_flops(
     out = []
     for r, layers in enumerate(rank_layers(spec.num_hidden_layers, layout.pp, vpp)):
         params = sum(active_layer_params(spec, i) for i in layers)
-        if r == layout.pp - 1:
-            params += lm_head_matmul_params(spec)
+        head = lm_head_matmul_params(spec) if r == layout.pp - 1 else 0
         full = sum(1 for i in layers if spec.resolved_layer_types[i] != "linear_attention")
-        matmul = FLOP_PER_PARAM_TOKEN * params * tokens / shard
+        matmul = FLOP_PER_PARAM_TOKEN * (params + head) * tokens / shard
         attn = attn_layer * full / shard
         if recompute is Recompute.full:
-            extra = (matmul + attn) * fwd_share
+            # Megatron recomputes the transformer layers only, never the LM head
+            # (transformer_block.py _checkpointed_forward wraps the layers)
+            extra = (FLOP_PER_PARAM_TOKEN * params * tokens / shard + attn) * fwd_share
         elif recompute is Recompute.selective:
             extra = attn * fwd_share
         else:

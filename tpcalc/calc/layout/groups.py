@@ -4,7 +4,8 @@ Ranks follow Megatron-LM's order (``megatron/core/parallel_state.py``, order "tp
 rank = tp_rank + tp·(cp_rank + cp·(dp_rank + dp·pp_rank)), so TP is innermost and PP outermost.
 Expert parallelism reuses the data-parallel ranks: an EP group is ``ep`` consecutive ranks of the
 cp·dp block (stride tp), and expert weights are replicated over the remaining dp·cp/ep ranks
-(Megatron-Core MoE: expert-data-parallel = tp·cp·dp / (etp·ep) with etp = tp). GPUs are
+(Megatron-Core MoE: expert-data-parallel = tp·cp·dp / (etp·ep); the expert tensor-parallel size
+etp is its own option, 1 by default as in the Megatron-Bridge MoE recipes). GPUs are
 numbered node-major, so a group whose members are more than a node apart crosses the inter-node
 link and is priced on it (seed 000: "TP 只放机内").
 
@@ -14,7 +15,7 @@ the placement.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tpcalc.calc.activations.paper import ActivationModel, Recompute, sp_seq_problem
 from tpcalc.calc.dp.zero import ZeroStage
@@ -30,7 +31,7 @@ SRC_ORDER = (
     "Megatron-LM parallel_state.py rank order tp-cp-ep-dp-pp (TP innermost); seed 000: Llama 3 "
     "[TP, CP, PP, DP] with TP = 8 innermost"
 )
-DIMENSIONS = ("tp", "cp", "pp", "dp", "ep")
+DIMENSIONS = ("tp", "cp", "pp", "dp", "ep", "etp")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,6 +48,7 @@ class ParallelLayout:
     dp: int = 1
     ep: int = 1
     zero: ZeroStage = ZeroStage.none
+    etp: int = 1  # expert tensor parallel (Megatron --expert-tensor-parallel-size)
     world_size: int | None = None
 
     @property
@@ -64,8 +66,9 @@ class ParallelLayout:
 
     @property
     def expert_dp(self) -> int:
-        """Ranks that hold the same experts: dp·cp/ep (Megatron expert-data-parallel)."""
-        return self.grad_group // self.ep
+        """Ranks that hold the same experts: dp·cp·tp/(ep·etp) (Megatron-Core parallel_state:
+        the expert grid is expert-tp x ep x expert-dp over the same tp·cp·dp ranks)."""
+        return self.grad_group * self.tp // (self.ep * self.etp)
 
 
 @dataclass(frozen=True)
@@ -102,7 +105,7 @@ def place_groups(layout: ParallelLayout) -> dict[str, Group]:
         "cp": (layout.cp, tp),
         "dp": (layout.grad_group, tp),  # gradients are summed over dp·cp ranks
         "pp": (layout.pp, tp * cp * dp),
-        "ep": (layout.ep, tp),
+        "ep": (layout.ep, layout.etp),  # expert grid etp-ep-edp over the tp·cp·dp ranks
     }
     g = layout.gpus_per_node
     out = {}
@@ -113,12 +116,36 @@ def place_groups(layout: ParallelLayout) -> dict[str, Group]:
 
 
 def expert_dp_group(layout: ParallelLayout) -> Group:
-    """Ranks holding the same experts: dp·cp/ep of them, tp·ep apart."""
-    size, stride = layout.expert_dp, layout.tp * layout.ep
+    """Ranks holding the same experts: dp·cp·tp/(ep·etp) of them, etp·ep apart."""
+    size, stride = layout.expert_dp, layout.etp * layout.ep
     link, straddles = group_link(size, stride, layout.gpus_per_node)
     return Group(
         "edp", size, stride, link, nodes_spanned(size, stride, layout.gpus_per_node), straddles
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryTechniques:
+    """The memory techniques a run uses, each off by default (sources in
+    ``tpcalc.calc.activations.exact.techniques`` and ``tpcalc.calc.layout.memory``)."""
+
+    recompute_modules: tuple[str, ...] = ()  # Megatron recompute_modules
+    fp8_cache: bool = False  # DeepSeek-V3 §3.3: FP8 Linear inputs and SwiGLU input
+    moe_probs_in_act: bool = False  # Megatron-Core activation_func_with_probs
+    mtp: bool = True  # count the MTP module (last stage) when the model has one
+    offload_layers: int = 0  # Megatron --cpu-offloading-num-layers: layers kept on the host
+    moe_dispatcher: str = "alltoall"  # Megatron-Core --moe-token-dispatcher-type
+    capacity_factor: float | None = None  # --moe-expert-capacity-factor (off: no dropping)
+    router_dtype: str = "fp32"  # --moe-router-dtype
+
+    def echo(self) -> dict[str, str | int | bool]:
+        return {
+            "recompute_modules": ",".join(self.recompute_modules) or "none",
+            "fp8_cache": self.fp8_cache, "moe_probs_in_act": self.moe_probs_in_act,
+            "mtp": self.mtp, "offload_layers": self.offload_layers,
+            "moe_dispatcher": self.moe_dispatcher, "router_dtype": self.router_dtype,
+            "capacity_factor": "none" if self.capacity_factor is None else self.capacity_factor,
+        }  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,6 +163,7 @@ class LayoutRun:
     dtype: Dtype = Dtype.bf16
     with_latency: bool = False
     activations: ActivationModel = ActivationModel.exact
+    memory: MemoryTechniques = field(default_factory=lambda: MemoryTechniques())
 
 
 def layout_problems(
@@ -191,18 +219,25 @@ def _world_problem(layout: ParallelLayout) -> str:
 
 
 def _ep_problems(spec: ModelSpec, layout: ParallelLayout) -> list[str]:
-    if layout.ep == 1:
+    if layout.ep == 1 and layout.etp == 1:
         return []
     if not spec.is_moe:
-        return [f"ep={layout.ep} needs an MoE model; {spec.name} has no routed experts"]
+        what = f"ep={layout.ep}" if layout.etp == 1 else f"ep={layout.ep}, etp={layout.etp}"
+        return [f"{what} needs an MoE model; {spec.name} has no routed experts"]
     out = []
+    if (layout.grad_group * layout.tp) % (layout.ep * layout.etp):
+        out.append(
+            f"dp·cp·tp={layout.grad_group * layout.tp} is not divisible by ep·etp="
+            f"{layout.ep * layout.etp}: expert-parallel ranks are taken from the data-, "
+            "context- and tensor-parallel ranks (Megatron-Core expert grid)"
+        )
+    if (spec.moe_intermediate_size or 0) % layout.etp:
+        out.append(
+            f"moe_intermediate_size={spec.moe_intermediate_size} is not divisible by "
+            f"etp={layout.etp}"
+        )
     if (spec.n_routed_experts or 0) % layout.ep:
         out.append(f"n_routed_experts={spec.n_routed_experts} is not divisible by ep={layout.ep}")
-    if layout.grad_group % layout.ep:
-        out.append(
-            f"dp·cp={layout.grad_group} is not divisible by ep={layout.ep}: expert-parallel "
-            "ranks are taken from the data-parallel (and context-parallel) ranks"
-        )
     return out
 
 

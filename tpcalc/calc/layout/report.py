@@ -77,7 +77,7 @@ def _inputs(spec: ModelSpec, hw: HardwareSpec, lay: ParallelLayout, run: LayoutR
         "schedule": run.schedule.value, "vpp": run.vpp, "recipe": run.recipe.value,
         "sp": run.sp, "recompute": run.recompute.value, "activations": run.activations.value,
         "dtype": run.dtype.value,
-        "latency": run.with_latency,
+        "latency": run.with_latency, "etp": lay.etp, **run.memory.echo(),
     }  # fmt: skip
 
 
@@ -110,7 +110,7 @@ def layout_report(
     mem = rank_memory(
         spec, layout, seq=run.seq, micro_batch=run.micro_batch, microbatches=run.microbatches,
         vpp=run.vpp, schedule=run.schedule, recipe=run.recipe, sp=run.sp, recompute=run.recompute,
-        activations=run.activations,
+        activations=run.activations, techniques=run.memory,
     )  # fmt: skip
     worst = max(mem, key=lambda m: m.total_bytes)
     flops = rank_flops(

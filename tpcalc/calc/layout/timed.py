@@ -35,7 +35,9 @@ def overlap_text(opts: TimeOptions) -> dict[str, str]:
     return {
         "tp": said(ov.tp_comm, "chunked under its GEMMs (--tp-comm-overlap)", "exposed"),
         "cp": said(ov.cp_ring, "under the attention blocks", "exposed"),
-        "ep": said(ov.ep_a2a, "under the expert GEMMs (--ep-overlap)", "exposed"),
+        "ep": "under the expert GEMMs with DualPipe, else exposed"
+        if ov.ep_a2a is None
+        else said(ov.ep_a2a, "under the expert GEMMs (--ep-overlap)", "exposed"),
         "pp": said(ov.pp_p2p, "steady state hidden; fill and drain exposed", "exposed"),
         "dp": said(
             ov.dp_grad_reduce and ov.dp_param_gather,
@@ -53,15 +55,13 @@ def time_inputs(hw: HardwareSpec, opts: TimeOptions) -> dict[str, Scalar]:
         "time_model": "roofline",
         "tp_comm_overlap": ov.tp_comm,
         "cp_overlap": ov.cp_ring,
-        "ep_overlap": ov.ep_a2a,
+        "ep_overlap": "auto" if ov.ep_a2a is None else ov.ep_a2a,
         "pp_overlap": ov.pp_p2p,
         "dp_overlap": ov.dp_grad_reduce and ov.dp_param_gather,
         "causal": opts.causal,
-        "etp": opts.etp,
         "first_stage_layers": opts.first_stage_layers,
         "last_stage_layers": opts.last_stage_layers,
         "recompute_layers": opts.recompute_layers,
-        "recompute_modules": ",".join(opts.recompute_modules),
         "compute_scale": scale,
     }
 
@@ -79,6 +79,7 @@ def roofline_costs(costs: dict[str, DimCost], st: StepTime) -> dict[str, DimCost
 
 
 def with_overlap(costs: dict[str, DimCost], opts: TimeOptions) -> dict[str, DimCost]:
+    """The costs with each dimension's overlap assumption in words (``overlap_text``)."""
     text = overlap_text(opts)
     return {d: replace(c, overlap=text[d]) for d, c in costs.items()}
 

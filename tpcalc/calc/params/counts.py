@@ -58,6 +58,7 @@ def attention_params(spec: ModelSpec) -> int:
     n = h * q * gate + KV_PROJECTIONS * h * kv + q * h
     n += (q * gate + KV_PROJECTIONS * kv) if spec.qkv_bias else 0
     n += h if spec.o_proj_bias else 0
+    n += spec.num_attention_heads if spec.attention_sinks else 0  # GPT-OSS sinks, one per head
     return n + (QK_NORMS * _norm(spec, d) if spec.uses_qk_norm else 0)
 
 
@@ -249,3 +250,48 @@ def active_params(spec: ModelSpec) -> int:
 def params_for(spec: ModelSpec, convention: ParamConvention) -> int:
     """N for 6·N·tokens under the chosen convention (see ParamConvention)."""
     return total_params(spec) if convention is ParamConvention.all else matmul_params(spec)
+
+
+SRC_TP_REPLICATED = (
+    "Megatron-Core: norm weights (input/pre-MLP, q/k and MLA latent norms, final norm) are not "
+    "split by TP and their gradients are all-reduced over the TP group "
+    "(core/distributed/finalize_model_grads.py _allreduce_layernorm_grads); the MoE router "
+    "(TopKRouter) and the MLA down-projections are duplicated on every TP rank too"
+)
+
+
+def tp_replicated_layer_params(spec: ModelSpec, i: int, *, force_full: bool = False) -> int:
+    """Parameters of layer i every TP rank holds whole (``SRC_TP_REPLICATED``): the two layer
+    norms, q/k norms, the MLA latent norms and down-projections, the router, the gated norm of
+    a Gated DeltaNet layer."""
+    h = spec.hidden_size
+    n = NORMS_PER_LAYER * _norm(spec, h)
+    linear = not force_full and spec.resolved_layer_types[i] == "linear_attention"
+    if linear:
+        n += spec.linear_value_head_dim or 0
+    elif spec.is_mla:
+        q_rank, kv_rank, rope = spec.q_lora_rank or 0, spec.kv_lora_rank or 0, spec.qk_rope_head_dim
+        n += _norm(spec, kv_rank) + h * (kv_rank + (rope or 0))
+        n += (_norm(spec, q_rank) + h * q_rank) if q_rank else 0
+    elif spec.uses_qk_norm:
+        n += QK_NORMS * _norm(spec, spec.head_dim_resolved)
+    return n + _ffn_parts(spec, i).get("router", 0)
+
+
+def tp_replicated_mtp_params(spec: ModelSpec) -> int:
+    """MTP modules' TP-replicated parameters: enorm, hnorm, final norm and the block's own."""
+    last = spec.num_hidden_layers - 1
+    module = (MTP_PRE_NORMS + 1) * _norm(spec, spec.hidden_size) + tp_replicated_layer_params(
+        spec, last, force_full=True
+    )
+    return spec.mtp_layers * module
+
+
+def active_mtp_params(spec: ModelSpec) -> int:
+    """Parameters one token multiplies in the MTP modules: all but the idle routed experts."""
+    last = spec.num_hidden_layers - 1
+    idle = 0
+    if spec.is_moe_layer(last):
+        idle = (spec.n_routed_experts or 0) - (spec.num_experts_per_tok or 0)
+        idle *= mlp_params(spec, spec.moe_intermediate_size or 0)
+    return mtp_params(spec) - spec.mtp_layers * idle

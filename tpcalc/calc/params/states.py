@@ -34,6 +34,11 @@ class StateRecipe(str, Enum):
 
     zero16 = "zero16"
     megatron18 = "megatron18"
+    # Megatron --use-precision-aware-optimizer variants and TE FP8 parameters (sources below)
+    bf16_moments = "bf16-moments"
+    bf16_grads_moments = "bf16-grads-moments"
+    fp8_params = "fp8-params"
+    fp8_params_bf16_moments = "fp8-params-bf16-moments"
 
 
 @dataclass(frozen=True)
@@ -64,10 +69,41 @@ class StateBytes:
         return self.weight_bytes + self.grad_bytes + self.optimizer_bytes
 
 
+PRECISION_AWARE_SOURCE = (
+    "Megatron-LM --use-precision-aware-optimizer (TE FusedAdam): --exp-avg-dtype and "
+    "--exp-avg-sq-dtype bf16 keep Adam m, v in BF16 with FP32 main params and grads; "
+    "DeepSeek-V3 report §3.3.3 "
+    "(BF16 moments, FP32 master weights and gradients)"
+)
+PRECISION_AWARE_GRADS_SOURCE = (
+    "Megatron-LM --use-precision-aware-optimizer --main-grads-dtype bf16 --exp-avg-dtype bf16 "
+    "--exp-avg-sq-dtype bf16: BF16 weights, grads and moments, FP32 main params"
+)
+FP8_PARAMS_SOURCE = (
+    "Megatron-LM --fp8-param-gather (Transformer Engine FP8 parameters): the model keeps FP8 "
+    "weights (1 B) and the distributed optimizer FP32 main params; FP32 grads"
+)
+
 RECIPES: dict[StateRecipe, StateBytes] = {
     StateRecipe.zero16: StateBytes(Dtype.bf16, Dtype.bf16, Dtype.fp32, Dtype.fp32, ZERO_SOURCE),
     StateRecipe.megatron18: StateBytes(
         Dtype.bf16, Dtype.fp32, Dtype.fp32, Dtype.fp32, MEGATRON_SOURCE
+    ),
+    StateRecipe.bf16_moments: StateBytes(
+        Dtype.bf16, Dtype.fp32, Dtype.fp32, Dtype.bf16, PRECISION_AWARE_SOURCE
+    ),
+    StateRecipe.bf16_grads_moments: StateBytes(
+        Dtype.bf16, Dtype.bf16, Dtype.fp32, Dtype.bf16, PRECISION_AWARE_GRADS_SOURCE
+    ),
+    StateRecipe.fp8_params: StateBytes(
+        Dtype.fp8, Dtype.fp32, Dtype.fp32, Dtype.fp32, FP8_PARAMS_SOURCE
+    ),
+    StateRecipe.fp8_params_bf16_moments: StateBytes(
+        Dtype.fp8,
+        Dtype.fp32,
+        Dtype.fp32,
+        Dtype.bf16,
+        f"{FP8_PARAMS_SOURCE}; {PRECISION_AWARE_SOURCE}",
     ),
 }
 

@@ -136,6 +136,19 @@ STEP_EXPLANATIONS: dict[str, Explanation] = {
         "DP comm, total", Unit.seconds,
         "buckets · bucket bytes · ring factor / busbw, before overlap", SRC_DP,
     ),
+    "stage_forward_time_s": Explanation(
+        "F, slowest stage", Unit.seconds,
+        "Σ forward op times + exposed TP/CP/EP, one micro-batch", SRC_BUBBLE,
+    ),
+    "stage_backward_input_time_s": Explanation(
+        "B, slowest stage", Unit.seconds,
+        "Σ input-gradient op times + recompute + exposed TP/CP/EP, one micro-batch",
+        SRC_BUBBLE,
+    ),
+    "stage_backward_weight_time_s": Explanation(
+        "W, slowest stage", Unit.seconds, "Σ weight-gradient GEMM times, one micro-batch",
+        "Qi et al. 2023 §2 (B and W apart)",
+    ),
     "bottleneck_stage": Explanation(
         "bottleneck stage", Unit.count, "argmax over stages of F + B + W", SRC_BUBBLE,
     ),

@@ -93,7 +93,7 @@ class Overlap:
 
     tp_comm: bool = False
     cp_ring: bool = True
-    ep_a2a: bool = False
+    ep_a2a: bool | None = None  # None: on with the DualPipe schedule, which is built for it
     pp_p2p: bool = True
     dp_grad_reduce: bool = True
     dp_param_gather: bool = True
@@ -105,7 +105,6 @@ class TimeOptions:
 
     overlap: Overlap = field(default_factory=Overlap)
     causal: bool = True
-    etp: int = 1
     vocab_pad_multiple: int = DEFAULT_VOCAB_PAD_MULTIPLE
     first_stage_layers: int | None = None
     last_stage_layers: int | None = None
@@ -113,8 +112,6 @@ class TimeOptions:
     # Megatron --recompute-granularity full --recompute-method block --recompute-num-layers N:
     # the first N layers of every model chunk recompute their whole forward.
     recompute_layers: int | None = None
-    # Megatron --recompute-modules (selective): the ops of these modules re-run their forward.
-    recompute_modules: tuple[str, ...] = ()
     efficiency_scale: float = 1.0  # multiplies every compute efficiency (what-if, properties)
     comm_scale: float = 1.0  # multiplies every collective's bytes (what-if, properties)
 
@@ -218,6 +215,9 @@ class StepTime:
     pp_comm_time_s: float
     dp_comm_time_s: float
     bottleneck_stage: int
+    stage_forward_time_s: float  # F of one micro-batch on the bottleneck stage
+    stage_backward_input_time_s: float  # B, with recomputation
+    stage_backward_weight_time_s: float  # W
     stages: tuple[StageWork, ...] = ()
     bottleneck_ops: tuple[OpTime, ...] = ()
 
@@ -370,6 +370,7 @@ class _Ctx:
     r: Rates
     opts: TimeOptions
     links: Groups
+    ep_overlap: bool
 
 
 def _layer_work(ctx: _Ctx, i: int) -> tuple[Work, Work, Work, tuple[Op, ...]]:
@@ -413,8 +414,8 @@ def _layer_work(ctx: _Ctx, i: int) -> tuple[Work, Work, Work, tuple[Op, ...]]:
         )
         expert_f = _gemm_s(ops, Pass.forward, r, ("expert_fc1", "expert_fc2"))
         expert_b = _gemm_s(ops, Pass.backward_input, r, ("expert_fc1", "expert_fc2"))
-        ep_f = _exposed(a2a, expert_f, ov.ep_a2a)
-        ep_b = _exposed(a2a, expert_b, ov.ep_a2a)
+        ep_f = _exposed(a2a, expert_f, ctx.ep_overlap)
+        ep_b = _exposed(a2a, expert_b, ctx.ep_overlap)
     f = f + Work(
         tp_s=tp_f, cp_s=cp_f, ep_s=ep_f, tp_comm_s=tp_pass, cp_comm_s=cp_comm, ep_comm_s=a2a
     )
@@ -459,9 +460,12 @@ def _partial_recompute(ops: tuple[Op, ...], r: Rates, names: set[str]) -> Work:
 
 
 def _recompute_names(recompute: Recompute, modules: tuple[str, ...]) -> set[str]:
-    """Op names selective recomputation re-runs: core attention (Korthikanti et al. 2022 §5),
-    plus any --recompute-modules."""
-    names = set(RECOMPUTE_MODULE_OPS["core_attn"]) if recompute is Recompute.selective else set()
+    """Op names recomputation re-runs besides whole layers: the --recompute-modules, which
+    replace selective's default core attention as in Megatron-LM (recompute_modules), or core
+    attention alone under --recompute selective (Korthikanti et al. 2022 §5)."""
+    default = ("core_attn",) if recompute is Recompute.selective else ()
+    names: set[str] = set()
+    modules = modules or default
     for module in modules:
         if module not in RECOMPUTE_MODULE_OPS:
             valid = ", ".join(RECOMPUTE_MODULE_OPS)
@@ -487,7 +491,7 @@ def _stage_work(
     embedding and the LM head with the loss; Megatron recomputes transformer layers only)."""
     spec, layout = ctx.spec, ctx.layout
     full = _full_share(run.recompute, len(layers), run.vpp, ctx.opts.recompute_layers)
-    names = _recompute_names(run.recompute, ctx.opts.recompute_modules)
+    names = _recompute_names(run.recompute, run.memory.recompute_modules)
     kinds: dict[tuple[str, bool], tuple[Work, Work, Work, Work, tuple[Op, ...], int]] = {}
     for i in layers:
         key = (spec.resolved_layer_types[i], spec.is_moe_layer(i))
@@ -518,7 +522,7 @@ def _stage_work(
         bwd = bwd + _pass_work(ends, Pass.backward_input, ctx.r, 1)
         wgt = wgt + _pass_work(ends, Pass.backward_weight, ctx.r, 1)
         detail += _op_times(ends, ctx.r, 1)
-    dense, experts = _stage_params(spec, layout, ctx.opts.etp, stage, layers)
+    dense, experts = _stage_params(spec, layout, ctx.layout.etp, stage, layers)
     return StageWork(stage, len(layers), fwd, bwd, wgt, rec, dense, experts), detail
 
 
@@ -633,10 +637,13 @@ def step_time(
     r = rates(hw, run.dtype, efficiency_scale=opts.efficiency_scale)
     shard = Shard(
         seq=run.seq, micro_batch=run.micro_batch, tp=layout.tp, cp=layout.cp, ep=layout.ep,
-        etp=opts.etp, sp=run.sp and layout.tp > 1, dtype=Dtype.bf16, gemm_dtype=run.dtype,
+        etp=layout.etp, sp=run.sp and layout.tp > 1, dtype=Dtype.bf16, gemm_dtype=run.dtype,
         causal=opts.causal,
     )  # fmt: skip
-    ctx = _Ctx(spec, layout, shard, r, opts, groups(layout, opts.etp))
+    ep_overlap = opts.overlap.ep_a2a
+    if ep_overlap is None:
+        ep_overlap = run.schedule is Schedule.dualpipe
+    ctx = _Ctx(spec, layout, shard, r, opts, groups(layout, layout.etp), ep_overlap)
     padded = padded_vocab(spec.vocab_size, layout.tp, opts.vocab_pad_multiple)
     split = stage_layers(
         spec.num_hidden_layers, layout.pp, run.vpp,
@@ -699,6 +706,9 @@ def step_time(
         pp_comm_time_s=pp_total,
         dp_comm_time_s=dp_total,
         bottleneck_stage=neck.stage,
+        stage_forward_time_s=neck.times.forward_s,
+        stage_backward_input_time_s=neck.times.backward_input_s,
+        stage_backward_weight_time_s=neck.times.backward_weight_s,
         stages=tuple(stages),
         bottleneck_ops=neck_ops,
     )

@@ -108,6 +108,8 @@ def _gqa_attention(spec: ModelSpec, b: _Builder) -> list[ShardedWeight]:
     out.append(b.row(blk, "W_O", "self_attn.o_proj", q, h))
     if spec.o_proj_bias:
         out.append(b.replicated(blk, "b_O", "self_attn.o_proj.bias", 1, h))
+    if spec.attention_sinks:  # GPT-OSS: one sink logit per query head, split with the heads
+        out.append(b.column(blk, "sinks", "self_attn.sinks", 1, spec.num_attention_heads))
     if spec.uses_qk_norm:
         out += b.norm(blk, "self_attn.q_norm", d) + b.norm(blk, "self_attn.k_norm", d)
     return out

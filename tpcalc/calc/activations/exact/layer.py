@@ -15,6 +15,7 @@ from tpcalc.calc.activations.exact.mlp import dense_mlp_records, moe_records
 from tpcalc.calc.activations.exact.norms import layer_norm_records
 from tpcalc.calc.activations.exact.options import ActivationOptions
 from tpcalc.calc.activations.exact.records import Layout, SavedDtype, TensorRecord, rec
+from tpcalc.calc.activations.exact.techniques import apply_techniques
 from tpcalc.calc.activations.paper import Recompute
 from tpcalc.errors import InputError
 from tpcalc.specs import ModelSpec
@@ -50,6 +51,9 @@ def saved_tensors(
 ) -> list[TensorRecord]:
     """Every tensor layer ``layer_index`` keeps for backward on one rank, in forward order."""
     opts = options or ActivationOptions()
+    if opts.recompute_modules and opts.recompute is Recompute.selective:
+        # Megatron: recompute_modules replaces selective's default ["core_attn"]
+        opts = opts.model_copy(update={"recompute": Recompute.none})
     kind = layer_kind(spec, layer_index)
     lay = layout(spec, seq, micro_batch, opts)
     h = spec.hidden_size
@@ -71,7 +75,12 @@ def saved_tensors(
         "post_attention_norm", "norm", lay, h, layernorm=ln, fused=opts.fused_norm
     )
     out += (moe_records if mlp == "moe" else dense_mlp_records)(spec, lay, opts, dropout)
-    return out
+    if not (opts.recompute_modules or opts.fp8_cache or opts.moe_probs_in_act):
+        return out
+    return apply_techniques(
+        out, modules=frozenset(opts.recompute_modules), fp8_cache=opts.fp8_cache,
+        probs_in_act=opts.moe_probs_in_act, mla=attn == "mla",
+    )  # fmt: skip
 
 
 def rope_dim(spec: ModelSpec) -> int:

@@ -11,10 +11,15 @@ own s/(cp·t) tokens (Megatron requires SP with TP and MoE) to k experts each; w
 routing and no token dropping it receives as many token copies as it sends, T·k, whatever the
 expert-parallel size. Kept: fp32 router scores [T, E], the top-k indices and probabilities, the
 permuted tokens (fc1 input), fc1 output, fc2 input and the expert outputs (kept by the
-probability-weighted combine); shared experts are a dense SwiGLU split by t.
+probability-weighted combine); shared experts are a dense SwiGLU split by t. The router keeps
+its scores in ``router_dtype`` (Megatron --moe-router-dtype). With a capacity factor cf (Megatron
+--moe-expert-capacity-factor, --moe-pad-expert-input-to-capacity; GShard §2.2) the expert
+tensors have the padded capacity cf·T·k rows instead of T·k.
 """
 
 from __future__ import annotations
+
+import math
 
 from tpcalc.calc.activations.exact.norms import dropout_mask, norm_output
 from tpcalc.calc.activations.exact.options import ActivationOptions
@@ -72,20 +77,25 @@ def moe_records(
     h, e, k = spec.hidden_size, spec.n_routed_experts or 0, spec.num_experts_per_tok or 1
     f_e = spec.moe_intermediate_size or 0
     tokens = lay.norm_tokens * lay.b
-    split, fp32, act = lay.norm_split, SavedDtype.fp32, lay.act
+    split, act = lay.norm_split, lay.act
+    router = SavedDtype(opts.router_dtype.value)
+    # rows the experts see: T·k, or the padded capacity cf·T·k (SRC_CAPACITY) when set
+    rows = (
+        tokens * k if opts.capacity_factor is None else math.ceil(opts.capacity_factor * tokens * k)
+    )
     p = MOE_PART
     out = [
         norm_output(f"{p}.input", p, lay, h),
-        rec(f"{p}.router_scores", p, (tokens, e), fp32, split, note="fp32 softmax/sigmoid"),
+        rec(f"{p}.router_scores", p, (tokens, e), router, split, note="softmax/sigmoid scores"),
         rec(f"{p}.topk_indices", p, (tokens, k), SavedDtype.int64, split),
-        rec(f"{p}.topk_probs", p, (tokens, k), fp32, split, note="kept by the combine"),
-        rec(f"{p}.permuted_tokens", p, (tokens * k, h), act, split, note="expert fc1 input"),
+        rec(f"{p}.topk_probs", p, (tokens, k), router, split, note="kept by the combine"),
+        rec(f"{p}.permuted_tokens", p, (rows, h), act, split, note="expert fc1 input"),
     ]
     out += _ffn_body(
-        f"{p}.experts", p, (tokens * k,), split, act, f_e,
+        f"{p}.experts", p, (rows,), split, act, f_e,
         gated=spec.gated_mlp, fused_swiglu=opts.fused_swiglu,
     )  # fmt: skip
-    out.append(rec(f"{p}.expert_output", p, (tokens * k, h), act, split, note="for d(probs)"))
+    out.append(rec(f"{p}.expert_output", p, (rows, h), act, split, note="for d(probs)"))
     shared = shared_expert_intermediate(spec)
     if shared:
         f_s = lay.heads(shared, "shared expert intermediate size")

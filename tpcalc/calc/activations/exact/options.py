@@ -15,7 +15,7 @@ from tpcalc.calc.activations.paper import Recompute
 from tpcalc.specs import ModelSpec
 from tpcalc.units import Dtype
 
-__all__ = ["ActivationOptions", "AttentionKernel", "SoftmaxDtype"]
+__all__ = ["ActivationOptions", "AttentionKernel", "RouterDtype", "SoftmaxDtype"]
 
 
 class AttentionKernel(str, Enum):
@@ -48,6 +48,15 @@ class SoftmaxDtype(str, Enum):
 
     bf16 = "bf16"
     fp32 = "fp32"
+
+
+class RouterDtype(str, Enum):
+    """dtype of the router logits/scores the MoE router keeps (Megatron --moe-router-dtype:
+    fp32 or fp64; without it the router runs in the model's bf16)."""
+
+    fp32 = "fp32"
+    fp64 = "fp64"
+    bf16 = "bf16"
 
 
 class ActivationOptions(BaseModel):
@@ -85,6 +94,12 @@ class ActivationOptions(BaseModel):
     t: PositiveInt = 1
     cp: PositiveInt = 1
     dtype: Dtype = Dtype.bf16
+    # Memory techniques (tpcalc.calc.activations.exact.techniques), all off by default:
+    recompute_modules: tuple[str, ...] = ()  # Megatron recompute_modules, on top of ``recompute``
+    fp8_cache: bool = False  # DeepSeek-V3 §3.3: Linear inputs and SwiGLU input kept in FP8
+    moe_probs_in_act: bool = False  # Megatron-Core activation_func_with_probs
+    router_dtype: RouterDtype = RouterDtype.fp32  # router scores and top-k probabilities
+    capacity_factor: float | None = None  # expert capacity with dropping/padding (off)
 
     def resolved_dropout(self, spec: ModelSpec) -> bool:
         """Dropout on for GPT-style models (LayerNorm, non-gated MLP), off for Llama-style."""
@@ -109,4 +124,9 @@ class ActivationOptions(BaseModel):
             "t": self.t,
             "cp": self.cp,
             "activation_dtype": self.dtype.value,
+            "recompute_modules": ",".join(self.recompute_modules) or "none",
+            "fp8_cache": self.fp8_cache,
+            "moe_probs_in_act": self.moe_probs_in_act,
+            "router_dtype": self.router_dtype.value,
+            "capacity_factor": "none" if self.capacity_factor is None else self.capacity_factor,
         }

@@ -26,6 +26,7 @@ class SavedDtype(str, Enum):
     bf16 = "bf16"
     fp16 = "fp16"
     fp8 = "fp8"
+    fp64 = "fp64"  # Megatron --moe-router-dtype fp64
     bool = "bool"  # dropout masks (torch.native_dropout keeps one byte per element)
     int64 = "int64"  # top-k expert indices
 
@@ -43,6 +44,7 @@ SAVED_DTYPE_BYTES = {
     SavedDtype.bf16: 2,
     SavedDtype.fp16: 2,
     SavedDtype.fp8: 1,
+    SavedDtype.fp64: 8,
     SavedDtype.bool: 1,
     SavedDtype.int64: 8,
 }
