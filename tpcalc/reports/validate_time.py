@@ -42,7 +42,13 @@ FRAMEWORK = {
     "sequence_parallel": "sequence parallelism whenever TP > 1 (WorkloadBaseConfig rule)",
     "schedule": "interleaved 1F1B when vp > 1, else 1F1B (Megatron-Core schedules)",
     "causal": "causal attention (every model in the table is a decoder)",
+    "gb200_nvlink_domain": (
+        "GB200 NVL72 jobs take 16 trays (64 GPUs) per rack (Slurm block topology, "
+        "--segment 16), so power-of-two groups stay inside one NVLink domain of 64"
+    ),
 }
+# The NVLink domain a job sees, where it is not the card's gpus_per_node (see FRAMEWORK).
+JOB_NVLINK_DOMAIN = {"gb200": 64}
 SUPPORTED_KINDS = ("dense", "moe")
 
 
@@ -99,7 +105,9 @@ def case_of(row: dict[str, Any]) -> Case | str:
     recompute_layers = recipe.get("recompute_num_layers") if not row.get("recompute") else None
     modules = tuple(recipe.get("recompute_modules") or ())
     layout = ParallelLayout(
-        gpus_per_node=load_hardware(row["hardware"]).gpus_per_node.value,
+        gpus_per_node=JOB_NVLINK_DOMAIN.get(
+            row["hardware"], load_hardware(row["hardware"]).gpus_per_node.value
+        ),
         tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, etp=etp, zero=ZeroStage.optimizer,
     )  # fmt: skip
     run = LayoutRun(

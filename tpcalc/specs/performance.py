@@ -45,6 +45,10 @@ class FittedConstants(BaseModel):
     # what single-kernel benchmarks do not see (kernel gaps, SMs lent to overlapped
     # communication, FP8 scaling bookkeeping).
     compute_scale: SourcedShare
+    # Fixed seconds per MoE layer, forward and backward pass: what a dropless MoE layer costs
+    # beyond its kernels' roofline (router top-k, the host sync on tokens per expert before the
+    # grouped GEMM and the all-to-all splits, kernel launch gaps between many small kernels).
+    moe_layer_overhead_s: SourcedNonNegative | None = None
 
 
 class PerformanceSpec(BaseModel):

@@ -46,6 +46,11 @@ STEP_EXPLANATIONS: dict[str, Explanation] = {
         "residuals, permutes, loss",
         SRC_ROOFLINE, STEP,
     ),
+    "moe_overhead_time_s": Explanation(
+        "MoE layer overhead", Unit.seconds,
+        "m · MoE layers · 2 passes · moe_layer_overhead_s (fitted)",
+        "tools/fit_time.py (the rows it used are in the card's fitted source)", STEP,
+    ),
     "recompute_time_s": Explanation(
         "recomputation", Unit.seconds,
         "m · the forward work recomputation re-runs (full: the layers; selective: core attention)",

@@ -50,6 +50,7 @@ class Rates:
     attention_bwd_half_seq: float
     hbm_bytes_per_s: float
     compute_scale: float
+    moe_layer_overhead_s: float
     intra_busbw_bytes_per_s: float
     inter_busbw_bytes_per_s: float
     collective_base_latency_s: float
@@ -89,6 +90,9 @@ def rates(hw: HardwareSpec, dtype: Dtype, *, efficiency_scale: float = 1.0) -> R
         attention_bwd_half_seq=perf.attention_bwd_half_seq.value,
         hbm_bytes_per_s=perf.hbm_bandwidth_bytes_per_s.value * perf.hbm_efficiency.value,
         compute_scale=perf.fitted.compute_scale.value * efficiency_scale,
+        moe_layer_overhead_s=(
+            perf.fitted.moe_layer_overhead_s.value if perf.fitted.moe_layer_overhead_s else 0.0
+        ),
         intra_busbw_bytes_per_s=perf.intra_node_busbw_bytes_per_s.value,
         inter_busbw_bytes_per_s=perf.inter_node_busbw_bytes_per_s.value,
         collective_base_latency_s=perf.collective_base_latency_s.value,

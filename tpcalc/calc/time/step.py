@@ -123,6 +123,7 @@ class Work:
     gemm_s: float = 0.0
     attention_s: float = 0.0
     memory_s: float = 0.0
+    overhead_s: float = 0.0
     tp_s: float = 0.0
     cp_s: float = 0.0
     ep_s: float = 0.0
@@ -134,7 +135,7 @@ class Work:
     @property
     def total_s(self) -> float:
         return (
-            self.gemm_s + self.attention_s + self.memory_s
+            self.gemm_s + self.attention_s + self.memory_s + self.overhead_s
             + self.tp_s + self.cp_s + self.ep_s
         )  # fmt: skip
 
@@ -193,6 +194,7 @@ class StepTime:
     gemm_time_s: float
     attention_time_s: float
     memory_bound_time_s: float
+    moe_overhead_time_s: float
     recompute_time_s: float
     tp_exposed_time_s: float
     cp_exposed_time_s: float
@@ -230,6 +232,7 @@ STEP_PARTS = (
     "gemm_time_s",
     "attention_time_s",
     "memory_bound_time_s",
+    "moe_overhead_time_s",
     "recompute_time_s",
     "tp_exposed_time_s",
     "cp_exposed_time_s",
@@ -380,6 +383,9 @@ def _layer_work(ctx: _Ctx, i: int) -> tuple[Work, Work, Work, tuple[Op, ...]]:
     f = _pass_work(ops, Pass.forward, r, 1)
     b = _pass_work(ops, Pass.backward_input, r, 1)
     w = _pass_work(ops, Pass.backward_weight, r, 1)
+    if spec.is_moe_layer(i):  # the card's fitted fixed cost of a dropless MoE layer, per pass
+        over = Work(overhead_s=r.moe_layer_overhead_s)
+        f, b = f + over, b + over
     scale = ctx.opts.comm_scale
     h_bytes = shard.tokens * spec.hidden_size * shard.dtype.bytes * scale
     # TP: with SP an all-gather and a reduce-scatter per block, else an all-reduce per block.
@@ -412,10 +418,11 @@ def _layer_work(ctx: _Ctx, i: int) -> tuple[Work, Work, Work, tuple[Op, ...]]:
         a2a = A2A_PER_PASS * collective_time_s(
             r, Collective.all_to_all, msg, ctx.layout.ep, ctx.links.ep.nodes
         )
-        expert_f = _gemm_s(ops, Pass.forward, r, ("expert_fc1", "expert_fc2"))
-        expert_b = _gemm_s(ops, Pass.backward_input, r, ("expert_fc1", "expert_fc2"))
-        ep_f = _exposed(a2a, expert_f, ctx.ep_overlap)
-        ep_b = _exposed(a2a, expert_b, ctx.ep_overlap)
+        # Overlapped, a micro-batch's forward all-to-alls run under another micro-batch's
+        # backward of the same layer and vice versa (DeepSeek-V3 §3.2.1 DualPipe; Megatron-Core
+        # --overlap-moe-expert-parallel-comm): hidden up to the other pass's compute.
+        ep_f = _exposed(a2a, (b + w).total_s, ctx.ep_overlap)
+        ep_b = _exposed(a2a, f.total_s, ctx.ep_overlap)
     f = f + Work(
         tp_s=tp_f, cp_s=cp_f, ep_s=ep_f, tp_comm_s=tp_pass, cp_comm_s=cp_comm, ep_comm_s=a2a
     )
@@ -678,6 +685,7 @@ def step_time(
     parts = {
         "gemm_time_s": work.gemm_s, "attention_time_s": work.attention_s,
         "memory_bound_time_s": work.memory_s,
+        "moe_overhead_time_s": work.overhead_s + rec.overhead_s,
         "recompute_time_s": rec.gemm_s + rec.attention_s + rec.memory_s,
         "tp_exposed_time_s": work.tp_s + rec.tp_s, "cp_exposed_time_s": work.cp_s + rec.cp_s,
         "ep_exposed_time_s": work.ep_s + rec.ep_s, "bubble_time_s": bubble,
