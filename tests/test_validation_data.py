@@ -165,3 +165,67 @@ def test_spot_checks_against_the_printed_cells(run_id, tokens, tflops):
     row = next(r for r in ROWS if r["id"] == run_id)
     assert row["measured"]["tokens_per_s_per_gpu"] == tokens
     assert row["measured"]["model_tflop_per_s_per_gpu"] == tflops
+
+
+MBRIDGE_ROWS = [r for r in ROWS if r["source"].get("repository") == "NVIDIA-NeMo/Megatron-Bridge"]
+
+# Row field -> WorkloadBaseConfig field (Megatron-Bridge scripts/performance/utils/utils.py).
+PRESET_LAYOUT = {
+    "gpus": "num_gpus",
+    "tp": "tensor_model_parallel_size",
+    "pp": "pipeline_model_parallel_size",
+    "cp": "context_parallel_size",
+    "vp": "virtual_pipeline_model_parallel_size",
+    "ep": "expert_model_parallel_size",
+    "global_batch": "global_batch_size",
+    "micro_batch": "micro_batch_size",
+}
+# WorkloadBaseConfig defaults at every commit read (25.11 @ 5776a6d, 26.02.01 @ cfeddcd,
+# 26.04.01 @ 21d102f): tp = pp = cp = ep = 1, num_gpus = global_batch_size = 1,
+# micro_batch_size = 1, virtual_pipeline_model_parallel_size = None.
+PRESET_DEFAULTS = {
+    "num_gpus": 1,
+    "tensor_model_parallel_size": 1,
+    "pipeline_model_parallel_size": 1,
+    "context_parallel_size": 1,
+    "virtual_pipeline_model_parallel_size": None,
+    "expert_model_parallel_size": 1,
+    "global_batch_size": 1,
+    "micro_batch_size": 1,
+}
+
+
+def test_every_megatron_bridge_row_is_counted():
+    # 23 rows of 25.11, 17 of 26.02.01, 22 of 26.04.01 (see the README's row counts)
+    assert len(MBRIDGE_ROWS) == 62
+
+
+@pytest.mark.parametrize("row", MBRIDGE_ROWS, ids=lambda r: r["id"])
+def test_every_megatron_bridge_row_has_a_recipe_with_a_commit(row):
+    recipe = row.get("recipe") or {}
+    assert recipe.get("repository") == "NVIDIA-NeMo/Megatron-Bridge", row["id"]
+    commit = recipe.get("commit") or ""
+    assert len(commit) == 40 and int(commit, 16) >= 0, row["id"]
+    assert recipe["path"].startswith("scripts/performance/configs/")
+    assert "_PRETRAIN_CONFIG_" in recipe["preset"]
+    assert "the row wins" in recipe["note"]
+
+
+@pytest.mark.parametrize("row", MBRIDGE_ROWS, ids=lambda r: r["id"])
+def test_megatron_bridge_recipe_layout_matches_the_row_or_says_where_not(row):
+    recipe = row["recipe"]
+    preset = {**PRESET_DEFAULTS, **recipe.get("defaults", {}), **recipe["fields"]}
+    differs = recipe.get("disagrees_with_row") or {}
+    for field, preset_field in PRESET_LAYOUT.items():
+        printed = row[field]
+        if field == "vp" and not (isinstance(printed, int) and printed > 1):
+            printed = None  # no interleaving
+        if field == "ep" and printed is None:
+            printed = 1  # dense rows: no experts
+        if printed is None:
+            continue
+        got = preset[preset_field]
+        if got == printed:
+            assert preset_field not in differs, f"{row['id']}: {preset_field} listed but equal"
+        else:
+            assert differs.get(preset_field) == {"preset": got, "row": printed}, row["id"]
