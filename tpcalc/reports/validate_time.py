@@ -101,8 +101,8 @@ def case_of(row: dict[str, Any]) -> Case | str:
     dp = row["gpus"] // (tp * pp * cp)
     mbs = row["micro_batch"] or 1
     microbatches = row["global_batch"] // (dp * mbs)
-    recipe = (row.get("recipe") or {}).get("fields", {})
-    recompute_layers = recipe.get("recompute_num_layers") if not row.get("recompute") else None
+    recipe = recipe_options(row)
+    recompute_layers = recipe.get("recompute_num_layers")
     modules = tuple(recipe.get("recompute_modules") or ())
     layout = ParallelLayout(
         gpus_per_node=JOB_NVLINK_DOMAIN.get(
@@ -116,7 +116,12 @@ def case_of(row: dict[str, Any]) -> Case | str:
         sp=tp > 1, recompute=Recompute.none, dtype=Dtype(row["dtype"]),
         memory=MemoryTechniques(recompute_modules=modules),
     )  # fmt: skip
-    overlap = Overlap(tp_comm=tp > 1, ep_a2a=bool(recipe.get("moe_a2a_overlap", False)))
+    overlap = Overlap(
+        tp_comm=bool(recipe.get("tp_comm_overlap", True)) and tp > 1,
+        ep_a2a=bool(
+            recipe.get("moe_a2a_overlap") or recipe.get("overlap_moe_expert_parallel_comm")
+        ),
+    )
     options = TimeOptions(overlap=overlap, recompute_layers=recompute_layers)
     measured = row["measured"]
     src = row["source"]
@@ -129,6 +134,18 @@ def case_of(row: dict[str, Any]) -> Case | str:
         measured_tokens_per_s_per_gpu=measured.get("tokens_per_s_per_gpu"),
         measured_tflop_per_s_per_gpu=measured.get("model_tflop_per_s_per_gpu"), source=where,
     )  # fmt: skip
+
+
+def recipe_options(row: dict[str, Any]) -> dict[str, Any]:
+    """The options a row's performance-recipe preset sets and the table does not print
+    (``recipe``: fields, the launcher's derived settings, library defaults), or nothing when
+    the preset describes another layout than the printed row (``disagrees_with_row``): the
+    measured run then used options the source does not state, and the FRAMEWORK defaults apply.
+    """
+    recipe = row.get("recipe") or {}
+    if recipe.get("disagrees_with_row"):
+        return {}
+    return {**recipe.get("defaults", {}), **recipe.get("derived", {}), **recipe.get("fields", {})}
 
 
 def predict(case: Case) -> StepTime:
