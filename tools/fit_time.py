@@ -44,7 +44,7 @@ MOE_FIT_ROWS: dict[str, tuple[str, ...]] = {
     "gb200": ("mbridge-26.04.01-*-gb200-*",),
 }
 SCALES = [0.50 + 0.005 * i for i in range(101)]  # 0.50 .. 1.00
-OVERHEADS_S = [0.00005 * i for i in range(61)]  # 0 .. 3 ms
+OVERHEADS_S = [0.00005 * i for i in range(121)]  # 0 .. 6 ms
 
 
 def _cases(hardware: str, patterns: tuple[str, ...], kind: str, runs: Path | None) -> list[Case]:

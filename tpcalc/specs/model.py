@@ -125,6 +125,9 @@ class ModelSpec(BaseModel):
     # GPT-OSS: one learned attention-sink logit per query head and layer (transformers
     # GptOssAttention.sinks); tpcalc-only field, implied by model_type gpt_oss on HF configs.
     attention_sinks: bool = False
+    # Banded attention (GPT-OSS, Mistral): a sliding_attention layer's queries see the last
+    # ``sliding_window`` keys (transformers GptOssConfig.sliding_window).
+    sliding_window: PositiveInt | None = None
 
     tpcalc: TpcalcBlock = Field(description="tpcalc's own facts: name, training seq length")
 

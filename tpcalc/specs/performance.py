@@ -70,6 +70,9 @@ class PerformanceSpec(BaseModel):
     attention_fwd_half_seq: SourcedPositive
     attention_bwd_efficiency: SourcedShare
     attention_bwd_half_seq: SourcedPositive
+    # Head dim that halves the attention kernel's efficiency: eff ∝ d/(d + d½), the values
+    # above being measured at d = 128.
+    attention_half_head_dim: SourcedPositive
     # nccl-tests bus bandwidth of large messages, per GPU, inside a node and across nodes, and
     # the fixed cost of one collective call (the per-ring-step latencies are the card's
     # intra_node_latency_s / inter_node_latency_s).

@@ -150,17 +150,29 @@ def elementwise(name: str, elements: float, rw: tuple[int, int], dtype: Dtype) -
 
 
 def attention_core(
-    name: str, shard: Shard, heads: int, kv_heads: int, d_qk: int, d_v: int
+    name: str,
+    shard: Shard,
+    heads: int,
+    kv_heads: int,
+    d_qk: int,
+    d_v: int,
+    window: int | None = None,
 ) -> tuple[Op, ...]:
     """Fused attention of this rank's heads: its s/cp queries against all s keys, causal blocks
     skipped; forward 2 and backward 5 matmuls (Dao 2023). Under CP the ring runs it as 2·cp
     blocks of s/(2·cp) queries (zig-zag halves, Transformer Engine context parallelism; Liu et
     al. 2023), so the kernel sees blocks of that length (``Op.m``), and after each ring step the
-    partial outputs are merged by their log-sum-exp (an fp32 read of both and a write)."""
+    partial outputs are merged by their log-sum-exp (an fp32 read of both and a write). A
+    banded layer (``window``) lets each query see its last ``window`` keys only, so the kernel
+    does q_len · window score blocks (FlashAttention-2 window_size; Beltagy et al. 2020)."""
     b, q_len, kv_len = shard.micro_batch, shard.seq // shard.cp, shard.seq
     block = q_len // CP_CHUNKS_PER_RANK if shard.cp > 1 else q_len
-    mask = CAUSAL_SHARE if shard.causal else 1.0
-    scores = GEMM_FLOP_PER_MAC * b * heads * q_len * kv_len * mask
+    if window is not None and window < kv_len:
+        block = min(block, window)
+        scores = GEMM_FLOP_PER_MAC * b * heads * q_len * window
+    else:
+        mask = CAUSAL_SHARE if shard.causal else 1.0
+        scores = GEMM_FLOP_PER_MAC * b * heads * q_len * kv_len * mask
     fwd = scores * (d_qk + d_v)  # Q·Kᵀ over d_qk, P·V over d_v (Dao 2023 Algorithm 1)
     bwd = scores * (ATTN_BWD_QK_MATMULS * d_qk + ATTN_BWD_V_MATMULS * d_v)
     io = b * (q_len * heads * (2 * d_qk + 2 * d_v) + kv_len * kv_heads * (d_qk + d_v))
@@ -183,9 +195,10 @@ def _heads(spec: ModelSpec, shard: Shard) -> tuple[int, int]:
     return spec.num_attention_heads // shard.tp, max(1, spec.kv_heads // shard.tp)
 
 
-def attention_ops(spec: ModelSpec, shard: Shard) -> tuple[Op, ...]:
-    """A full-attention block (MHA/GQA, optional q/k norm and output gate; Qwen3.5 gated
-    attention): norm, QKV, RoPE, core, gate, out-proj, residual add."""
+def attention_ops(spec: ModelSpec, shard: Shard, banded: bool = False) -> tuple[Op, ...]:
+    """An attention block (MHA/GQA, optional q/k norm and output gate; Qwen3.5 gated
+    attention; banded with the model's sliding window): norm, QKV, RoPE, core, gate, out-proj,
+    residual add."""
     if spec.is_mla:
         return mla_ops(spec, shard)
     t_all, t_sp, h, dt = shard.tokens, shard.sp_tokens, spec.hidden_size, shard.dtype
@@ -197,7 +210,8 @@ def attention_ops(spec: ModelSpec, shard: Shard) -> tuple[Op, ...]:
     if spec.uses_qk_norm:
         ops += elementwise("qk_norm", t_all * (nq + nkv) * d, NORM_RW, dt)
     ops += elementwise("rope", t_all * (nq + nkv) * d, ROPE_RW, dt)
-    ops += attention_core("core_attn", shard, nq, nkv, d, d)
+    window = spec.sliding_window if banded else None
+    ops += attention_core("core_attn", shard, nq, nkv, d, d, window)
     if spec.attn_output_gate:
         ops += elementwise("attn_gate", t_all * nq * d, GATE_RW, dt)
     ops += gemm("out_proj", t_all, h, nq * d, shard.gemm_dtype)
@@ -319,8 +333,11 @@ def moe_ops(spec: ModelSpec, shard: Shard) -> tuple[Op, ...]:
 
 def layer_ops(spec: ModelSpec, shard: Shard, i: int) -> tuple[Op, ...]:
     """Every op of decoder layer i for one micro-batch on one rank."""
-    linear = spec.resolved_layer_types[i] == "linear_attention"
-    mixer = linear_attention_ops(spec, shard) if linear else attention_ops(spec, shard)
+    kind = spec.resolved_layer_types[i]
+    if kind == "linear_attention":
+        mixer = linear_attention_ops(spec, shard)
+    else:
+        mixer = attention_ops(spec, shard, banded=kind == "sliding_attention")
     ffn = moe_ops(spec, shard) if spec.is_moe_layer(i) else dense_mlp_ops(spec, shard)
     return mixer + ffn
 
