@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from tests.golden import expected
 from tpcalc.cli import app, dp, pipeline, zero
 
 # Register the three commands if tpcalc/cli/__init__.py does not yet (idempotent afterwards).
@@ -57,12 +58,12 @@ def test_every_command_in_every_format(cli, args, fmt):
 def test_dp_seed_figures(cli):
     by_n = {row["dp"]: row for row in json_rows(cli, *SEED_DP, "--dp", "8,64")}
     # seed 000 summary: BF16 gradients 55.6 GB; ring 97.2 GB (8 cards), 109.4 GB (64 cards)
-    assert abs(by_n[8]["grad_bytes"] / 1e9 - 55.6) <= 0.05
-    assert abs(by_n[8]["ring_send_bytes_per_rank"] / 1e9 - 97.2) <= 0.05
-    assert abs(by_n[64]["ring_send_bytes_per_rank"] / 1e9 - 109.4) <= 0.05
+    assert expected("q-grad-bf16").matches(by_n[8]["grad_bytes"])
+    assert expected("q-dp-ring-8").matches(by_n[8]["ring_send_bytes_per_rank"])
+    assert expected("q-dp-ring-64").matches(by_n[64]["ring_send_bytes_per_rank"])
     # seed 000 §数据并行: 1.94 s over IB 50 GB/s vs a 1.05 s backward: cannot hide
-    assert abs(by_n[8]["comm_time_s"] - 1.94) <= 0.005
-    assert abs(by_n[8]["backward_time_s"] - 1.05) <= 0.005
+    assert expected("q-dp-time-ib").matches(by_n[8]["comm_time_s"])
+    assert expected("q-bwd-time").matches(by_n[8]["backward_time_s"])
     assert by_n[8]["hides_behind_backward"] is False
 
 

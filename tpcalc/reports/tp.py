@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from tpcalc.calc.params.counts import ParamConvention
-from tpcalc.calc.tp.comm import tp_comm_row
+from tpcalc.calc.tp.comm import tp_comm
+from tpcalc.calc.tp.comm_explain import tp_comm_terms
 from tpcalc.calc.tp.flops import flops_terms
 from tpcalc.reports.inputs import Inputs, resolve
-from tpcalc.terms import Report, Row
+from tpcalc.specs import HardwareSpec, ModelSpec
+from tpcalc.terms import Report, Row, Scalar, Term
 from tpcalc.units import Dtype
+
+COMPUTE_TIME_KEY = "compute_time_s"
 
 
 def tp_warnings(inputs: Inputs) -> list[str]:
@@ -21,6 +25,57 @@ def tp_warnings(inputs: Inputs) -> list[str]:
         if message:
             warnings.append(message)
     return warnings
+
+
+def compute_term(
+    spec: ModelSpec,
+    hw: HardwareSpec,
+    *,
+    t: int,
+    seq: int,
+    micro_batch: int,
+    params: ParamConvention,
+) -> Term:
+    """The per-rank compute time of one micro-batch, as ``tpcalc flops`` prints it.
+
+    The one place that picks a flops result by key: ``tpcalc.calc.tp.flops`` still returns
+    terms; when it returns a typed result, read its ``compute_time_s`` here instead.
+    """
+    flops = flops_terms(spec, hw, t=t, seq=seq, micro_batch=micro_batch, params=params)
+    return next(x for x in flops if x.key == COMPUTE_TIME_KEY)
+
+
+def tp_comm_row(
+    spec: ModelSpec,
+    hw: HardwareSpec,
+    *,
+    t: int,
+    seq: int,
+    micro_batch: int = 1,
+    dtype: Dtype = Dtype.bf16,
+    sp: bool = False,
+    recompute_full: bool = False,
+    params: ParamConvention = ParamConvention.matmul,
+    with_latency: bool = True,
+) -> Row:
+    """One row of ``tpcalc comm``: ``tp_comm`` for one t, with its explanations and inputs."""
+    compute = compute_term(spec, hw, t=t, seq=seq, micro_batch=micro_batch, params=params)
+    c = tp_comm(
+        spec, hw, t=t, seq=seq, micro_batch=micro_batch, dtype=dtype,
+        recompute_full=recompute_full, with_latency=with_latency,
+        compute_time_s=float(compute.value),  # type: ignore[arg-type]
+    )  # fmt: skip
+    inputs: dict[str, Scalar] = {
+        "model": spec.name, "hardware": hw.name, "t": t, "seq": seq,
+        "micro_batch": micro_batch, "dtype": dtype.value, "sp": sp,
+        "recompute_full": recompute_full, "params_convention": params.value,
+        "latency": with_latency,
+    }  # fmt: skip
+    terms = tp_comm_terms(
+        c, sp=sp, seq=seq, micro_batch=micro_batch, hidden_size=spec.hidden_size,
+        dtype_bytes=dtype.bytes, hw=hw, with_latency=with_latency, compute=compute,
+    )  # fmt: skip
+    return Row(inputs=inputs, terms=terms)
 
 
 def comm_report(
