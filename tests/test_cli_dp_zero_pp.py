@@ -167,3 +167,19 @@ def test_bad_combinations_are_one_line(cli, args, code, text, fmt):
 def test_help(cli, name):
     r = cli(name, "--help")
     assert r.code == 0 and "Usage:" in r.out and "Example" in r.out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("dp", "--dp", "8,"), "--dp '8,': give an integer or a list like 8,64"),
+        (("pipeline", "--pp", "8,,16"), "--pp '8,,16': give an integer or a list like 8,64"),
+        (("cp", "--cp", "2,x"), "--cp '2,x': give an integer or a list like 8,64"),
+        (("comm", "-t", "8,"), "--tp '8,': give an integer or a list like 1,2,4,8"),
+        (("dp", "--dp", "0"), "--dp must be a positive integer, got 0"),
+    ],
+)
+def test_one_list_parser_for_every_size_option(cli, args, message):
+    # reports.inputs.int_list parses every size list: an empty entry is an error everywhere
+    r = cli(*args)
+    assert r.code == 1 and message in r.err and r.out == ""

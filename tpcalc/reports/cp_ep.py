@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from tpcalc.calc.ep.routing import EpRouting
 from tpcalc.calc.params.states import StateRecipe
-from tpcalc.reports.dp_zero_pp import LinkChoice
+from tpcalc.reports.inputs import LinkChoice
 from tpcalc.terms import Report
 from tpcalc.units import Dtype
 
@@ -35,8 +35,7 @@ def cp_report(
     """One row per cp: ring K/V bytes per layer and micro-batch, link time vs attention compute,
     causal work contiguous vs zig-zag, and whether Ulysses could split the heads instead."""
     from tpcalc.calc.cp.ring import cp_row
-    from tpcalc.reports.dp_zero_pp import int_list, pick_link, pick_nodes
-    from tpcalc.reports.inputs import node_size, positive, resolve
+    from tpcalc.reports.inputs import int_list, node_size, pick_link, pick_nodes, positive, resolve
     from tpcalc.reports.tp import tp_warnings
 
     inputs = resolve(model, hardware, seq=seq, micro_batch=micro_batch, tp=tp)
@@ -89,8 +88,7 @@ def ep_report(
     with their IB and NVLink shares, and all-to-all time against expert compute."""
     from tpcalc.calc.ep.all_to_all import ep_row
     from tpcalc.errors import divide
-    from tpcalc.reports.dp_zero_pp import int_list
-    from tpcalc.reports.inputs import node_size, positive, resolve
+    from tpcalc.reports.inputs import int_list, node_size, positive, resolve
     from tpcalc.reports.tp import tp_warnings
 
     inputs = resolve(model, hardware, seq=seq, micro_batch=micro_batch, tp=tp)

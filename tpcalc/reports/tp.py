@@ -1,4 +1,4 @@
-"""Tensor-parallel reports: comm, flops (and memory, in tpcalc.reports.memory)."""
+"""Tensor-parallel reports: comm, flops, check (and memory, in tpcalc.reports.memory)."""
 
 from __future__ import annotations
 
@@ -6,12 +6,15 @@ from tpcalc.calc.params.counts import ParamConvention
 from tpcalc.calc.tp.comm import tp_comm
 from tpcalc.calc.tp.comm_explain import tp_comm_terms
 from tpcalc.calc.tp.flops import flops_terms
-from tpcalc.reports.inputs import Inputs, resolve
+from tpcalc.calc.tp.rules import DEFAULT_VOCAB_PAD_MULTIPLE
+from tpcalc.reports.inputs import Inputs, parse_tp_list, resolve
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.terms import Report, Row, Scalar, Term
 from tpcalc.units import Dtype
 
 COMPUTE_TIME_KEY = "compute_time_s"
+# seed 000: "现代配置里 TP 通常不超过 8"; seed 003 §7.3.5: TP stays inside one 8-GPU node.
+DEFAULT_MAX_T = 8
 
 
 def tp_warnings(inputs: Inputs) -> list[str]:
@@ -159,3 +162,48 @@ def flops_report(
         rows=tuple(rows),
         warnings=tuple(warnings),
     )
+
+
+def check_report(
+    model: str,
+    *,
+    tp: str | int | list[int] | None = None,
+    vocab_pad_multiple: int = DEFAULT_VOCAB_PAD_MULTIPLE,
+    shards: bool = False,
+) -> Report:
+    """``tpcalc check``: one ``check_tp`` row per t, or with ``shards`` the per-card shard table
+    of every t. ``tp`` None means every valid t up to DEFAULT_MAX_T. KV replication warnings
+    and the valid t list travel with the report; a bad t raises DivisibilityError."""
+    from tpcalc.calc.tp.rules import (
+        all_valid_tp_sizes,
+        max_t_without_replication,
+        uses_kv_heads,
+        valid_tp_sizes,
+    )
+    from tpcalc.calc.tp.shards import check_tp
+    from tpcalc.calc.tp.table import shard_shapes
+    from tpcalc.catalog import load_model
+
+    spec = load_model(model)
+    tps = valid_tp_sizes(spec, DEFAULT_MAX_T) if tp is None else parse_tp_list(tp, DEFAULT_MAX_T)
+    checks = [check_tp(spec, t, vocab_pad_multiple=vocab_pad_multiple) for t in tps]
+    valid = ", ".join(str(t) for t in all_valid_tp_sizes(spec))
+    notes = [f"valid t for {spec.name}: {valid}"]
+    if uses_kv_heads(spec):
+        notes.append(f"largest t without KV replication: {max_t_without_replication(spec)}")
+    notes += [
+        f"{p.name} ({p.params} params) is declared, not sharded: excluded from params per rank"
+        for p in spec.tpcalc.declared_parts
+    ]
+    if shards:
+        rows = tuple(
+            r for t in tps for r in shard_shapes(spec, t, vocab_pad_multiple=vocab_pad_multiple)
+        )
+        title = (
+            f"Per-card shard shapes (rows = in, cols = out) under tensor parallelism: {spec.name}"
+        )
+    else:
+        rows = tuple(c.row for c in checks)
+        title = f"Tensor-parallel divisibility, KV replication and vocab padding: {spec.name}"
+    warnings = tuple(w for c in checks for w in c.warnings)
+    return Report(title=title, rows=rows, warnings=warnings, notes=tuple(notes))
