@@ -11,12 +11,12 @@ from tpcalc.calc.dp.gradients import (
     DDP_BUCKET_BYTES,
     backward_flop,
     bucket_count,
-    dp_terms,
     gradient_bytes,
     last_bucket_bytes,
     naive_gather_bytes,
     ring_all_reduce_bytes,
 )
+from tpcalc.calc.dp.gradients_explain import dp_terms
 from tpcalc.calc.links.link import Link
 from tpcalc.calc.params.counts import matmul_params, total_params
 from tpcalc.errors import InputError

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from tpcalc.calc.dp.gradients import GradientSync
+from tpcalc.calc.dp.gradients_explain import explanations as dp_explanations
 from tpcalc.calc.links.breakdown import LinkTime, link_time_explanations
+from tpcalc.calc.links.link import Link
 from tpcalc.calc.tp.comm import TpComm
 from tpcalc.calc.tp.comm_explain import EXPLANATIONS as TP_COMM
 from tpcalc.explain import Explanation, unexplained
@@ -14,8 +17,12 @@ from tpcalc.reports.tp import tp_comm_row
 
 @pytest.mark.parametrize(
     ("result_type", "table"),
-    [(TpComm, TP_COMM), (LinkTime, link_time_explanations("NVLink", "src"))],
-    ids=["TpComm", "LinkTime"],
+    [
+        (TpComm, TP_COMM),
+        (LinkTime, link_time_explanations("NVLink", "src")),
+        (GradientSync, dp_explanations(Link.inter_node, "src")),
+    ],
+    ids=["TpComm", "LinkTime", "GradientSync"],
 )
 def test_every_field_is_explained(result_type: type, table: dict[str, Explanation]) -> None:
     assert unexplained(result_type, table) == []

@@ -9,7 +9,8 @@ from tpcalc.calc.activations.paper import (
     Recompute,
     require_sp_seq,
 )
-from tpcalc.calc.dp.gradients import DDP_BUCKET_MIB, dp_terms
+from tpcalc.calc.dp.gradients import DDP_BUCKET_MIB
+from tpcalc.calc.dp.gradients_explain import dp_terms
 from tpcalc.calc.dp.zero import ZeroStage, zero_stage, zero_terms
 from tpcalc.calc.layout.groups import ParallelLayout
 from tpcalc.calc.layout.memory import layer_activation_bytes
