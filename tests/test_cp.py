@@ -12,7 +12,7 @@ from tpcalc.calc.cp.causal import (
     chunk_causal_work,
     rank_chunks,
 )
-from tpcalc.calc.cp.ring import cp_row
+from tpcalc.calc.cp.ring_explain import cp_row
 from tpcalc.calc.cp.shapes import (
     block_pair_flop,
     kv_block_bytes,

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from tpcalc.calc.cp.ring import CpRing
+from tpcalc.calc.cp.ring_explain import explanations as cp_explanations
 from tpcalc.calc.dp.gradients import GradientSync
 from tpcalc.calc.dp.gradients_explain import explanations as dp_explanations
 from tpcalc.calc.links.breakdown import LinkTime, link_time_explanations
@@ -21,8 +23,9 @@ from tpcalc.reports.tp import tp_comm_row
         (TpComm, TP_COMM),
         (LinkTime, link_time_explanations("NVLink", "src")),
         (GradientSync, dp_explanations(Link.inter_node, "src")),
+        (CpRing, cp_explanations("src")),
     ],
-    ids=["TpComm", "LinkTime", "GradientSync"],
+    ids=["TpComm", "LinkTime", "GradientSync", "CpRing"],
 )
 def test_every_field_is_explained(result_type: type, table: dict[str, Explanation]) -> None:
     assert unexplained(result_type, table) == []

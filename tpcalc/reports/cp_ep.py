@@ -1,6 +1,6 @@
 """Context- and expert-parallel reports: the Python twins of ``tpcalc cp`` and ``tpcalc ep``.
 
-Each loads the configs, then calls ``tpcalc.calc.cp.ring.cp_row`` /
+Each loads the configs, then calls ``tpcalc.calc.cp.ring_explain.cp_row`` /
 ``tpcalc.calc.ep.all_to_all.ep_row`` once per cp / ep value and echoes the resolved inputs
 (hardware, node size, ...) in every row.
 """
@@ -34,7 +34,7 @@ def cp_report(
 ) -> Report:
     """One row per cp: ring K/V bytes per layer and micro-batch, link time vs attention compute,
     causal work contiguous vs zig-zag, and whether Ulysses could split the heads instead."""
-    from tpcalc.calc.cp.ring import cp_row
+    from tpcalc.calc.cp.ring_explain import cp_row
     from tpcalc.reports.inputs import int_list, node_size, pick_link, pick_nodes, positive, resolve
     from tpcalc.reports.tp import tp_warnings
 
