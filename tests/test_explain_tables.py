@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from tpcalc.calc.cp.causal import CausalBalance
 from tpcalc.calc.cp.ring import CpRing
+from tpcalc.calc.cp.ring_explain import CAUSAL_EXPLANATIONS
 from tpcalc.calc.cp.ring_explain import explanations as cp_explanations
 from tpcalc.calc.dp.gradients import GradientSync
 from tpcalc.calc.dp.gradients_explain import explanations as dp_explanations
@@ -24,8 +26,9 @@ from tpcalc.reports.tp import tp_comm_row
         (LinkTime, link_time_explanations("NVLink", "src")),
         (GradientSync, dp_explanations(Link.inter_node, "src")),
         (CpRing, cp_explanations("src")),
+        (CausalBalance, CAUSAL_EXPLANATIONS),
     ],
-    ids=["TpComm", "LinkTime", "GradientSync", "CpRing"],
+    ids=["TpComm", "LinkTime", "GradientSync", "CpRing", "CausalBalance"],
 )
 def test_every_field_is_explained(result_type: type, table: dict[str, Explanation]) -> None:
     assert unexplained(result_type, table) == []

@@ -22,6 +22,7 @@ from tpcalc.calc.cp.shapes import (
     kv_block_bytes,
     kv_dims,
     q_heads_per_rank,
+    ulysses_fits,
 )
 from tpcalc.calc.links.collectives import Collective
 from tpcalc.calc.links.link import (
@@ -96,6 +97,8 @@ class CpRing:
     achieved_flop_per_s: float
     attn_step_time_s: float
     kv_over_compute_ratio: float
+    ulysses_max_cp: int  # KV heads per TP rank: the largest head split without replication
+    ulysses_fits: bool  # cp divides the query and the KV heads (Ulysses possible)
 
 
 def cp_ring(
@@ -174,4 +177,6 @@ def cp_ring(
         achieved_flop_per_s=achieved,
         attn_step_time_s=attn_time,
         kv_over_compute_ratio=kv_time / attn_time,
+        ulysses_max_cp=n_kv,
+        ulysses_fits=ulysses_fits(spec, cp),
     )

@@ -1,15 +1,16 @@
 """Label, formula and source of every ``CpRing`` field (the explain layer beside ``ring.py``),
-and the row ``tpcalc cp`` prints: the ring, then Ulysses' limit and the causal balance."""
+and of ``CausalBalance``; and the row ``tpcalc cp`` prints: the ring, Ulysses' limit, then the
+causal balance."""
 
 from __future__ import annotations
 
-from tpcalc.calc.cp.causal import causal_terms
+from tpcalc.calc.cp.causal import ZIGZAG, CausalBalance, causal_balance
 from tpcalc.calc.cp.ring import RING_BWD, CpRing, cp_ring
-from tpcalc.calc.cp.shapes import FLASH, RING, ulysses_terms
+from tpcalc.calc.cp.shapes import FLASH, RING, ULYSSES
 from tpcalc.calc.links.link import LATENCY_FORMULA, Link, latency_inputs, latency_source
 from tpcalc.explain import Explanation, terms
 from tpcalc.specs import HardwareSpec, ModelSpec
-from tpcalc.terms import Row, Scalar, Unit
+from tpcalc.terms import Row, Scalar, Term, Unit
 from tpcalc.units import Dtype
 
 PER_LAYER = "send_bytes_per_layer"
@@ -35,6 +36,8 @@ ROW = (
     "block_pair_flop",
     "attn_step_time_s",
     "kv_over_compute_ratio",
+    "ulysses_max_cp",
+    "ulysses_fits",
 )
 
 
@@ -115,7 +118,57 @@ def explanations(latency_src: str) -> dict[str, Explanation]:
             "transfer / compute per step (<= 1 hides)", Unit.ratio,
             "kv_step_time / attn_step_time", SRC_OVERLAP,
         ),
+        "ulysses_max_cp": Explanation(
+            "largest Ulysses degree (KV heads)", Unit.count, "n_kv", ULYSSES
+        ),
+        "ulysses_fits": Explanation(
+            "cp divides q and KV heads (Ulysses possible)", Unit.text,
+            "n_kv % cp == 0 and n_q % cp == 0", ULYSSES,
+        ),
     }  # fmt: skip
+
+
+CAUSAL_EXPLANATIONS: dict[str, Explanation] = {
+    "chunks": Explanation("causal chunks", Unit.count, "2·cp unless --chunks", ZIGZAG),
+    "contiguous_work": Explanation(
+        "causal work per rank, contiguous (block pairs)", Unit.text,
+        "rank r: sum of (i+1) over its chunks i", ZIGZAG,
+    ),
+    "zigzag_work": Explanation(
+        "causal work per rank, zig-zag (block pairs)", Unit.text,
+        "each head/tail pair (i, n-1-i) costs n+1", ZIGZAG,
+    ),
+    "mean_work": Explanation("mean work per rank", Unit.count, "Σ work / cp", ZIGZAG),
+    "causal_imbalance_contiguous_ratio": Explanation(
+        "slowest rank / mean, contiguous", Unit.ratio, "max(work) / mean(work)", ZIGZAG
+    ),
+    "causal_imbalance_zigzag_ratio": Explanation(
+        "slowest rank / mean, zig-zag", Unit.ratio, "max(work) / mean(work)", ZIGZAG
+    ),
+}  # fmt: skip
+
+
+def causal_terms(c: CausalBalance, cp: int) -> tuple[Term, ...]:
+    """The causal-balance rows: each split's work per rank as '10 : 26 : 42 : 58' (the vector is
+    flattened here, at the output edge), then its max/mean imbalance."""
+    out: list[Term] = []
+    for split in ("contiguous", "zigzag"):
+        work = getattr(c, f"{split}_work")
+        ex = CAUSAL_EXPLANATIONS[f"{split}_work"]
+        out.append(
+            Term(
+                key=f"causal_work_{split}", label=ex.label, unit=ex.unit, formula=ex.formula,
+                source=ex.source, value=" : ".join(str(w) for w in work),
+                inputs={"chunks": c.chunks, "cp": cp},
+            )
+        )  # fmt: skip
+        ratio = f"causal_imbalance_{split}_ratio"
+        out += terms(
+            c,
+            {ratio: CAUSAL_EXPLANATIONS[ratio]},
+            symbols={ratio: {"max_work": max(work), "mean_work": c.mean_work}},
+        )
+    return tuple(out)
 
 
 def _symbols(
@@ -147,6 +200,7 @@ def _symbols(
                             "d_k": r.d_k, "d_v": r.d_v},
         "attn_step_time_s": {"flop": r.block_pair_flop,
                              "achieved_flop_per_s": r.achieved_flop_per_s},
+        "ulysses_fits": {"n_kv": r.n_kv, "n_q": spec.num_attention_heads, "cp": cp},
     }  # fmt: skip
 
 
@@ -186,5 +240,5 @@ def cp_row(
     }  # fmt: skip
     return Row(
         inputs=inputs,
-        terms=(*ring, *ulysses_terms(spec, cp, r.n_kv), *causal_terms(chunks, cp)),
+        terms=(*ring, *causal_terms(causal_balance(chunks, cp), cp)),
     )
