@@ -219,12 +219,34 @@ def cp_row(
     with_latency: bool = False,
     nodes: int | None = None,
 ) -> Row:
-    """One row of ``tpcalc cp``: ``cp_ring`` with its explanations, then Ulysses' head limit and
-    the causal balance over ``chunks`` (default 2·cp) chunks."""
+    """One row of ``tpcalc cp``: ``cp_ring`` with its explanations (``ring_row``)."""
     r = cp_ring(
         spec, hw, seq=seq, cp=cp, micro_batch=micro_batch, tp=tp, dtype=dtype,
         grad_dtype=grad_dtype, link=link, with_latency=with_latency, nodes=nodes,
     )  # fmt: skip
+    return ring_row(
+        r, spec, hw, seq=seq, cp=cp, micro_batch=micro_batch, tp=tp, dtype=dtype,
+        grad_dtype=grad_dtype, link=link, chunks=chunks, with_latency=with_latency,
+    )  # fmt: skip
+
+
+def ring_row(
+    r: CpRing,
+    spec: ModelSpec,
+    hw: HardwareSpec,
+    *,
+    seq: int,
+    cp: int,
+    micro_batch: int,
+    tp: int,
+    dtype: Dtype,
+    grad_dtype: Dtype | None,
+    link: Link,
+    chunks: int | None,
+    with_latency: bool,
+) -> Row:
+    """The row of ``r`` (computed with these inputs): the ring, Ulysses' limit, and the causal
+    balance over ``chunks`` (default 2·cp) chunks."""
     grad_dtype = grad_dtype or dtype
     chunks = chunks or 2 * cp
     table = explanations(latency_source(hw, with_latency))
@@ -238,7 +260,4 @@ def cp_row(
         "dtype": dtype.value, "grad_dtype": grad_dtype.value, "link": link.value,
         "chunks": chunks, "latency": with_latency,
     }  # fmt: skip
-    return Row(
-        inputs=inputs,
-        terms=(*ring, *causal_terms(causal_balance(chunks, cp), cp)),
-    )
+    return Row(inputs=inputs, terms=(*ring, *causal_terms(causal_balance(chunks, cp), cp)))
