@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from tests.golden import expected
 from tpcalc.cli import app, cp, ep, layout
 
 # Register the three commands if tpcalc/cli/__init__.py does not yet (idempotent afterwards).
@@ -67,7 +68,7 @@ def test_explain_prints_formulas_and_sources(cli, command):
 def test_cp_seed_figures(cli):
     (row,) = json_rows(cli, *SEED_CP)
     # seed 000 summary: 0.1 GB block per step (67.1 MB), 7 steps, 0.5 GB per layer (469.8 MB)
-    assert abs(row["kv_block_bytes"] / 1e9 - 0.1) <= 0.05
+    assert expected("q-cp-block").matches(row["kv_block_bytes"])
     assert abs(row["kv_block_bytes"] / 1e6 - 67.1) <= 0.05
     assert row["ring_steps"] == 7
     assert abs(row["fwd_kv_bytes_per_layer"] / 1e6 - 469.8) <= 0.05

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from tests.conftest import CliResult, run_cli
+from tests.golden import expected
 
 
 def _registered() -> bool:
@@ -97,15 +98,16 @@ def test_json_carries_every_scheme_difference_cells_and_tally(vcli):
     assert ffn["naive"]["max_abs_diff"] > 1e-3 and ffn["column-row"]["max_abs_diff"] < 1e-12
     (cmp,) = [r for r in rows if r["check"] == "comparison"]
     # seed 000: 3.4× in message size; 1.7× in ring bytes per rank (q-allgather-vs-ar)
-    assert abs(cmp["message_ratio"] - 3.4) <= 0.05 and abs(cmp["ring_ratio"] - 1.7) <= 0.05
+    assert expected("q-allgather-vs-ar").matches(cmp["message_ratio"])
+    assert abs(cmp["ring_ratio"] - 1.7) <= 0.05
 
 
 def test_seed003_json_is_exact(vcli):
     rows = json.loads(vcli("verify", "--example", "seed003", "-f", "json").out)
     vectors = [json.loads(r["vector"]) for r in rows]
     # seed 003 §7.3.2–7.3.3
-    for expected in ([7, -2], [4, 1], [3, -3], [2, 1, 1, 4], [2, 1, 0, 3], [5, -1], [4, -2]):
-        assert expected in vectors
+    for vector in ([7, -2], [4, 1], [3, -3], [2, 1, 1, 4], [2, 1, 0, 3], [5, -1], [4, -2]):
+        assert vector in vectors
 
 
 @pytest.mark.parametrize(

@@ -6,13 +6,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.golden import expected
 from tpcalc.calc.cp.causal import (
     CausalSplit,
     causal_work_per_rank,
     chunk_causal_work,
     rank_chunks,
 )
-from tpcalc.calc.cp.ring import cp_row
+from tpcalc.calc.cp.ring_explain import cp_row
 from tpcalc.calc.cp.shapes import (
     block_pair_flop,
     kv_block_bytes,
@@ -23,7 +24,7 @@ from tpcalc.calc.cp.shapes import (
 from tpcalc.calc.links.link import Link
 from tpcalc.catalog import load_model
 from tpcalc.errors import DivisibilityError, InputError
-from tpcalc.units import GB, MB, Dtype
+from tpcalc.units import MB, Dtype
 
 SEED_SEQ = 131_072  # seed 000 summary (CP row): s = 131,072 on 8 cards
 SEED_CP = 8
@@ -38,7 +39,7 @@ def test_kv_block_per_ring_step(qwen38):
     # seed 000 summary: each card passes one K,V block of 0.1 GB per step
     # (s/8 × 4 KV heads × 256 × K,V × 2 B = 67.1 MB)
     block = kv_block_bytes(qwen38, seq=SEED_SEQ, cp=SEED_CP, micro_batch=1, dtype=Dtype.bf16)
-    assert abs(block / GB - 0.1) <= 0.05
+    assert expected("q-cp-block").matches(block)
     assert abs(block / MB - 67.1) <= 0.05
 
 
@@ -46,7 +47,7 @@ def test_ring_steps_and_layer_bytes(seed_row):
     # seed 000 summary: 7 blocks per full-attention layer, 0.5 GB per layer (469.8 MB)
     assert seed_row.value("ring_steps") == 7
     fwd = seed_row.value("fwd_kv_bytes_per_layer")
-    assert abs(fwd / GB - 0.5) <= 0.05
+    assert expected("q-cp-layer").matches(fwd)
     assert abs(fwd / MB - 469.8) <= 0.05
 
 

@@ -1,101 +1,22 @@
 """Every seed figure, checked row by row against the documents' printed text.
 
-The printed strings below are copied from ../shared/figures/seed-figures.yaml (the project must
-not read ../shared at test time). Each row's computed text comes from the calculators; the
-comparison is with this copy, not with the Figure record's own ``printed`` field.
+The printed strings are the golden table of tests/golden.py (a copy of
+../shared/figures/seed-figures.yaml). Each row's computed text comes from the calculators; the
+comparison is with that copy, not with the Figure record's own ``printed`` field.
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 
 import pytest
 
+from tests.golden import PRINTED
 from tpcalc.figures.model import evaluate
 from tpcalc.reports.figures import all_figures
 
-# id -> (seed, printed text)
-PRINTED = {
-    "q-grad-bf16": ("000", "55.6 GB"),
-    "q-dp-ring-8": ("000", "97.2 GB"),
-    "q-dp-ring-64": ("000", "109.4 GB"),
-    "q-dp-naive-8": ("000", "388.9 GB"),
-    "q-dp-naive-64": ("000", "3,500 GB"),
-    "q-states-1": ("000", "444.5 GB"),
-    "q-states-ratio": ("000", "5.6"),
-    "q-zero1-8": ("000", "152.8 GB"),
-    "q-zero2-8": ("000", "104.2 GB"),
-    "q-zero3-8": ("000", "55.6 GB"),
-    "q-zero3-comm": ("000", "145.9 GB"),
-    "q-zero3-vs-dp": ("000", "1.5"),
-    "q-free-for-act": ("000", "24.4 GB"),
-    "q-act-selective": ("000", "45.6 GB"),
-    "q-act-selective-tp8-sp": ("000", "5.7 GB"),
-    "q-dp-time-ib": ("000", "1.94 s"),
-    "q-bwd-time": ("000", "1.05 s"),
-    "q-ddp-bucket": ("000", "25 MiB"),
-    "q-tp-msg": ("000", "4,096 x 5,120 x 2 bytes"),
-    "q-tp-ar-card": ("000", "73.4 MB"),
-    "q-tp-step": ("000", "18.8 GB"),
-    "q-tp-flop-rank": ("000", "79 TFLOP"),
-    "q-tp-nvlink": ("000", "117 ms"),
-    "q-tp-ib": ("000", "376 ms"),
-    "q-nvlink-vs-ib": ("000", "3.2"),
-    "q-ffn-per-card": ("000", "2176"),
-    "q-toy-ffn-per-card": ("000", "8"),
-    "q-heads-per-card": ("000", "3"),
-    "q-kv-replication-8": ("000", "2"),
-    "q-kv-replication-4": ("000", "1"),
-    "q-allgather-vs-ar": ("000", "3.4"),
-    "q-pp-layers-per-stage": ("000", "8"),
-    "q-pp-p2p": ("000", "0.0 GB"),
-    "q-pp-bubble": ("000", "21.9%"),
-    "q-pp-bubble-share": ("000", "17.9%"),
-    "q-pp-interleaved": ("000", "5.5%"),
-    "q-zb-h1": ("000", "1/3"),
-    "q-cp-block": ("000", "0.1 GB"),
-    "q-cp-steps": ("000", "7"),
-    "q-cp-layer": ("000", "0.5 GB"),
-    "q-cp-causal-load": ("000", "10 : 26 : 42 : 58"),
-    "q-ep-experts-per-card": ("000", "4"),
-    "q-ep-routed-params": ("000", "654B"),
-    "q-ep-max-nodes": ("000", "4"),
-    "q-ds-one-card-years": ("000", "304"),
-    "q-llama405-4d": ("000", "8 x 1 x 16 x 128"),
-    "q-ds-parallel": ("000", "PP 16 x EP 64 x ZeRO-1 DP"),
-    "l-act-msg": ("003", "134.2 MB"),
-    "l-ar-card": ("003", "234.9 MB"),
-    "l-ar-layer": ("003", "939.5 MB"),
-    "l-ar-step": ("003", "75.2 GB"),
-    "l-ar-formula": ("003", "8 (t-1)/t s b h elements"),
-    "l-nvlink-time": ("003", "0.17 s"),
-    "l-nvlink-share": ("003", "15%"),
-    "l-ib-time": ("003", "1.50 s"),
-    "l-ib-share": ("003", "139%"),
-    "l-bw-ratio": ("003", "9"),
-    "l-compute": ("003", "1.08 s"),
-    "l-heads-per-card": ("003", "8 query heads, 1 KV head"),
-    "l-wq-shard": ("003", "[8192, 1024]"),
-    "l-wk-shard": ("003", "[8192, 128]"),
-    "l-attn-out": ("003", "[s, 1024] x [1024, 8192]"),
-    "l-gate-up-shard": ("003", "[8192, 3584]"),
-    "l-down-shard": ("003", "[3584, 8192]"),
-    "l-kv-max-t": ("003", "8"),
-    "l-vocab-shard": ("003", "[16032, 8192]"),
-    "l-logits-bf16": ("003", "2.10 GB"),
-    "l-logits-fp32": ("003", "4.20 GB"),
-    "l-layer-params": ("003", "8.56 亿 / 8 = 1.07 亿"),
-    "l-unsplit-act-layer": ("003", "0.67 GB"),
-    "l-unsplit-act-model": ("003", "53.7 GB"),
-    "l-unsplit-act-sp": ("003", "0.084 GB"),
-    "l-states": ("003", "1,128.9 GB"),
-    "l-states-tp8": ("003", "141 GB"),
-    "l-sp-layer-time": ("003", "7.7 ms -> 7.2 ms"),
-    "h-forward": ("003", "[7, -2]"),
-    "h-card-partials": ("003", "[4, 1] + [3, -3]"),
-    "h-row-first-wrong": ("003", "[2, 1, 1, 4] vs [2, 1, 0, 3]"),
-    "h-backward": ("003", "dX = [5, -1]"),
-}
 CITED = {"q-llama405-4d", "q-ds-parallel", "l-sp-layer-time"}  # measurements / published layouts
 
 BY_ID = {f.id: f for f in all_figures()}
@@ -144,11 +65,11 @@ def test_figures_command_fails_on_a_miss(cli, monkeypatch):
 
 
 def test_figures_filters(cli):
-    rows = json.loads(
-        cli("figures", "--seed", "003", "-f", "csv").out.splitlines()[0:1]
-        and cli("figures", "--seed", "003", "-f", "json").out
-    )
+    rows = json.loads(cli("figures", "--seed", "003", "-f", "json").out)
     assert rows and all(r["seed"] == "003" for r in rows)
+    csv_rows = list(csv.DictReader(io.StringIO(cli("figures", "--seed", "003", "-f", "csv").out)))
+    assert [r["id"] for r in csv_rows] == [r["id"] for r in rows]
+    assert all(r["seed"] == "003" for r in csv_rows)
     r = cli("figures", "--id", "nope")
     assert r.code == 1 and "no figure 'nope'" in r.err
 

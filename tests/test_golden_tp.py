@@ -1,24 +1,25 @@
 """Seed figures about TP communication, link time, FLOPs and activations, from config + inputs.
 
-Each assertion names its figure id (../shared/figures/seed-figures.yaml), the seed and section,
-the printed value, and uses the printed precision as tolerance.
+Each assertion names its figure id; the printed value, its precision (the tolerance) and its
+source come from the one golden table, tests/golden.py.
 """
 
 from __future__ import annotations
 
 import pytest
 
+from tests.golden import expected
 from tpcalc.calc.activations.paper import Recompute, logits_terms, paper_model_terms
 from tpcalc.calc.params.counts import ParamConvention
-from tpcalc.calc.tp.comm import tp_comm_row
 from tpcalc.calc.tp.flops import flops_terms
+from tpcalc.reports.tp import tp_comm_row
 from tpcalc.terms import Row
-from tpcalc.units import GB, MB, MS, TFLOP
+from tpcalc.units import Dtype
 
 
-def close(value: float, printed: float, half_unit: float) -> bool:
-    """True when ``value`` rounds to ``printed`` at the printed precision (± half a unit)."""
-    return abs(value - printed) <= half_unit + 1e-12
+def close(fid: str, value: float) -> bool:
+    """True when ``value`` rounds to the printed figure ``fid`` (tests/golden.py)."""
+    return expected(fid).matches(value)
 
 
 @pytest.fixture(scope="module")
@@ -48,18 +49,18 @@ def test_q_tp_msg(qwen_tp8):
 
 def test_q_tp_ar_card(qwen_tp8):
     # seed 000 q-tp-ar-card: 73.4 MB sent per card per ring all-reduce, t = 8
-    assert close(qwen_tp8.value("send_bytes_per_allreduce") / MB, 73.4, 0.05)
+    assert close("q-tp-ar-card", qwen_tp8.value("send_bytes_per_allreduce"))
 
 
 def test_q_tp_step(qwen_tp8):
     # seed 000 q-tp-step: 18.8 GB per card, 64 layers x 4 all-reduces, fwd + bwd
-    assert close(qwen_tp8.value("send_bytes_per_step") / GB, 18.8, 0.05)
+    assert close("q-tp-step", qwen_tp8.value("send_bytes_per_step"))
 
 
 def test_q_tp_nvlink_and_ib(qwen_tp8):
     # seed 000 q-tp-nvlink: 117 ms on NVLink 160 GB/s; q-tp-ib: 376 ms on IB 50 GB/s
-    assert close(qwen_tp8.value("nvlink_time_s") / MS, 117, 0.5)
-    assert close(qwen_tp8.value("ib_time_s") / MS, 376, 0.5)
+    assert close("q-tp-nvlink", qwen_tp8.value("nvlink_time_s"))
+    assert close("q-tp-ib", qwen_tp8.value("ib_time_s"))
 
 
 def test_q_tp_flop_rank(qwen38, h800):
@@ -70,7 +71,7 @@ def test_q_tp_flop_rank(qwen38, h800):
             qwen38, h800, t=8, seq=4096, micro_batch=1, params=ParamConvention.matmul
         )
     }
-    assert close(row["flop_per_rank"] / TFLOP, 79, 0.5)
+    assert close("q-tp-flop-rank", row["flop_per_rank"])
     assert row["n_params"] == 25_624_600_064  # seed 000: the matmul count, from the counter
 
 
@@ -82,32 +83,32 @@ def test_q_bwd_time(qwen38, h800):
             qwen38, h800, t=1, seq=4096, micro_batch=1, params=ParamConvention.matmul
         )
     }
-    assert close(row["backward_time_s"], 1.05, 0.005)
+    assert close("q-bwd-time", row["backward_time_s"])
 
 
 def test_l_act_msg_and_ar(llama_tp8):
     # seed 003 §7.3.5: one activation 134.2 MB; per all-reduce 234.9 MB; per layer 939.5 MB;
     # 80 layers 75.2 GB
-    assert close(llama_tp8.value("message_bytes") / MB, 134.2, 0.05)
-    assert close(llama_tp8.value("send_bytes_per_allreduce") / MB, 234.9, 0.05)
-    assert close(llama_tp8.value("send_bytes_per_layer") / MB, 939.5, 0.05)
-    assert close(llama_tp8.value("send_bytes_per_step") / GB, 75.2, 0.05)
+    assert close("l-act-msg", llama_tp8.value("message_bytes"))
+    assert close("l-ar-card", llama_tp8.value("send_bytes_per_allreduce"))
+    assert close("l-ar-layer", llama_tp8.value("send_bytes_per_layer"))
+    assert close("l-ar-step", llama_tp8.value("send_bytes_per_step"))
 
 
 def test_l_ar_formula(llama_tp8, llama70b):
     # seed 003 l-ar-formula: per layer per card per micro-batch 8(t-1)/t·s·b·h elements
     t, s, b, h = 8, 8192, 1, llama70b.hidden_size
-    elements = llama_tp8.value("send_bytes_per_layer") / 2  # bf16
+    elements = llama_tp8.value("send_bytes_per_layer") / Dtype.bf16.bytes
     assert elements == 8 * (t - 1) / t * s * b * h
 
 
 def test_l_link_times(llama_tp8):
     # seed 003 table 7-7: NVLink 0.17 s = 15%, 400 Gb/s NIC 1.50 s = 139%, compute 1.08 s
-    assert close(llama_tp8.value("nvlink_time_s"), 0.17, 0.005)
-    assert close(llama_tp8.value("ib_time_s"), 1.50, 0.005)
-    assert close(llama_tp8.value("compute_time_s"), 1.08, 0.005)
-    assert close(llama_tp8.value("nvlink_share") * 100, 15, 0.5)
-    assert close(llama_tp8.value("ib_share") * 100, 139, 0.5)
+    assert close("l-nvlink-time", llama_tp8.value("nvlink_time_s"))
+    assert close("l-ib-time", llama_tp8.value("ib_time_s"))
+    assert close("l-compute", llama_tp8.value("compute_time_s"))
+    assert close("l-nvlink-share", llama_tp8.value("nvlink_share"))
+    assert close("l-ib-share", llama_tp8.value("ib_share"))
 
 
 def test_latency_only_adds(llama70b, h100):
@@ -126,8 +127,8 @@ def test_q_act_selective(qwen38):
     sp8 = paper_model_terms(
         qwen38, seq=4096, micro_batch=1, t=8, sp=True, recompute=Recompute.selective
     )
-    assert close(one[-1].value / GB, 45.6, 0.05)
-    assert close(sp8[-1].value / GB, 5.7, 0.05)
+    assert close("q-act-selective", one[-1].value)
+    assert close("q-act-selective-tp8-sp", sp8[-1].value)
 
 
 def test_l_unsplit_activations(llama70b):
@@ -145,16 +146,16 @@ def test_l_unsplit_activations(llama70b):
             llama70b, seq=8192, micro_batch=1, t=8, sp=True, recompute=Recompute.selective
         )
     }
-    assert close(tp["unsplit_bytes_per_layer"] / GB, 0.67, 0.005)
-    assert close(tp["unsplit_bytes_per_layer"] * llama70b.num_hidden_layers / GB, 53.7, 0.05)
-    assert close(sp["unsplit_bytes_per_layer"] / GB, 0.084, 0.0005)
+    assert close("l-unsplit-act-layer", tp["unsplit_bytes_per_layer"])
+    assert close("l-unsplit-act-model", tp["unsplit_bytes_per_layer"] * llama70b.num_hidden_layers)
+    assert close("l-unsplit-act-sp", sp["unsplit_bytes_per_layer"])
 
 
 def test_l_logits(llama70b):
     # seed 003 §7.3.4: logits [8192, 128256] 2.10 GB in BF16, 4.20 GB in FP32
     terms = {t.key: t.value for t in logits_terms(llama70b, seq=8192, micro_batch=1, t=8)}
-    assert close(terms["logits_bf16_bytes"] / GB, 2.10, 0.005)
-    assert close(terms["logits_fp32_bytes"] / GB, 4.20, 0.005)
+    assert close("l-logits-bf16", terms["logits_bf16_bytes"])
+    assert close("l-logits-fp32", terms["logits_fp32_bytes"])
 
 
 def test_korthikanti_table2_forms(llama70b):

@@ -52,12 +52,8 @@ def check(
     """
 
     def build():
-        from tpcalc.calc.tp.shards import DEFAULT_MAX_T, check_report
-        from tpcalc.catalog import load_model
-        from tpcalc.reports.inputs import parse_tp_list
+        from tpcalc.reports.tp import check_report
 
-        spec = load_model(model)
-        tps = None if tp is None else parse_tp_list(tp, DEFAULT_MAX_T)
-        return check_report(spec, tps, vocab_pad_multiple=vocab_pad_multiple, shards=shards)
+        return check_report(model, tp=tp, vocab_pad_multiple=vocab_pad_multiple, shards=shards)
 
     emit(build, fmt, units=units, explain=explain)

@@ -25,7 +25,7 @@ from tpcalc.cli.options import (
 )
 from tpcalc.cli.parallel_options import GpusPerNodeOpt, LinkOpt, TpIntOpt
 from tpcalc.render import Format
-from tpcalc.reports.dp_zero_pp import LinkChoice
+from tpcalc.reports.inputs import LinkChoice
 from tpcalc.units import ByteUnits, Dtype
 
 app = typer.Typer()

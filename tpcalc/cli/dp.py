@@ -31,7 +31,7 @@ from tpcalc.cli.parallel_options import (
     TpIntOpt,
 )
 from tpcalc.render import Format
-from tpcalc.reports.dp_zero_pp import LinkChoice
+from tpcalc.reports.inputs import LinkChoice
 from tpcalc.units import ByteUnits
 
 app = typer.Typer()

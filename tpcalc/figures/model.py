@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from tpcalc.render import fmt_number
 from tpcalc.units import GB, MB, MS, TFLOP
 
 
@@ -45,33 +47,40 @@ def evaluate(fig: Figure) -> Evaluated:
     return Evaluated(fig, value, shown, shown == fig.printed)
 
 
-# ---- formatters at the printed precision ----
+# ---- formatters at the printed precision, through render's one number formatter ----
+def fixed(x: float, decimals: int) -> str:
+    """``x`` with ``decimals`` decimals and thousands separators (1,128.9): render's
+    ``fmt_number`` at the significant digits that leave that many decimals at x's magnitude."""
+    magnitude = math.floor(math.log10(abs(x))) if x else 0
+    return fmt_number(float(x), digits=decimals + 1 + magnitude)
+
+
 def gb(decimals: int) -> Callable[[float], str]:
-    return lambda v: f"{v / GB:,.{decimals}f} GB"
+    return lambda v: f"{fixed(v / GB, decimals)} GB"
 
 
 def mb(decimals: int) -> Callable[[float], str]:
-    return lambda v: f"{v / MB:,.{decimals}f} MB"
+    return lambda v: f"{fixed(v / MB, decimals)} MB"
 
 
 def ms(decimals: int) -> Callable[[float], str]:
-    return lambda v: f"{v / MS:,.{decimals}f} ms"
+    return lambda v: f"{fixed(v / MS, decimals)} ms"
 
 
 def sec(decimals: int) -> Callable[[float], str]:
-    return lambda v: f"{v:,.{decimals}f} s"
+    return lambda v: f"{fixed(v, decimals)} s"
 
 
 def pct(decimals: int) -> Callable[[float], str]:
-    return lambda v: f"{v * 100:.{decimals}f}%"
+    return lambda v: f"{fixed(v * 100, decimals)}%"
 
 
 def num(decimals: int = 0) -> Callable[[float], str]:
-    return lambda v: f"{v:,.{decimals}f}"
+    return lambda v: fixed(v, decimals)
 
 
 def tflop(decimals: int) -> Callable[[float], str]:
-    return lambda v: f"{v / TFLOP:,.{decimals}f} TFLOP"
+    return lambda v: f"{fixed(v / TFLOP, decimals)} TFLOP"
 
 
 def fraction(max_denominator: int = 10) -> Callable[[float], str]:

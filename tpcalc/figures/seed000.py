@@ -26,7 +26,7 @@ from tpcalc.calc.pipeline.schedule import (
     p2p_bytes,
     rank_layer_counts,
 )
-from tpcalc.calc.tp.comm import tp_comm_row
+from tpcalc.calc.tp.comm import TpComm, tp_comm
 from tpcalc.calc.tp.flops import flops_terms
 from tpcalc.calc.tp.rules import kv_split
 from tpcalc.errors import divide
@@ -46,9 +46,9 @@ def _zero(stage: int) -> float:
     return zero_states_bytes(total_params(qwen()), R16, ZeroStage(stage), c.Q_DP_SMALL)
 
 
-def _tp(key: str):
-    row = tp_comm_row(qwen(), h800(), t=c.Q_T, seq=c.Q_SEQ, with_latency=False)
-    return row.get(key)
+def _tp() -> TpComm:
+    return tp_comm(qwen(), h800(), t=c.Q_T, seq=c.Q_SEQ, with_latency=False,
+                   compute_time_s=_flops("compute_time_s", c.Q_T))  # fmt: skip
 
 
 def _flops(key: str, t: int) -> float:
@@ -85,8 +85,10 @@ def _cp_steps() -> int:
     return c.Q_CP - 1  # ring attention: each rank receives the other cp-1 blocks per layer
 
 
-def _msg():
-    return _tp("message_bytes").inputs
+def _msg() -> tuple[int, int, float]:
+    """(tokens, h, bytes per element) of the computed message M = s·h·bytes."""
+    tokens, h = c.Q_SEQ, qwen().hidden_size
+    return tokens, h, _tp().message_bytes / (tokens * h)
 
 
 def _ratio_text(v: list[int]) -> str:
@@ -135,17 +137,17 @@ FIGURES = [
            lambda: DDP_BUCKET_BYTES, lambda v: f"{v / MiB:.0f} MiB"),
     Figure("q-tp-msg", "000", "代价", "one TP all-reduce message, 4096 tokens",
            "4,096 x 5,120 x 2 bytes", _msg,
-           lambda i: f"{i['s']:,} x {i['h']:,} x {i['dtype_bytes']} bytes"),
+           lambda i: f"{i[0]:,} x {i[1]:,} x {i[2]:g} bytes"),
     Figure("q-tp-ar-card", "000", "代价", "bytes one card sends per ring all-reduce, t=8",
-           "73.4 MB", lambda: _tp("send_bytes_per_allreduce").value, mb(1)),
+           "73.4 MB", lambda: _tp().send_bytes_per_allreduce, mb(1)),
     Figure("q-tp-step", "000", "代价", "TP bytes per card, fwd+bwd of 4096 tokens, t=8",
-           "18.8 GB", lambda: _tp("send_bytes_per_step").value, gb(1)),
+           "18.8 GB", lambda: _tp().send_bytes_per_step, gb(1)),
     Figure("q-tp-flop-rank", "000", "代价", "per-card compute for those tokens (matmul params)",
            "79 TFLOP", lambda: _flops("flop_per_rank", c.Q_T), tflop(0)),
     Figure("q-tp-nvlink", "000", "代价", "18.8 GB over NVLink 160 GB/s", "117 ms",
-           lambda: _tp("nvlink_time_s").value, ms(0)),
+           lambda: _tp().nvlink.time_s, ms(0)),
     Figure("q-tp-ib", "000", "代价", "18.8 GB over IB 50 GB/s", "376 ms",
-           lambda: _tp("ib_time_s").value, ms(0)),
+           lambda: _tp().ib.time_s, ms(0)),
     Figure("q-nvlink-vs-ib", "000", "代价", "160 / 50", "3.2",
            lambda: h800().intra_node_bandwidth_bytes_per_s.value / _ib(), num(1)),
     Figure("q-ffn-per-card", "000", "shapes", "FFN intermediate per card, 17408 / 8", "2176",

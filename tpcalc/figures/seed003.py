@@ -5,20 +5,27 @@ from __future__ import annotations
 from tpcalc.calc.activations.paper import Recompute, logits_terms, paper_layer_terms
 from tpcalc.calc.params.counts import ParamConvention, layer_params, total_params
 from tpcalc.calc.params.states import StateRecipe, model_states_bytes
-from tpcalc.calc.tp.comm import tp_comm_row
+from tpcalc.calc.tp.comm import TpComm, tp_comm
+from tpcalc.calc.tp.flops import flops_terms
 from tpcalc.calc.tp.rules import kv_split, max_t_without_replication
 from tpcalc.calc.tp.table import shard_shapes
 from tpcalc.figures.context import L_B, L_SEQ, L_T, h100, llama70b
 from tpcalc.figures.model import Figure, gb, mb, num, pct, sec, shape
-from tpcalc.units import GB
+from tpcalc.units import GB, Dtype
 
 HUNDRED_MILLION = 10**8  # 亿
 
 
-def _comm(key: str) -> float:
-    row = tp_comm_row(llama70b(), h100(), t=L_T, seq=L_SEQ, micro_batch=L_B,
-                      params=ParamConvention.all, with_latency=False)  # fmt: skip
-    return row.value(key)
+def _compute_time_s() -> float:
+    """Compute of one micro-batch per card, all parameters (seed 003 §7.3.5 counts them all)."""
+    terms = flops_terms(llama70b(), h100(), t=L_T, seq=L_SEQ, micro_batch=L_B,
+                        params=ParamConvention.all)  # fmt: skip
+    return next(float(x.value) for x in terms if x.key == "compute_time_s")  # type: ignore[arg-type]
+
+
+def _comm() -> TpComm:
+    return tp_comm(llama70b(), h100(), t=L_T, seq=L_SEQ, micro_batch=L_B, with_latency=False,
+                   compute_time_s=_compute_time_s())  # fmt: skip
 
 
 def _shard(weight: str) -> list[int]:
@@ -48,36 +55,36 @@ def _heads() -> tuple[int, int]:
 def _formula_coefficient() -> float:
     """Elements per layer per card divided by (t-1)/t·s·b·h: the 8 of 8(t-1)/t·sbh."""
     spec = llama70b()
-    elements = _comm("send_bytes_per_layer") / 2  # bf16
+    elements = _comm().send_bytes_per_layer / Dtype.bf16.bytes
     return elements / ((L_T - 1) / L_T * L_SEQ * L_B * spec.hidden_size)
 
 
 S = "seed 003"
 FIGURES = [
     Figure("l-act-msg", "003", "§7.3.5", "one activation [s,b,h] in BF16", "134.2 MB",
-           lambda: _comm("message_bytes"), mb(1)),
+           lambda: _comm().message_bytes, mb(1)),
     Figure("l-ar-card", "003", "§7.3.5", "bytes one card sends per all-reduce, t=8", "234.9 MB",
-           lambda: _comm("send_bytes_per_allreduce"), mb(1)),
+           lambda: _comm().send_bytes_per_allreduce, mb(1)),
     Figure("l-ar-layer", "003", "§7.3.5", "per layer, 4 all-reduces", "939.5 MB",
-           lambda: _comm("send_bytes_per_layer"), mb(1)),
+           lambda: _comm().send_bytes_per_layer, mb(1)),
     Figure("l-ar-step", "003", "§7.3.5", "80 layers, one micro-batch fwd+bwd", "75.2 GB",
-           lambda: _comm("send_bytes_per_step"), gb(1)),
+           lambda: _comm().send_bytes_per_step, gb(1)),
     Figure("l-ar-formula", "003", "§7.3.5", "per layer per card per micro-batch",
            "8 (t-1)/t s b h elements", _formula_coefficient,
            lambda c: f"{c:g} (t-1)/t s b h elements"),
     Figure("l-nvlink-time", "003", "table 7-7", "75.2 GB over NVLink 450 GB/s", "0.17 s",
-           lambda: _comm("nvlink_time_s"), sec(2)),
+           lambda: _comm().nvlink.time_s, sec(2)),
     Figure("l-nvlink-share", "003", "table 7-7", "NVLink time / compute time", "15%",
-           lambda: _comm("nvlink_share"), pct(0)),
+           lambda: _comm().nvlink_share, pct(0)),
     Figure("l-ib-time", "003", "table 7-7", "75.2 GB over 50 GB/s", "1.50 s",
-           lambda: _comm("ib_time_s"), sec(2)),
+           lambda: _comm().ib.time_s, sec(2)),
     Figure("l-ib-share", "003", "table 7-7", "IB time / compute time", "139%",
-           lambda: _comm("ib_share"), pct(0)),
+           lambda: _comm().ib_share, pct(0)),
     Figure("l-bw-ratio", "003", "§7.3.5", "450 / 50", "9",
            lambda: h100().intra_node_bandwidth_bytes_per_s.value
            / h100().inter_node_bandwidth_bytes_per_s.value, num(0)),
     Figure("l-compute", "003", "table 7-7", "compute of one micro-batch per card (all params)",
-           "1.08 s", lambda: _comm("compute_time_s"), sec(2)),
+           "1.08 s", lambda: _comm().compute_time_s, sec(2)),
     Figure("l-heads-per-card", "003", "§7.3.4", "64 Q / 8 KV heads at t=8",
            "8 query heads, 1 KV head", _heads, lambda v: f"{v[0]} query heads, {v[1]} KV head"),
     Figure("l-wq-shard", "003", "§7.3.4", "W_Q shard per card", "[8192, 1024]",

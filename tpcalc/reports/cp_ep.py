@@ -1,6 +1,6 @@
 """Context- and expert-parallel reports: the Python twins of ``tpcalc cp`` and ``tpcalc ep``.
 
-Each loads the configs, then calls ``tpcalc.calc.cp.ring.cp_row`` /
+Each loads the configs, then calls ``tpcalc.calc.cp.ring.cp_ring`` /
 ``tpcalc.calc.ep.all_to_all.ep_row`` once per cp / ep value and echoes the resolved inputs
 (hardware, node size, ...) in every row.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from tpcalc.calc.ep.routing import EpRouting
 from tpcalc.calc.params.states import StateRecipe
-from tpcalc.reports.dp_zero_pp import LinkChoice
+from tpcalc.reports.inputs import LinkChoice
 from tpcalc.terms import Report
 from tpcalc.units import Dtype
 
@@ -34,9 +34,9 @@ def cp_report(
 ) -> Report:
     """One row per cp: ring K/V bytes per layer and micro-batch, link time vs attention compute,
     causal work contiguous vs zig-zag, and whether Ulysses could split the heads instead."""
-    from tpcalc.calc.cp.ring import cp_row
-    from tpcalc.reports.dp_zero_pp import int_list, pick_link, pick_nodes
-    from tpcalc.reports.inputs import node_size, positive, resolve
+    from tpcalc.calc.cp.ring import cp_ring
+    from tpcalc.calc.cp.ring_explain import ring_row
+    from tpcalc.reports.inputs import int_list, node_size, pick_link, pick_nodes, positive, resolve
     from tpcalc.reports.tp import tp_warnings
 
     inputs = resolve(model, hardware, seq=seq, micro_batch=micro_batch, tp=tp)
@@ -45,15 +45,20 @@ def cp_report(
     chunks = positive(chunks, "--chunks") if chunks is not None else None
     rows = []
     for c in int_list(cp, "--cp", [int(v) for v in DEFAULT_CP.split(",")]):
-        row = cp_row(
+        lk = pick_link(link, c, tp, g)
+        ring = cp_ring(
             inputs.spec, inputs.hw, seq=inputs.seq, cp=c, micro_batch=inputs.micro_batch,
-            tp=positive(tp, "--tp"), dtype=dtype, grad_dtype=grad_dtype, chunks=chunks,
-            link=pick_link(link, c, tp, g), with_latency=with_latency,
-            nodes=pick_nodes(link, c, tp, g),
+            tp=positive(tp, "--tp"), dtype=dtype, grad_dtype=grad_dtype, link=lk,
+            with_latency=with_latency, nodes=pick_nodes(link, c, tp, g),
+        )  # fmt: skip
+        row = ring_row(
+            ring, inputs.spec, inputs.hw, seq=inputs.seq, cp=c, micro_batch=inputs.micro_batch,
+            tp=tp, dtype=dtype, grad_dtype=grad_dtype, link=lk, chunks=chunks,
+            with_latency=with_latency,
         )  # fmt: skip
         echo = {**row.inputs, "hardware": inputs.hw.name, "gpus_per_node": g}
         rows.append(row.model_copy(update={"inputs": echo}))
-        if float(row.value("kv_over_compute_ratio")) > 1:
+        if ring.kv_over_compute_ratio > 1:
             warnings.append(
                 f"cp={c}: a K,V block takes longer to send than its attention takes to compute; "
                 "the ring cannot hide it (use longer sequences per rank or a faster link)"
@@ -92,8 +97,7 @@ def ep_report(
     with their IB and NVLink shares, and all-to-all time against expert compute."""
     from tpcalc.calc.ep.all_to_all import MoeDispatcher, ep_row
     from tpcalc.errors import divide
-    from tpcalc.reports.dp_zero_pp import int_list
-    from tpcalc.reports.inputs import node_size, positive, resolve
+    from tpcalc.reports.inputs import int_list, node_size, positive, resolve
     from tpcalc.reports.tp import tp_warnings
 
     inputs = resolve(model, hardware, seq=seq, micro_batch=micro_batch, tp=tp)

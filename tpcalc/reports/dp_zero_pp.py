@@ -3,70 +3,34 @@
 from __future__ import annotations
 
 import itertools
-from enum import Enum
 
 from tpcalc.calc.activations.paper import (
     ActivationModel,
     Recompute,
     require_sp_seq,
 )
-from tpcalc.calc.dp.gradients import DDP_BUCKET_MIB, dp_terms
+from tpcalc.calc.dp.gradients import DDP_BUCKET_MIB
+from tpcalc.calc.dp.gradients_explain import dp_terms
 from tpcalc.calc.dp.zero import ZeroStage, zero_stage, zero_terms
 from tpcalc.calc.layout.groups import MemoryTechniques, ParallelLayout
 from tpcalc.calc.layout.memory import layer_activation_bytes
-from tpcalc.calc.links.link import Link, link_for_group, link_nodes, nodes_spanned
 from tpcalc.calc.params.counts import ParamConvention, params_for, total_params
 from tpcalc.calc.params.states import StateRecipe, recipe_bytes
 from tpcalc.calc.pipeline.breakdown import pipeline_terms
 from tpcalc.calc.pipeline.schedule import Schedule
-from tpcalc.errors import InputError
-from tpcalc.reports.inputs import Inputs, node_size, positive, resolve
+from tpcalc.reports.inputs import (
+    Inputs,
+    LinkChoice,
+    int_list,
+    node_size,
+    pick_link,
+    pick_nodes,
+    positive,
+    resolve,
+)
 from tpcalc.reports.tp import tp_warnings
 from tpcalc.terms import Report, Row, Scalar
 from tpcalc.units import Dtype, MiB
-
-
-class LinkChoice(str, Enum):
-    """Which link a group's collectives are priced on: placed by rank order, or forced."""
-
-    auto = "auto"  # the slowest link the group crosses (tpcalc.calc.links.link.link_for_group)
-    nvlink = "nvlink"
-    ib = "ib"
-
-
-def int_list(value: str | int | list[int] | None, option: str, default: list[int]) -> list[int]:
-    """'8' or '8,64' or [8, 64] -> positive ints; None -> ``default``."""
-    if value is None:
-        return default
-    if isinstance(value, int):
-        return [positive(value, option)]
-    if isinstance(value, str):
-        try:
-            values = [int(v) for v in value.replace(" ", "").split(",") if v]
-        except ValueError:
-            raise InputError(f"{option} {value!r}: give an integer or a list like 8,64") from None
-    else:
-        values = list(value)
-    if not values:
-        raise InputError(f"{option}: give at least one value, e.g. 8 or 8,64")
-    return [positive(v, option) for v in values]
-
-
-def pick_link(choice: LinkChoice, group: int, stride: int, gpus_per_node: int) -> Link:
-    """The link a group of ``group`` ranks ``stride`` apart crosses, unless forced."""
-    if choice is LinkChoice.nvlink:
-        return Link.intra_node
-    if choice is LinkChoice.ib:
-        return Link.inter_node
-    return link_for_group(group, stride, gpus_per_node)
-
-
-def pick_nodes(choice: LinkChoice, group: int, stride: int, gpus_per_node: int) -> int:
-    """Nodes the group spans (for its latency steps): by rank order, or as the forced link
-    implies (``links.link_nodes``: one node on NVLink, one rank per node on IB)."""
-    if choice is LinkChoice.auto:
-        return nodes_spanned(group, stride, gpus_per_node)
-    return link_nodes(pick_link(choice, group, stride, gpus_per_node), group)
 
 
 def _common(inputs: Inputs, gpus_per_node: int | None) -> tuple[int, dict[str, Scalar]]:

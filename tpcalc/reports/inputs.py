@@ -1,9 +1,12 @@
-"""Resolve and validate the shared inputs of every report (model, hardware, seq, b, t list)."""
+"""Resolve and validate the shared inputs of every report: model, hardware, seq, b, the size
+lists (one parser for every --tp/--dp/--pp/--cp/--ep) and the link a group is priced on."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
+from tpcalc.calc.links.link import Link, link_for_group, link_nodes, nodes_spanned
 from tpcalc.catalog import load_hardware, load_model
 from tpcalc.errors import InputError
 from tpcalc.specs import HardwareSpec, ModelSpec
@@ -21,26 +24,74 @@ def positive(value: int, name: str) -> int:
     return value
 
 
+def int_list(
+    value: str | int | list[int] | None,
+    option: str,
+    default: list[int],
+    *,
+    example: str = "8,64",
+) -> list[int]:
+    """A size sweep: '8', '8,64' or [8, 64] -> positive ints; None -> ``default``.
+
+    The one list parser of every command (--tp, --dp, --pp, --cp, --ep). An empty entry
+    ('1,,2', '8,') is an error, like any entry that is not an integer: the message names the
+    option and an example.
+    """
+    if value is None:
+        return list(default)
+    if isinstance(value, int):
+        values = [value]
+    elif isinstance(value, str):
+        try:
+            values = [int(v) for v in value.replace(" ", "").split(",")]
+        except ValueError:
+            raise InputError(
+                f"{option} {value!r}: give an integer or a list like {example}"
+            ) from None
+    else:
+        values = list(value)
+    if not values:
+        raise InputError(f"{option}: give at least one value, e.g. 8 or {example}")
+    return [positive(v, option) for v in values]
+
+
+def powers_of_two_up_to(limit: int) -> list[int]:
+    """1, 2, 4, ... up to ``limit``: the default t sweep (TP stays inside a node)."""
+    values, t = [], 1
+    while t <= limit:
+        values.append(t)
+        t *= 2
+    return values
+
+
 def parse_tp_list(tp: str | int | list[int] | None, gpus_per_node: int) -> list[int]:
     """A t sweep: the values given ('8', '1,2,4,8', [1, 8]) or powers of two up to a node."""
-    if tp is None:
-        values, t = [], 1
-        while t <= gpus_per_node:
-            values.append(t)
-            t *= 2
-        return values
-    if isinstance(tp, int):
-        values = [tp]
-    elif isinstance(tp, str):
-        try:
-            values = [int(v) for v in tp.replace(" ", "").split(",")]
-        except ValueError:
-            raise InputError(f"--tp {tp!r}: give an integer or a list like 1,2,4,8") from None
-    else:
-        values = list(tp)
-    if not values:
-        raise InputError("--tp: give at least one value, e.g. 8 or 1,2,4,8")
-    return [positive(t, "--tp") for t in values]
+    return int_list(tp, "--tp", powers_of_two_up_to(gpus_per_node), example="1,2,4,8")
+
+
+class LinkChoice(str, Enum):
+    """Which link a group's collectives are priced on: placed by rank order, or forced."""
+
+    auto = "auto"  # the slowest link the group crosses (tpcalc.calc.links.link.link_for_group)
+    nvlink = "nvlink"
+    ib = "ib"
+
+
+def pick_link(choice: LinkChoice, group: int, stride: int, gpus_per_node: int) -> Link:
+    """The link a group of ``group`` ranks ``stride`` apart crosses, unless forced."""
+    if choice is LinkChoice.nvlink:
+        return Link.intra_node
+    if choice is LinkChoice.ib:
+        return Link.inter_node
+    return link_for_group(group, stride, gpus_per_node)
+
+
+def pick_nodes(choice: LinkChoice, group: int, stride: int, gpus_per_node: int) -> int:
+    """Nodes the group spans (for its latency steps): by rank order, or as the forced link
+    implies (``links.link_nodes``: one node on NVLink, one rank per node on IB)."""
+    if choice is LinkChoice.auto:
+        return nodes_spanned(group, stride, gpus_per_node)
+    return link_nodes(pick_link(choice, group, stride, gpus_per_node), group)
 
 
 def node_size(gpus_per_node: int | None, hardware_default: int) -> int:

@@ -1,13 +1,20 @@
-"""Tensor-parallel reports: comm, flops (and memory, in tpcalc.reports.memory)."""
+"""Tensor-parallel reports: comm, flops, check (and memory, in tpcalc.reports.memory)."""
 
 from __future__ import annotations
 
 from tpcalc.calc.params.counts import ParamConvention
-from tpcalc.calc.tp.comm import tp_comm_row
+from tpcalc.calc.tp.comm import tp_comm
+from tpcalc.calc.tp.comm_explain import tp_comm_terms
 from tpcalc.calc.tp.flops import AttentionFlops, flops_terms
-from tpcalc.reports.inputs import Inputs, resolve
-from tpcalc.terms import Report, Row
+from tpcalc.calc.tp.rules import DEFAULT_VOCAB_PAD_MULTIPLE
+from tpcalc.reports.inputs import Inputs, parse_tp_list, resolve
+from tpcalc.specs import HardwareSpec, ModelSpec
+from tpcalc.terms import Report, Row, Scalar, Term
 from tpcalc.units import Dtype
+
+COMPUTE_TIME_KEY = "compute_time_s"
+# seed 000: "现代配置里 TP 通常不超过 8"; seed 003 §7.3.5: TP stays inside one 8-GPU node.
+DEFAULT_MAX_T = 8
 
 
 def tp_warnings(inputs: Inputs) -> list[str]:
@@ -21,6 +28,57 @@ def tp_warnings(inputs: Inputs) -> list[str]:
         if message:
             warnings.append(message)
     return warnings
+
+
+def compute_term(
+    spec: ModelSpec,
+    hw: HardwareSpec,
+    *,
+    t: int,
+    seq: int,
+    micro_batch: int,
+    params: ParamConvention,
+) -> Term:
+    """The per-rank compute time of one micro-batch, as ``tpcalc flops`` prints it.
+
+    The one place that picks a flops result by key: ``tpcalc.calc.tp.flops`` still returns
+    terms; when it returns a typed result, read its ``compute_time_s`` here instead.
+    """
+    flops = flops_terms(spec, hw, t=t, seq=seq, micro_batch=micro_batch, params=params)
+    return next(x for x in flops if x.key == COMPUTE_TIME_KEY)
+
+
+def tp_comm_row(
+    spec: ModelSpec,
+    hw: HardwareSpec,
+    *,
+    t: int,
+    seq: int,
+    micro_batch: int = 1,
+    dtype: Dtype = Dtype.bf16,
+    sp: bool = False,
+    recompute_full: bool = False,
+    params: ParamConvention = ParamConvention.matmul,
+    with_latency: bool = True,
+) -> Row:
+    """One row of ``tpcalc comm``: ``tp_comm`` for one t, with its explanations and inputs."""
+    compute = compute_term(spec, hw, t=t, seq=seq, micro_batch=micro_batch, params=params)
+    c = tp_comm(
+        spec, hw, t=t, seq=seq, micro_batch=micro_batch, dtype=dtype,
+        recompute_full=recompute_full, with_latency=with_latency,
+        compute_time_s=float(compute.value),  # type: ignore[arg-type]
+    )  # fmt: skip
+    inputs: dict[str, Scalar] = {
+        "model": spec.name, "hardware": hw.name, "t": t, "seq": seq,
+        "micro_batch": micro_batch, "dtype": dtype.value, "sp": sp,
+        "recompute_full": recompute_full, "params_convention": params.value,
+        "latency": with_latency,
+    }  # fmt: skip
+    terms = tp_comm_terms(
+        c, sp=sp, seq=seq, micro_batch=micro_batch, hidden_size=spec.hidden_size,
+        dtype_bytes=dtype.bytes, hw=hw, with_latency=with_latency, compute=compute,
+    )  # fmt: skip
+    return Row(inputs=inputs, terms=terms)
 
 
 def comm_report(
@@ -111,3 +169,48 @@ def flops_report(
         rows=tuple(rows),
         warnings=tuple(warnings),
     )
+
+
+def check_report(
+    model: str,
+    *,
+    tp: str | int | list[int] | None = None,
+    vocab_pad_multiple: int = DEFAULT_VOCAB_PAD_MULTIPLE,
+    shards: bool = False,
+) -> Report:
+    """``tpcalc check``: one ``check_tp`` row per t, or with ``shards`` the per-card shard table
+    of every t. ``tp`` None means every valid t up to DEFAULT_MAX_T. KV replication warnings
+    and the valid t list travel with the report; a bad t raises DivisibilityError."""
+    from tpcalc.calc.tp.rules import (
+        all_valid_tp_sizes,
+        max_t_without_replication,
+        uses_kv_heads,
+        valid_tp_sizes,
+    )
+    from tpcalc.calc.tp.shards import check_tp
+    from tpcalc.calc.tp.table import shard_shapes
+    from tpcalc.catalog import load_model
+
+    spec = load_model(model)
+    tps = valid_tp_sizes(spec, DEFAULT_MAX_T) if tp is None else parse_tp_list(tp, DEFAULT_MAX_T)
+    checks = [check_tp(spec, t, vocab_pad_multiple=vocab_pad_multiple) for t in tps]
+    valid = ", ".join(str(t) for t in all_valid_tp_sizes(spec))
+    notes = [f"valid t for {spec.name}: {valid}"]
+    if uses_kv_heads(spec):
+        notes.append(f"largest t without KV replication: {max_t_without_replication(spec)}")
+    notes += [
+        f"{p.name} ({p.params} params) is declared, not sharded: excluded from params per rank"
+        for p in spec.tpcalc.declared_parts
+    ]
+    if shards:
+        rows = tuple(
+            r for t in tps for r in shard_shapes(spec, t, vocab_pad_multiple=vocab_pad_multiple)
+        )
+        title = (
+            f"Per-card shard shapes (rows = in, cols = out) under tensor parallelism: {spec.name}"
+        )
+    else:
+        rows = tuple(c.row for c in checks)
+        title = f"Tensor-parallel divisibility, KV replication and vocab padding: {spec.name}"
+    warnings = tuple(w for c in checks for w in c.warnings)
+    return Report(title=title, rows=rows, warnings=warnings, notes=tuple(notes))

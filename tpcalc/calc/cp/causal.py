@@ -7,10 +7,10 @@ in head/tail pairs, each pair costing the same, so every rank gets the same work
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 
 from tpcalc.errors import DivisibilityError, InputError, divide
-from tpcalc.terms import Term, Unit, term
 
 ZIGZAG = (
     "seed 000 summary: contiguous 10:26:42:58, zig-zag pairs head and tail; Megatron-Core CP "
@@ -67,54 +67,28 @@ def causal_work_per_rank(n_chunks: int, cp: int, split: CausalSplit) -> list[int
     return [sum(work[c] for c in chunks) for chunks in rank_chunks(n_chunks, cp, split)]
 
 
-def _ratio_text(values: list[int]) -> str:
-    return " : ".join(str(v) for v in values)
+@dataclass(frozen=True, slots=True)
+class CausalBalance:
+    """Causal attention work per rank (block pairs) under both splits, and max/mean imbalance."""
+
+    chunks: int
+    contiguous_work: tuple[int, ...]
+    zigzag_work: tuple[int, ...]
+    mean_work: float
+    causal_imbalance_contiguous_ratio: float
+    causal_imbalance_zigzag_ratio: float
 
 
-def causal_terms(n_chunks: int, cp: int) -> tuple[Term, ...]:
-    """Terms for the contiguous and zig-zag splits: the per-rank work and max/mean imbalance."""
+def causal_balance(n_chunks: int, cp: int) -> CausalBalance:
+    """Contiguous and zig-zag splits of ``n_chunks`` causal chunks over cp ranks (``ZIGZAG``)."""
     contiguous = causal_work_per_rank(n_chunks, cp, CausalSplit.contiguous)
     zigzag = causal_work_per_rank(n_chunks, cp, CausalSplit.zigzag)
     mean = sum(contiguous) / cp
-    return (
-        term(
-            "causal_work_contiguous",
-            "causal work per rank, contiguous (block pairs)",
-            _ratio_text(contiguous),
-            Unit.text,
-            formula="rank r: sum of (i+1) over its chunks i",
-            source=ZIGZAG,
-            chunks=n_chunks,
-            cp=cp,
-        ),
-        term(
-            "causal_imbalance_contiguous_ratio",
-            "slowest rank / mean, contiguous",
-            max(contiguous) / mean,
-            Unit.ratio,
-            formula="max(work) / mean(work)",
-            source=ZIGZAG,
-            max_work=max(contiguous),
-            mean_work=mean,
-        ),
-        term(
-            "causal_work_zigzag",
-            "causal work per rank, zig-zag (block pairs)",
-            _ratio_text(zigzag),
-            Unit.text,
-            formula="each head/tail pair (i, n-1-i) costs n+1",
-            source=ZIGZAG,
-            chunks=n_chunks,
-            cp=cp,
-        ),
-        term(
-            "causal_imbalance_zigzag_ratio",
-            "slowest rank / mean, zig-zag",
-            max(zigzag) / mean,
-            Unit.ratio,
-            formula="max(work) / mean(work)",
-            source=ZIGZAG,
-            max_work=max(zigzag),
-            mean_work=mean,
-        ),
+    return CausalBalance(
+        chunks=n_chunks,
+        contiguous_work=tuple(contiguous),
+        zigzag_work=tuple(zigzag),
+        mean_work=mean,
+        causal_imbalance_contiguous_ratio=max(contiguous) / mean,
+        causal_imbalance_zigzag_ratio=max(zigzag) / mean,
     )

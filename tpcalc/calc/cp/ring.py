@@ -9,36 +9,32 @@ Transformers", arXiv 2310.01889, §3; seed 000 summary: "让 K、V 块沿环传�
 Only layers with softmax attention over the whole sequence need the ring. In a hybrid model
 (Qwen3.8: 16 full-attention layers of 64) the linear-attention layers pass no K/V, so tpcalc
 counts ``spec.full_attention_layers`` and says so. Block sizes, the FLOP of one ring step and
-Ulysses' head limit are in ``tpcalc.calc.cp.shapes``; this module assembles the row.
+Ulysses' head limit are in ``tpcalc.calc.cp.shapes``; ``cp_ring`` returns a ``CpRing``, and
+``tpcalc.calc.cp.ring_explain`` holds its explanations and the row ``tpcalc cp`` prints.
 """
 
 from __future__ import annotations
 
-from tpcalc.calc.cp.causal import causal_terms
+from dataclasses import dataclass
+
 from tpcalc.calc.cp.shapes import (
-    FLASH,
-    RING,
     block_pair_flop,
     kv_block_bytes,
     kv_dims,
     q_heads_per_rank,
-    ulysses_terms,
+    ulysses_fits,
 )
 from tpcalc.calc.links.collectives import Collective
 from tpcalc.calc.links.link import (
-    LATENCY_FORMULA,
     LatencySteps,
     Link,
     bandwidth_bytes_per_s,
-    latency_inputs,
-    latency_source,
     link_nodes,
     ring_steps,
     steps_time_s,
 )
 from tpcalc.errors import InputError, divide
 from tpcalc.specs import HardwareSpec, ModelSpec
-from tpcalc.terms import Row, Unit, term
 from tpcalc.units import Dtype
 
 RING_BWD = (
@@ -67,8 +63,45 @@ def ring_latency_steps_per_layer(cp: int, nodes: int) -> LatencySteps:
     )
 
 
-# ---------------------------------------------------------------- the ring, one row
-def cp_row(
+# ---------------------------------------------------------------- the ring, typed
+@dataclass(frozen=True, slots=True)
+class CpRing:
+    """Ring-attention traffic of one rank per micro-batch (forward + backward), its time, and the
+    per-step overlap check. Bytes are what the rank sends; counted on the full-attention layers.
+    """
+
+    tokens_per_rank: int
+    n_kv: int  # KV heads per rank of the ring (its TP share)
+    d_k: int
+    d_v: int
+    q_heads: int
+    kv_block_bytes: int
+    grad_block_bytes: int
+    ring_steps: int
+    full_attention_layers: int
+    fwd_kv_bytes_per_layer: int
+    bwd_kv_bytes_per_layer: int
+    bwd_dkv_bytes_per_layer: int
+    ring_sends_per_layer_count: int
+    send_bytes_per_layer: int
+    fwd_send_bytes_per_micro_batch: int
+    bwd_send_bytes_per_micro_batch: int
+    send_bytes_per_micro_batch: int
+    nodes: int
+    bandwidth_bytes_per_s: float
+    hop: LatencySteps  # one K,V block to the next rank
+    ring_latency: LatencySteps  # every send of the micro-batch
+    comm_time_s: float
+    kv_step_time_s: float
+    block_pair_flop: int
+    achieved_flop_per_s: float
+    attn_step_time_s: float
+    kv_over_compute_ratio: float
+    ulysses_max_cp: int  # KV heads per TP rank: the largest head split without replication
+    ulysses_fits: bool  # cp divides the query and the KV heads (Ulysses possible)
+
+
+def cp_ring(
     spec: ModelSpec,
     hw: HardwareSpec,
     *,
@@ -79,113 +112,71 @@ def cp_row(
     dtype: Dtype = Dtype.bf16,
     grad_dtype: Dtype | None = None,
     link: Link = Link.intra_node,
-    chunks: int | None = None,
     with_latency: bool = False,
     nodes: int | None = None,
-) -> Row:
-    """Ring-attention traffic, overlap check, causal balance and Ulysses limit for one cp.
+) -> CpRing:
+    """Ring-attention traffic and overlap check for one cp.
 
     Counted per rank per micro-batch (forward + backward), on ``spec.full_attention_layers``:
     forward sends cp-1 K,V blocks; backward sends the K,V blocks again (cp-1) and the dK,dV
     accumulators, which travel with their block and make a last hop home (cp sends, in
     ``grad_dtype``; ring-flash-attention accumulates them in fp32). Sources: ``RING``,
-    ``RING_BWD``. ``chunks`` (default 2·cp) sets the causal-balance granularity. With ``tp`` > 1
-    each rank of the ring holds only its TP share of the heads (CP inside TP, Megatron order).
-    ``nodes`` = nodes the ring spans (default ``links.link_nodes``) for its latency steps.
+    ``RING_BWD``. With ``tp`` > 1 each rank of the ring holds only its TP share of the heads
+    (CP inside TP, Megatron order). ``nodes`` = nodes the ring spans (default
+    ``links.link_nodes``) for its latency steps.
     """
     if cp < 1:
         raise InputError(f"cp={cp} must be a positive integer")
     if micro_batch < 1:
         raise InputError(f"micro_batch={micro_batch} must be a positive integer")
     grad_dtype = grad_dtype or dtype
-    chunks = chunks or 2 * cp
     local = divide(seq, cp, what="seq", by="cp")
     n_kv, d_k, d_v = kv_dims(spec, tp)
     block = kv_block_bytes(spec, seq=seq, cp=cp, micro_batch=micro_batch, dtype=dtype, tp=tp)
     grad_block = block // dtype.bytes * grad_dtype.bytes
     steps = cp - 1
     grad_sends = cp if cp > 1 else 0
-    layers = spec.full_attention_layers
+    L = spec.full_attention_layers
     fwd = steps * block
     bwd_kv = steps * block
     bwd_dkv = grad_sends * grad_block
     per_layer = fwd + bwd_kv + bwd_dkv
+    total = L * per_layer
     flop = block_pair_flop(spec, seq=seq, cp=cp, micro_batch=micro_batch, tp=tp)
     achieved = hw.achieved_flop_per_s.value
     nodes = link_nodes(link, cp) if nodes is None else nodes
-    hop = ring_steps(Collective.p2p, cp, nodes)  # one K,V block to the next rank
+    hop = ring_steps(Collective.p2p, cp, nodes)
+    ring_lat = ring_latency_steps_per_layer(cp, nodes).times(L)
     kv_time = steps_time_s(block, hop, hw, link, with_latency=with_latency) if cp > 1 else 0.0
     attn_time = flop / achieved
-    bw = bandwidth_bytes_per_s(hw, link)
-    total = layers * per_layer
-    sends = ring_sends_per_layer(cp)
-    ring_lat = ring_latency_steps_per_layer(cp, nodes).times(layers)
-    # fmt: off
-    terms = [
-        term("tokens_per_rank", "tokens per rank", local, Unit.count, formula="s / cp", source=RING,
-             s=seq, cp=cp),
-        term("kv_block_bytes", "K,V block per ring step", block, Unit.bytes,
-             formula="(s/cp)·b·n_kv·(d_k+d_v)·dtype", source=RING, s=seq, cp=cp, b=micro_batch,
-             n_kv=n_kv, d_k=d_k, d_v=d_v, dtype_bytes=dtype.bytes),
-        term("ring_steps", "ring steps per layer forward", steps, Unit.count, formula="cp - 1",
-             source=RING, cp=cp),
-        term("full_attention_layers", "layers with a ring", layers, Unit.count,
-             formula="layers whose layer_type is full attention", source="model config layer_types",
-             num_hidden_layers=spec.num_hidden_layers),
-        term("fwd_kv_bytes_per_layer", "forward K,V sent per layer", fwd, Unit.bytes,
-             formula="(cp-1)·block", source=RING, part_of="send_bytes_per_layer", cp=cp,
-             block_bytes=block),
-        term("bwd_kv_bytes_per_layer", "backward K,V sent per layer", bwd_kv, Unit.bytes,
-             formula="(cp-1)·block", source=RING_BWD, part_of="send_bytes_per_layer", cp=cp,
-             block_bytes=block),
-        term("bwd_dkv_bytes_per_layer", "backward dK,dV sent per layer", bwd_dkv, Unit.bytes,
-             formula="cp·block·grad_dtype/dtype", source=RING_BWD, part_of="send_bytes_per_layer",
-             cp=cp, grad_block_bytes=grad_block),
-        term("ring_sends_per_layer_count", "ring sends per layer, fwd+bwd", sends, Unit.count,
-             formula="2(cp-1) + cp", source=RING_BWD, cp=cp),
-        term("send_bytes_per_layer", "sent per layer, fwd+bwd", per_layer, Unit.bytes,
-             formula="fwd K,V + bwd K,V + bwd dK,dV", source=RING_BWD),
-        term("fwd_send_bytes_per_micro_batch", "forward sent, all ring layers", layers * fwd,
-             Unit.bytes, formula="L_full·(cp-1)·block", source=RING,
-             part_of="send_bytes_per_micro_batch", L_full=layers, fwd_bytes_per_layer=fwd),
-        term("bwd_send_bytes_per_micro_batch", "backward sent, all ring layers",
-             layers * (bwd_kv + bwd_dkv), Unit.bytes, formula="L_full·(bwd K,V + bwd dK,dV)",
-             source=RING_BWD, part_of="send_bytes_per_micro_batch", L_full=layers),
-        term("send_bytes_per_micro_batch", "sent per rank per micro-batch", total, Unit.bytes,
-             formula="L_full·send_bytes_per_layer", source=RING_BWD, L_full=layers),
-        term("comm_time_s", "ring time per micro-batch if not hidden",
-             steps_time_s(total, ring_lat, hw, link, with_latency=with_latency), Unit.seconds,
-             formula=f"send_bytes / bandwidth + {LATENCY_FORMULA}",
-             source="alpha-beta model; " + latency_source(hw, with_latency), send_bytes=total,
-             bandwidth_bytes_per_s=bw, link=link.value, nodes=nodes,
-             **latency_inputs(hw, ring_lat, with_latency)),
-        term("kv_step_time_s", "K,V transfer per ring step", kv_time, Unit.seconds,
-             formula=f"block / bandwidth + {LATENCY_FORMULA}",
-             source="alpha-beta model; " + latency_source(hw, with_latency), block_bytes=block,
-             bandwidth_bytes_per_s=bw, link=link.value, **latency_inputs(hw, hop, with_latency)),
-        term("block_pair_flop", "attention FLOP per ring step (one block pair, fwd)", flop,
-             Unit.flop, formula="2·c²·b·heads·(d_k+d_v), c = s/cp", source=FLASH, c=local,
-             b=micro_batch, heads=q_heads_per_rank(spec, tp), d_k=d_k, d_v=d_v),
-        term("attn_step_time_s", "attention compute per ring step", attn_time, Unit.seconds,
-             formula="block_pair_flop / achieved FLOP/s", source=FLASH, flop=flop,
-             achieved_flop_per_s=achieved),
-        term("kv_over_compute_ratio", "transfer / compute per step (<= 1 hides)",
-             kv_time / attn_time, Unit.ratio, formula="kv_step_time / attn_step_time",
-             source="Liu et al. 2023 §3.1: overlap needs compute >= transfer per block"),
-        *ulysses_terms(spec, cp, n_kv),
-        *causal_terms(chunks, cp),
-    ]
-    # fmt: on
-    inputs = {
-        "model": spec.name,
-        "seq": seq,
-        "cp": cp,
-        "micro_batch": micro_batch,
-        "tp": tp,
-        "dtype": dtype.value,
-        "grad_dtype": grad_dtype.value,
-        "link": link.value,
-        "chunks": chunks,
-        "latency": with_latency,
-    }
-    return Row(inputs=inputs, terms=tuple(terms))
+    return CpRing(
+        tokens_per_rank=local,
+        n_kv=n_kv,
+        d_k=d_k,
+        d_v=d_v,
+        q_heads=q_heads_per_rank(spec, tp),
+        kv_block_bytes=block,
+        grad_block_bytes=grad_block,
+        ring_steps=steps,
+        full_attention_layers=L,
+        fwd_kv_bytes_per_layer=fwd,
+        bwd_kv_bytes_per_layer=bwd_kv,
+        bwd_dkv_bytes_per_layer=bwd_dkv,
+        ring_sends_per_layer_count=ring_sends_per_layer(cp),
+        send_bytes_per_layer=per_layer,
+        fwd_send_bytes_per_micro_batch=L * fwd,
+        bwd_send_bytes_per_micro_batch=L * (bwd_kv + bwd_dkv),
+        send_bytes_per_micro_batch=total,
+        nodes=nodes,
+        bandwidth_bytes_per_s=bandwidth_bytes_per_s(hw, link),
+        hop=hop,
+        ring_latency=ring_lat,
+        comm_time_s=steps_time_s(total, ring_lat, hw, link, with_latency=with_latency),
+        kv_step_time_s=kv_time,
+        block_pair_flop=flop,
+        achieved_flop_per_s=achieved,
+        attn_step_time_s=attn_time,
+        kv_over_compute_ratio=kv_time / attn_time,
+        ulysses_max_cp=n_kv,
+        ulysses_fits=ulysses_fits(spec, cp),
+    )

@@ -3,7 +3,7 @@
 A rank holds s/cp tokens; per ring step it passes one K,V block of its tokens (Liu et al. 2023,
 Ring Attention, arXiv 2310.01889, §3) and computes its queries against the block it received
 (FlashAttention FLOP count). Ulysses (DeepSpeed-Ulysses, arXiv 2309.14509) splits heads
-instead, so its degree is bounded by the KV heads. ``tpcalc.calc.cp.ring.cp_row`` assembles the row.
+instead, so its degree is bounded by the KV heads. ``tpcalc.calc.cp.ring.cp_ring`` uses them.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 from tpcalc.calc.tp.rules import kv_split
 from tpcalc.errors import divide
 from tpcalc.specs import ModelSpec
-from tpcalc.terms import Term, Unit, term
 from tpcalc.units import Dtype
 
 RING = "Liu et al. 2023 Ring Attention (arXiv 2310.01889) §3; seed 000 summary (CP)"
@@ -80,28 +79,3 @@ def ulysses_fits(spec: ModelSpec, cp: int) -> bool:
     """True when cp divides both the query heads and the KV heads (Ulysses' head split)."""
     n_kv = ulysses_max_cp(spec)
     return n_kv % cp == 0 and spec.num_attention_heads % cp == 0
-
-
-def ulysses_terms(spec: ModelSpec, cp: int, n_kv: int) -> list[Term]:
-    """The Ulysses limit as terms: ``n_kv`` KV heads (per TP rank) and whether cp fits them."""
-    return [
-        term(
-            "ulysses_max_cp",
-            "largest Ulysses degree (KV heads)",
-            n_kv,
-            Unit.count,
-            formula="n_kv",
-            source=ULYSSES,
-        ),
-        term(
-            "ulysses_fits",
-            "cp divides q and KV heads (Ulysses possible)",
-            ulysses_fits(spec, cp),
-            Unit.text,
-            formula="n_kv % cp == 0 and n_q % cp == 0",
-            source=ULYSSES,
-            n_kv=n_kv,
-            n_q=spec.num_attention_heads,
-            cp=cp,
-        ),
-    ]

@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tpcalc.calc.activations.paper import Recompute
-from tpcalc.calc.cp.ring import cp_row, ring_latency_steps_per_layer
+from tpcalc.calc.cp.ring import ring_latency_steps_per_layer
+from tpcalc.calc.cp.ring_explain import cp_row
 from tpcalc.calc.dp.zero import COMM_LABELS, zero_comm_parts, zero_latency_steps
 from tpcalc.calc.ep.all_to_all import A2A_KINDS, MoeDispatcher, ep_row
 from tpcalc.calc.layout.groups import SRC_ORDER, Group, LayoutRun, ParallelLayout

@@ -1,8 +1,9 @@
 """Tensor-parallel constraints and per-card shards: what a model looks like split over t cards.
 
 - ``check_tp``: heads, KV heads (and their replication), FFN widths, linear-attention heads and
-  the padded vocabulary per rank, the memory KV replication costs, and KV warnings;
-- ``shard_shapes``: seed 003 §7.3.4's per-card shard table, one row per weight;
+  the padded vocabulary per rank, the memory KV replication costs, and KV warnings (the
+  ``tpcalc check`` report, ``tpcalc.reports.tp.check_report``, sweeps it over t);
+- ``shard_shapes`` (``tp.table``): seed 003 §7.3.4's per-card shard table, one row per weight;
 - ``per_rank_params`` / ``per_rank_param_terms``: parameters one rank holds after TP
   (KV replicas, vocab padding and replicated norms included; declared vision towers excluded);
 - ``valid_tp_sizes`` / ``max_t_without_replication``: which t the model admits.
@@ -22,26 +23,16 @@ from pydantic import BaseModel, ConfigDict
 from tpcalc.calc.params.counts import KV_PROJECTIONS
 from tpcalc.calc.tp.rules import (
     DEFAULT_VOCAB_PAD_MULTIPLE,
-    all_valid_tp_sizes,
     kv_split,
     kv_warning,
-    max_t_without_replication,
     padded_vocab,
     split_sizes,
     uses_kv_heads,
-    valid_tp_sizes,
 )
-from tpcalc.calc.tp.table import (
-    SRC_KV,
-    SRC_VOCAB,
-    exact,
-    row_inputs,
-    shard_shapes,
-    total_term,
-)
+from tpcalc.calc.tp.table import SRC_KV, SRC_VOCAB, exact, row_inputs, total_term
 from tpcalc.calc.tp.weights import ShardedWeight, model_weights
 from tpcalc.specs import ModelSpec
-from tpcalc.terms import Report, Row, Term, Unit, term
+from tpcalc.terms import Row, Term, Unit, term
 from tpcalc.units import Dtype
 
 SRC_HEADS = "Shoeybi et al. 2019 §3 (attention split by head); seed 003 §7.3.4"
@@ -159,43 +150,4 @@ def check_tp(
     )
 
 
-# seed 000: "现代配置里 TP 通常不超过 8"; seed 003 §7.3.5: TP stays inside one 8-GPU node.
-DEFAULT_MAX_T = 8
-
-
-def check_report(
-    spec: ModelSpec,
-    tps: list[int] | None = None,
-    *,
-    vocab_pad_multiple: int = DEFAULT_VOCAB_PAD_MULTIPLE,
-    shards: bool = False,
-) -> Report:
-    """``tpcalc check``: one ``check_tp`` row per t, or with ``shards`` the per-card shard table
-    of every t. ``tps`` None means every valid t up to DEFAULT_MAX_T. KV replication warnings
-    and the valid t list travel with the report; a bad t raises DivisibilityError."""
-    if tps is None:
-        tps = valid_tp_sizes(spec, DEFAULT_MAX_T)
-    checks = [check_tp(spec, t, vocab_pad_multiple=vocab_pad_multiple) for t in tps]
-    valid = ", ".join(str(t) for t in all_valid_tp_sizes(spec))
-    notes = [f"valid t for {spec.name}: {valid}"]
-    if uses_kv_heads(spec):
-        notes.append(f"largest t without KV replication: {max_t_without_replication(spec)}")
-    notes += [
-        f"{p.name} ({p.params} params) is declared, not sharded: excluded from params per rank"
-        for p in spec.tpcalc.declared_parts
-    ]
-    if shards:
-        rows = tuple(
-            r for t in tps for r in shard_shapes(spec, t, vocab_pad_multiple=vocab_pad_multiple)
-        )
-        title = (
-            f"Per-card shard shapes (rows = in, cols = out) under tensor parallelism: {spec.name}"
-        )
-    else:
-        rows = tuple(c.row for c in checks)
-        title = f"Tensor-parallel divisibility, KV replication and vocab padding: {spec.name}"
-    warnings = tuple(w for c in checks for w in c.warnings)
-    return Report(title=title, rows=rows, warnings=warnings, notes=tuple(notes))
-
-
-__all__ = ["DEFAULT_MAX_T", "TpCheck", "check_report", "check_tp"]
+__all__ = ["TpCheck", "check_tp"]
