@@ -50,3 +50,13 @@ def test_every_row_reports_its_error_and_the_summary(cli):
             assert row["error"] == pytest.approx(expected - 1)
     report = validate_report(hardware="h100-sxm")
     assert any(n.startswith("h100-sxm dense:") for n in report.notes)
+
+
+def test_the_readme_summary_is_what_validate_prints():
+    """README, "Step time checked against published runs": the block under `$ tpcalc validate`
+    is the command's summary, line for line."""
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    block = readme.split("$ tpcalc validate\n", 1)[1].split("```", 1)[0].strip().splitlines()
+    assert block == list(validate_report().notes)
