@@ -11,6 +11,7 @@ that total; ``Row.check_breakdowns`` (and a property test) verify that they do.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from enum import Enum
 from typing import Any
 
@@ -27,11 +28,18 @@ class Unit(str, Enum):
     flop = "FLOP"
     flop_per_s = "FLOP/s"
     bytes_per_s = "bytes/s"
-    count = "count"
+    count = "count"  # type: ignore[assignment]  # shadows str.count; the member is the unit
     ratio = "ratio"  # a share, shown as a percentage (NVLink time / compute = 15%)
     times = "times"  # a multiple, shown as 3.4× (all-gather bytes / all-reduce bytes)
     params = "params"
     text = "text"
+
+
+def _number(value: Scalar) -> float:
+    """A term's value as a number (breakdowns only add numeric terms)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"not a number: {value!r}")
+    return float(value)
 
 
 class Term(BaseModel):
@@ -48,6 +56,11 @@ class Term(BaseModel):
     inputs: dict[str, Scalar] = Field(default_factory=dict)
     part_of: str | None = None
 
+    @property
+    def number(self) -> float:
+        """The value as a number; a TypeError for text and booleans."""
+        return _number(self.value)
+
 
 def term(
     key: str,
@@ -58,9 +71,11 @@ def term(
     formula: str = "",
     source: str = "",
     part_of: str | None = None,
+    symbols: Mapping[str, Scalar] | None = None,
     **inputs: Scalar,
 ) -> Term:
-    """Build a Term; keyword arguments beyond the named ones are the substituted inputs."""
+    """Build a Term; keyword arguments beyond the named ones, and ``symbols``, are the numbers
+    substituted into the formula."""
     return Term(
         key=key,
         label=label,
@@ -68,7 +83,7 @@ def term(
         unit=unit,
         formula=formula,
         source=source,
-        inputs=inputs,
+        inputs={**(symbols or {}), **inputs},
         part_of=part_of,
     )
 
@@ -103,8 +118,8 @@ class Row(BaseModel):
             parts = [t.value for t in self.terms if t.part_of == total.key]
             if not parts:
                 continue
-            s = sum(float(p) for p in parts)  # type: ignore[arg-type]
-            if not math.isclose(s, float(total.value), rel_tol=rel_tol, abs_tol=1e-9):  # type: ignore[arg-type]
+            s = sum(_number(p) for p in parts)
+            if not math.isclose(s, _number(total.value), rel_tol=rel_tol, abs_tol=1e-9):
                 problems.append(f"{total.key}: parts sum to {s}, total is {total.value}")
         return problems
 

@@ -54,13 +54,13 @@ def _tp() -> TpComm:
 def _flops(key: str, t: int) -> float:
     terms = flops_terms(qwen(), h800(), t=t, seq=c.Q_SEQ, micro_batch=1,
                         params=ParamConvention.matmul)  # fmt: skip
-    return next(x.value for x in terms if x.key == key)
+    return next(x.number for x in terms if x.key == key)
 
 
 def _act(t: int, sp: bool) -> float:
     terms = paper_model_terms(qwen(), seq=c.Q_SEQ, micro_batch=1, t=t, sp=sp,
                               recompute=Recompute.selective)  # fmt: skip
-    return terms[-1].value
+    return terms[-1].number
 
 
 def _ib() -> float:

@@ -39,11 +39,11 @@ def _shard(weight: str) -> list[int]:
 def _unsplit() -> float:
     terms = paper_layer_terms(llama70b(), seq=L_SEQ, micro_batch=L_B, t=L_T, sp=False,
                               recompute=Recompute.selective)  # fmt: skip
-    return next(x.value for x in terms if x.key == "unsplit_bytes_per_layer")
+    return next(x.number for x in terms if x.key == "unsplit_bytes_per_layer")
 
 
 def _logits(key: str) -> float:
-    return next(x.value for x in logits_terms(llama70b(), seq=L_SEQ, micro_batch=L_B, t=L_T)
+    return next(x.number for x in logits_terms(llama70b(), seq=L_SEQ, micro_batch=L_B, t=L_T)
                 if x.key == key)  # fmt: skip
 
 

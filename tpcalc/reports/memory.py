@@ -76,8 +76,8 @@ def memory_row(
         echo = {
             f"exact_{k}": v for k, v in opts.echo(spec).items() if k not in ("t", "sp", "recompute")
         }
-        paper_total = paper[-1].value
-        exact_total = next(x.value for x in exact if x.key == "exact_activation_bytes")
+        paper_total = paper[-1].number
+        exact_total = next(x.number for x in exact if x.key == "exact_activation_bytes")
         exact.append(term("activation_difference_bytes", "exact − paper", exact_total - paper_total,
                           Unit.bytes, formula="exact_activation_bytes − activation_bytes",
                           source="what Table 2's GPT-3 layer misses for this model",
@@ -94,7 +94,7 @@ def memory_row(
         logits[-1].model_copy(update={"part_of": TOTAL}),
         states[-1].model_copy(update={"part_of": TOTAL}),
     ]  # fmt: skip
-    total = sum(float(p.value) for p in parts)
+    total = sum(p.number for p in parts)
     card = hw.memory_bytes.value
     tail = [
         term(TOTAL, "total", total, Unit.bytes,
@@ -142,7 +142,7 @@ def memory_report(
         )
         for t in inputs.tps
     )  # fmt: skip
-    notes = ()
+    notes: tuple[str, ...] = ()
     if exact_options is not None or activations is ActivationModel.exact:
         notes = (
             "paper = Korthikanti et al. 2022 Table 2 (a GPT-3 layer: GeLU 4h MLP, MHA, dropout, "

@@ -119,7 +119,7 @@ def bytes_terms(
             Unit.bytes,
             formula=MODEL_RING,
             source=f"{SRC_MSG}; {SRC_RING}",
-            **subs,
+            symbols=subs,
         ),
         term(
             "model_message_bytes",
@@ -128,7 +128,7 @@ def bytes_terms(
             Unit.bytes,
             formula=MODEL_MSG,
             source=SRC_MSG,
-            **subs,
+            symbols=subs,
         ),
     ]
 
@@ -167,7 +167,7 @@ def ratio_terms(
                 formula=("(t-1)/t·" if ring else "") + "s·b·I·B",
                 source=src,
                 I=spec.intermediate_size,
-                **subs,
+                symbols=subs,
             ),
             term(
                 f"all_reduce_output_{key}",
@@ -177,7 +177,7 @@ def ratio_terms(
                 formula=("2(t-1)/t·" if ring else "") + "s·b·h·B",
                 source=src,
                 h=spec.hidden_size,
-                **subs,
+                symbols=subs,
             ),
             term(
                 f"{conv.value}_ratio",

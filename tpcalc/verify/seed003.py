@@ -93,7 +93,7 @@ def seed003_example() -> Seed003Result:
     )
 
 
-def _vec(a: np.ndarray) -> str:
+def _vec(a: np.ndarray | tuple[tuple[int, ...], ...]) -> str:
     """A one-row integer array as the book prints it: [7, -2]."""
     return json.dumps(np.asarray(a).ravel().tolist())
 

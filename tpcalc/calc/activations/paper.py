@@ -186,7 +186,7 @@ def paper_model_terms(
         recompute=recompute,
         full_sharding=full_sharding,
     )
-    per_layer = layer[-1].value
+    per_layer = layer[-1].number
     layers = spec.num_hidden_layers
     return (
         *layer,

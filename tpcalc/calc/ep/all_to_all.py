@@ -35,7 +35,7 @@ from tpcalc.calc.params.states import StateRecipe
 from tpcalc.calc.tp.flops import FLOP_PER_PARAM_TOKEN_FWD
 from tpcalc.errors import InputError
 from tpcalc.specs import HardwareSpec, ModelSpec
-from tpcalc.terms import Row, Term, Unit, term
+from tpcalc.terms import Row, Scalar, Term, Unit, term
 from tpcalc.units import Dtype
 
 SRC_FLOP = "2 FLOP per weight per token (Kaplan et al. 2020 §2.1), k experts per token"
@@ -206,7 +206,7 @@ def ep_row(
         a2a_terms(key, label, tokens, h, dtypes[kind], ib, nv, hw, with_latency, ep, nodes)
         for key, label, kind in A2A_KINDS
     ]
-    per_layer = sum(float(t.value) for t, _ in parts)  # type: ignore[arg-type]
+    per_layer = sum(t.number for t, _ in parts)
     layer_time = sum(time for _, time in parts)
     fwd_a2a_time = parts[0][1] + parts[1][1]
     expert = mlp_params(spec, f)
@@ -297,7 +297,7 @@ def ep_row(
             source="seed 000 summary: cross-node EP compute : communication ≈ 1 : 1",
         ),
     ]
-    inputs = {
+    inputs: dict[str, Scalar] = {
         "model": spec.name,
         "ep": ep,
         "tokens": tokens,

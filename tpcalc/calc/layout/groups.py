@@ -25,6 +25,7 @@ from tpcalc.calc.pipeline.schedule import Schedule, check_pipeline
 from tpcalc.calc.tp.rules import tp_problem
 from tpcalc.errors import InputError, TpcalcError
 from tpcalc.specs import ModelSpec
+from tpcalc.terms import Scalar
 from tpcalc.units import Dtype
 
 SRC_ORDER = (
@@ -138,7 +139,7 @@ class MemoryTechniques:
     capacity_factor: float | None = None  # --moe-expert-capacity-factor (off: no dropping)
     router_dtype: str = "fp32"  # --moe-router-dtype
 
-    def echo(self) -> dict[str, str | int | bool]:
+    def echo(self) -> dict[str, Scalar]:
         return {
             "recompute_modules": ",".join(self.recompute_modules) or "none",
             "fp8_cache": self.fp8_cache, "moe_probs_in_act": self.moe_probs_in_act,

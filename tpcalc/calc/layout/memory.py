@@ -197,9 +197,7 @@ def layer_activation_bytes(
     options = activation_options(
         layout, sp=sp, recompute=recompute, techniques=techniques or MemoryTechniques()
     )
-    values = {
-        t.key: float(t.value) for t in exact_activation_terms(spec, seq, micro_batch, options)
-    }
+    values = {t.key: t.number for t in exact_activation_terms(spec, seq, micro_batch, options)}
     kinds = [layer_kind(spec, i) for i in range(spec.num_hidden_layers)]
     return [values[f"exact_{k.replace('+', '_')}_bytes_per_layer"] for k in kinds]
 

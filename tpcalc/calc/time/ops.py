@@ -167,6 +167,7 @@ def attention_core(
     does q_len · window score blocks (FlashAttention-2 window_size; Beltagy et al. 2020)."""
     b, q_len, kv_len = shard.micro_batch, shard.seq // shard.cp, shard.seq
     block = q_len // CP_CHUNKS_PER_RANK if shard.cp > 1 else q_len
+    scores: float
     if window is not None and window < kv_len:
         block = min(block, window)
         scores = GEMM_FLOP_PER_MAC * b * heads * q_len * window

@@ -77,7 +77,7 @@ def _width_terms(spec: ModelSpec, t: int) -> list[Term]:
         if spec.is_mla and what == "num_attention_heads":
             label = "attention heads per rank (MLA)"
         out.append(term(key, label, n // t, Unit.count, formula=f"{sym} / t", source=src,
-                        **{sym: n, "t": t}))  # fmt: skip
+                        symbols={sym: n, "t": t}))  # fmt: skip
     return out
 
 
@@ -99,14 +99,15 @@ def _kv_terms(spec: ModelSpec, t: int, ws: tuple[ShardedWeight, ...], dtype: Dty
              formula="t / n_kv if t > n_kv else 1", source=SRC_KV, n_kv=n_kv, t=t),
         term("kv_weight_bytes_per_rank", "K/V weights per rank", held, Unit.bytes,
              formula="2 · L · h_in · d · kv_per_rank · bytes", source=SRC_KV,
-             kv_per_rank=per_rank, **common),
+             kv_per_rank=per_rank, symbols=common),
         term("kv_weight_even_bytes_per_rank", "K/V weights if split evenly", exact(even),
              Unit.bytes, formula="2 · L · h_in · d · n_kv / t · bytes", source=SRC_KV,
-             part_of="kv_weight_bytes_per_rank", n_kv=n_kv, t=t, **common),
+             part_of="kv_weight_bytes_per_rank", n_kv=n_kv, t=t, symbols=common),
         term("kv_replication_extra_bytes_per_rank", "extra K/V bytes from replication",
              exact(held - even), Unit.bytes,
              formula="2 · L · h_in · d · (kv_per_rank − n_kv / t) · bytes", source=SRC_KV,
-             part_of="kv_weight_bytes_per_rank", kv_per_rank=per_rank, n_kv=n_kv, t=t, **common),
+             part_of="kv_weight_bytes_per_rank", kv_per_rank=per_rank, n_kv=n_kv, t=t,
+             symbols=common),
     ]  # fmt: skip
 
 

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, PositiveInt
 
 from tpcalc.calc.activations.paper import Recompute
 from tpcalc.specs import ModelSpec
+from tpcalc.terms import Scalar
 from tpcalc.units import Dtype
 
 __all__ = ["ActivationOptions", "AttentionKernel", "RouterDtype", "SoftmaxDtype"]
@@ -111,7 +112,7 @@ class ActivationOptions(BaseModel):
         """Sequence parallelism only means something when t > 1."""
         return self.sequence_parallel and self.t > 1
 
-    def echo(self, spec: ModelSpec) -> dict[str, str | int | bool]:
+    def echo(self, spec: ModelSpec) -> dict[str, Scalar]:
         """The resolved choices, for a result row's inputs."""
         return {
             "attention": self.attention.value,

@@ -55,7 +55,7 @@ def _layer_terms(kind: str, records: list[TensorRecord], count: int, **run: int)
             Unit.bytes,
             formula="Σ bytes of the tensors one layer saves",
             source=SRC,
-            **run,
+            symbols=run,
         )
     )
     out.append(
