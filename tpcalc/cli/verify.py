@@ -28,11 +28,13 @@ app = typer.Typer()
 
 
 def _require_numpy() -> None:
-    """The bench simulates cards in numpy, an optional dependency (extra ``bench``)."""
+    """The bench simulates cards in numpy, a core dependency a broken install may lack."""
     import importlib.util
 
     if importlib.util.find_spec("numpy") is None:
-        raise TpcalcError("tpcalc verify needs numpy: pip install 'tpcalc[bench]'")
+        raise TpcalcError(
+            "tpcalc verify needs numpy, a core dependency: reinstall tpcalc (pip install .)"
+        )
 
 
 @app.command()
