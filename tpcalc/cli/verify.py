@@ -61,8 +61,9 @@ def verify(
         Example | None,
         typer.Option(
             "--example",
-            help="Reproduce a worked example exactly instead (seed003: seed 003 §7.3.2–7.3.3 in "
-            "integers; the other options do not apply).",
+            help="Reproduce a worked example exactly instead (seed003: seed 003, "
+            "llm_internals §7.3 「模型并行与张量并行」, §7.3.2–7.3.3, in integers; the other "
+            "options do not apply).",
         ),
     ] = None,
     model: ModelOpt = DEFAULT_MODEL,
