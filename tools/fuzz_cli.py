@@ -588,6 +588,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--samples", type=int, default=3, help="samples shown per failure class")
     parser.add_argument("--huge-mb", type=int, default=25, help="size of the huge YAML")
+    parser.add_argument("--log", help="write every failure as a JSON line to this file")
     parser.add_argument(
         "--spawn",
         action="store_true",
@@ -640,6 +641,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"    exit {r.code}: {key}")
             for path, content in r.case.files.items():
                 print(f"    (file {Path(path).name}: {str(content)[:300]!r})")
+    if args.log:
+        with open(args.log, "w") as fh:
+            for r in results:
+                if r.cls in FAILURES:
+                    files = {Path(p).name: str(c)[:2000] for p, c in r.case.files.items()}
+                    record = {"class": r.cls, "argv": r.case.argv, "exit": r.code}
+                    fh.write(json.dumps({**record, "stderr": r.err[-2000:], "files": files}))
+                    fh.write("\n")
     return 1 if any(counts.get(c) for c in FAILURES) else 0
 
 

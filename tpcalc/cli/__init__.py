@@ -35,6 +35,27 @@ COMMANDS: dict[str, str] = {
     "hardware": "hardware",
 }
 
+# One line per command for 'tpcalc --help', so the overview imports no command module (and so no
+# calculator). Each is the start of the command's own docstring; tests/test_fuzz_cli.py checks
+# that they have not drifted apart.
+SUMMARIES: dict[str, str] = {
+    "models": "Built-in models: total parameters, layers, hidden size, heads",
+    "show": "One model: its architecture and its parameter breakdown",
+    "comm": "TP communication of one micro-batch (fwd + bwd): bytes per",
+    "memory": "Per-rank memory: activations, logits, model states and what",
+    "flops": "Per-rank FLOPs of one micro-batch (6·N·tokens/t) and compute",
+    "check": "Which t a model admits: query/KV heads, FFN and expert",
+    "dp": "Data parallelism: gradient bytes, ring all-reduce vs a naive",
+    "zero": "ZeRO stages 0-3: model states per rank, memory left for",
+    "pipeline": "Pipeline parallelism: layers and parameters per stage, bytes",
+    "cp": "Context parallelism: the K,V block each rank passes per ring",
+    "ep": "Expert parallelism: routed experts per rank, routed-expert",
+    "layout": "A combined layout: checks world size and every divisibility,",
+    "verify": "Split the FFN Y = f(X·A)·B of 「小明把苹果给了小王」 (5 × 4) over",
+    "figures": "Every figure the two seed documents print, recomputed from",
+    "hardware": "Built-in accelerators: memory, peak and achieved FLOP/s,",
+}
+
 HELP = (
     "What a distributed training layout costs, before a GPU is rented: memory per GPU, "
     "bytes on every link, time on NVLink and InfiniBand, FLOPs per rank.\n\n"
@@ -65,8 +86,7 @@ def _print_version(value: bool) -> None:
         raise typer.Exit(EXIT_OK)
 
 
-def build_app(command: str | None = None) -> typer.Typer:
-    """The typer app with every command, or only ``command``'s module when it is known."""
+def _new_app() -> typer.Typer:
     app = typer.Typer(
         name="tpcalc",
         help=HELP,
@@ -90,9 +110,27 @@ def build_app(command: str | None = None) -> typer.Typer:
     ) -> None:
         """Keeps tpcalc a command group even when only one command is loaded."""
 
+    return app
+
+
+def build_app(command: str | None = None) -> typer.Typer:
+    """The typer app with every command, or only ``command``'s module when it is known."""
+    app = _new_app()
     modules = [COMMANDS[command]] if command in COMMANDS else list(dict.fromkeys(COMMANDS.values()))
     for name in modules:
         app.add_typer(importlib.import_module(f"tpcalc.cli.{name}").app)
+    return app
+
+
+def _overview_app() -> typer.Typer:
+    """The group with a stub per command, only to print 'tpcalc --help' (nothing runs them)."""
+    app = _new_app()
+    for name, summary in SUMMARIES.items():
+
+        def stub() -> None:
+            raise RuntimeError("the overview app only prints help")
+
+        app.command(name, help=summary, short_help=summary + "...")(stub)
     return app
 
 
@@ -142,7 +180,12 @@ def main(argv: list[str] | None = None) -> None:
 def _run(args: list[str]) -> None:
     usage_error, click_exception = _click_exceptions()
     command = next((a for a in args if not a.startswith("-")), None)
-    app = build_app(command if "--help" not in args and "-h" not in args else None)
+    if command in COMMANDS and args[:1] not in (["--help"], ["-h"]):
+        app = build_app(command)  # its own help included: one command module is imported
+    elif not args or args[:1] in (["--help"], ["-h"]):
+        app = _overview_app()  # 'tpcalc --help' imports no command module, so no calculator
+    else:
+        app = build_app()  # an unknown command: the full app names the valid ones
     try:
         code = app(args=args, prog_name="tpcalc", standalone_mode=False)
     except usage_error as exc:
