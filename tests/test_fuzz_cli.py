@@ -35,7 +35,7 @@ _spec.loader.exec_module(fuzz)
 # makes tpcalc allocate without bound fails with MemoryError (exit 3, caught) instead of
 # swapping the CI machine.
 MEMORY_CAP_BYTES = 4 * 2**30
-FUZZ_EXAMPLES = 150
+FUZZ_EXAMPLES = 400
 
 # Failures that belong to config reading and the schema (tpcalc/catalog.py, tpcalc/hf.py,
 # tpcalc/specs/), fixed on their own branch. The fuzz test tells them apart by their stderr and
