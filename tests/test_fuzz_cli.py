@@ -10,6 +10,7 @@ the tool; the ones that hang today have their own xfail test below, reproducer i
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import random
 import resource
@@ -44,6 +45,8 @@ KNOWN: dict[str, str] = {
     "name too long": "OSError: [Errno 36] File name too long",  # catalog._looks_like_path
     "deep nesting": "RecursionError: maximum recursion depth exceeded",  # catalog parsing
     "unbounded allocation": "MemoryError",  # catalog reads devices; specs layer lists
+    "object as model_type": "TypeError: unhashable type",  # hf.py
+    "seq_length from HF": "validation error for TpcalcBlock",  # hf.py, outside ConfigError
 }
 
 
@@ -293,4 +296,32 @@ def test_hostile_config_paths_are_one_line_errors(hostile_files, args, reason):
     if done is None or done.returncode == 3:
         shown = " ".join("$(printf 'a%.0s' {1..300})" if a == "a" * 300 else a for a in args)
         pytest.xfail(f"{reason}; reproduce: tpcalc {shown} ({CATALOG})")
+    _assert_clean_error(done)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "reason"),
+    [
+        ("model_type", {"a": 1}, "TypeError: unhashable type: 'dict' in hf.py (exit 3)"),
+        (
+            "max_position_embeddings",
+            -1,
+            "pydantic ValidationError for TpcalcBlock.seq_length escapes hf.py (exit 3; before "
+            "issue 8 §5 it was hidden as a multi-line 'inputs are out of range')",
+        ),
+        ("num_hidden_layers", 10**9, "specs resolved_layer_types allocates per layer: a hang"),
+    ],
+    ids=["model-type-object", "negative-max-position", "billion-layers"],
+)
+def test_wrong_typed_or_absurd_hf_fields_are_one_line_errors(tmp_path, field, value, reason):
+    config = json.loads((REPO / "tests" / "fixtures" / "hf" / "qwen3-8b.json").read_text())
+    config[field] = value
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    done = _run_bounded(["show", str(path)], timeout_s=5.0)
+    if done is None or done.returncode == 3:
+        pytest.xfail(
+            f"{reason}; reproduce: set {field} to {json.dumps(value)} in "
+            f"tests/fixtures/hf/qwen3-8b.json, then tpcalc show that file ({CATALOG})"
+        )
     _assert_clean_error(done)
