@@ -173,6 +173,9 @@ def main(argv: list[str] | None = None) -> None:
         _run(args)
     except SystemExit:
         raise
+    except KeyboardInterrupt:  # Ctrl-C: the user's choice, not a bug
+        sys.stderr.write("Aborted.\n")
+        sys.exit(130)
     except Exception as exc:  # noqa: BLE001 - the contract: never a traceback (issue 8 §5)
         internal_error(exc)
 
