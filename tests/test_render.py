@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import csv
 import io
+import json
 
-from tpcalc.render import Format, fmt_number, fmt_quantity, pick_scale, render
+from tpcalc.render import Format, fmt_number, fmt_quantity, pick_scale, render, whole
 from tpcalc.terms import Grid, Report, Row, Unit, term
 from tpcalc.units import ByteUnits
 
@@ -44,3 +46,58 @@ def test_verify_table_marks_naive_cells_not_column_row(cli):
     column_row = r.out.split("column-row: output Y")[1].split("row-first-no-sync: output Y")[0]
     assert "*" in naive.split("\n", 1)[1]
     assert "*" not in column_row.split("\n", 1)[1]
+
+
+def _counts_report() -> Report:
+    # 2(t-1)/t · M for t = 8, M = 134,217,728 bytes (seed 003 §7.3.5): 234,881,024 bytes, reached
+    # through float arithmetic; for t = 3 the same formula has a fraction.
+    m = 134_217_728
+    rows = tuple(
+        Row(
+            inputs={"t": t, "sp": t == 8},
+            terms=(
+                term("send_bytes", "sent", 2 * (t - 1) / t * m, Unit.bytes),
+                term("time_s", "time", 2.0, Unit.seconds),
+                term("flop", "FLOPs", 6.0e12, Unit.flop),
+                term("fits", "fits", t == 8, Unit.text),
+            ),
+        )
+        for t in (8, 3)
+    )
+    return Report(title="r", rows=rows)
+
+
+def test_json_writes_integral_counts_as_integers_and_keeps_fractions_and_times_float():
+    out = io.StringIO()
+    render(_counts_report(), Format.json, out)
+    t8, t3 = json.loads(out.getvalue())
+    assert t8["send_bytes"] == 234_881_024 and isinstance(t8["send_bytes"], int)
+    assert isinstance(t8["flop"], int) and t8["flop"] == 6 * 10**12
+    assert isinstance(t8["time_s"], float)  # seconds stay floats even when integral
+    assert isinstance(t3["send_bytes"], float)  # 4/3 · M has a fraction
+    assert '"send_bytes": 234881024,' in out.getvalue()
+
+
+def test_csv_writes_integers_without_a_decimal_point_and_booleans_as_true_false():
+    out = io.StringIO()
+    render(_counts_report(), Format.csv, out)
+    header, t8, t3 = list(csv.reader(io.StringIO(out.getvalue())))
+    row = dict(zip(header, t8, strict=True))
+    assert row["send_bytes"] == "234881024" and row["flop"] == "6000000000000"
+    assert row["sp"] == "true" and row["fits"] == "true"
+    assert dict(zip(header, t3, strict=True))["sp"] == "false"
+    assert row["time_s"] == "2.0"
+
+
+def test_whole_leaves_huge_and_fractional_values_alone():
+    assert whole(2.0**53, Unit.bytes) == 2.0**53  # beyond exact float integers: not converted
+    assert whole(1.5, Unit.bytes) == 1.5
+    assert whole(3.0, Unit.ratio) == 3.0 and isinstance(whole(3.0, Unit.ratio), float)
+
+
+def test_integers_beyond_float_range_format_without_overflow():
+    # issue 12: `tpcalc verify --seed 999...9` (300 digits) raised OverflowError in fmt_number.
+    big = 10**400  # beyond the largest float, about 1.8e308
+    assert fmt_number(big) == f"{big:,}"
+    assert fmt_number(big, 1e9) == "1.000E+391"
+    assert pick_scale([big], Unit.bytes, ByteUnits.GB) == (1e12, "TB")

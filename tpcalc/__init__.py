@@ -1,3 +1,16 @@
 """tpcalc: what a distributed training layout costs, before a GPU is rented."""
 
-__version__ = "0.1.0"
+from __future__ import annotations
+
+
+def __getattr__(name: str) -> str:
+    # The version is set in one place, pyproject.toml's [project] version, and read from the
+    # installed metadata on demand (importlib.metadata is not paid for by ordinary commands).
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("tpcalc")
+        except PackageNotFoundError:  # a source tree that was never installed
+            return "unknown"
+    raise AttributeError(name)

@@ -48,6 +48,14 @@ def _scales(unit: Unit, byte_units: ByteUnits) -> tuple[tuple[float, str], ...] 
     }.get(unit)
 
 
+def _magnitude(value: int | float) -> float:
+    """|value| as a float; an integer too large for a float is infinitely large for display."""
+    try:
+        return abs(float(value))
+    except OverflowError:
+        return math.inf
+
+
 def pick_scale(values: Sequence[Scalar], unit: Unit, byte_units: ByteUnits) -> tuple[float, str]:
     """The largest prefix in which the column's largest magnitude is at least 1."""
     scales = _scales(unit, byte_units)
@@ -55,7 +63,7 @@ def pick_scale(values: Sequence[Scalar], unit: Unit, byte_units: ByteUnits) -> t
         return 1.0, {Unit.ratio: "", Unit.count: "", Unit.text: "", Unit.times: "×"}.get(
             unit, unit.value
         )
-    nums = [abs(float(v)) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    nums = [_magnitude(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
     biggest = max(nums, default=0.0)
     for factor, name in scales:
         if biggest >= factor:
@@ -71,9 +79,14 @@ def fmt_number(value: Scalar, factor: float = 1.0, digits: int = 4) -> str:
         return "yes" if value else "no"
     if isinstance(value, str):
         return value
-    x = value / factor
     if isinstance(value, int) and factor == 1:
         return f"{value:,}"
+    try:
+        x = value / factor
+    except OverflowError:  # an integer beyond float range (a 300-digit --seed): exact decimal
+        from decimal import Decimal
+
+        return f"{Decimal(value) / Decimal(factor):.{digits - 1}E}"
     if x == 0 or not math.isfinite(x):
         return f"{x:g}"
     if abs(x) < 1e-3:  # rounding residues (1e-16) and the like: scientific, not 20 zeros
@@ -212,16 +225,46 @@ def explain_text(report: Report, byte_units: ByteUnits = ByteUnits.GB) -> str:
     return "\n".join(lines)
 
 
+# Units whose quantities are whole numbers: a byte count, a FLOP count, a parameter count, a
+# count. The calculators reach some of them through float arithmetic (2(t-1)/t·M for a ring
+# all-reduce, a float bandwidth factor), so 234,881,024 bytes arrives as 234881024.0. JSON and
+# CSV write such a value as an integer when it is integral and exactly representable (below
+# 2**53); a value with a fraction (t = 3: 2/3·M) stays a float. Times, rates and ratios stay
+# floats. Decided here, at the output edge, because the float comes from several calculators'
+# arithmetic (README "Output formats").
+_WHOLE_UNITS = frozenset({Unit.bytes, Unit.flop, Unit.params, Unit.count})
+_EXACT_FLOAT_INT = 2**53
+
+
+def whole(value: Scalar, unit: Unit) -> Scalar:
+    """``value`` as an int when its unit counts whole things and it is an exact integral float."""
+    if (
+        unit in _WHOLE_UNITS
+        and isinstance(value, float)
+        and value.is_integer()
+        and abs(value) < _EXACT_FLOAT_INT
+    ):
+        return int(value)
+    return value
+
+
 def _json_safe(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
 
 
+def _row_record(row: Row) -> dict[str, Scalar]:
+    rec: dict[str, Scalar] = dict(row.inputs)
+    rec.update({t.key: whole(t.value, t.unit) for t in row.terms})
+    return rec
+
+
 def report_records(report: Report, explain: bool = False) -> list[dict[str, Any]]:
+    """One flat record per row (inputs, then term values in base units): the JSON/CSV contract."""
     records = []
     for row in report.rows:
-        rec = {k: _json_safe(v) for k, v in row.flat().items()}
+        rec = {k: _json_safe(v) for k, v in _row_record(row).items()}
         if explain:
             rec["explain"] = {
                 t.key: {"formula": t.formula, "source": t.source, "inputs": t.inputs}
@@ -237,8 +280,15 @@ def render_json(report: Report, out: TextIO, explain: bool) -> None:
     out.write("\n")
 
 
+def _csv_cell(value: Any) -> Any:
+    """Spreadsheet conventions: true/false for booleans, an empty cell for no value."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "" if value is None else value
+
+
 def render_csv(report: Report, out: TextIO) -> None:
-    records = report_records(report)
+    records = [{k: _csv_cell(v) for k, v in rec.items()} for rec in report_records(report)]
     fields: list[str] = []
     for rec in records:
         fields.extend(k for k in rec if k not in fields)

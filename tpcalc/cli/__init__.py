@@ -2,12 +2,14 @@
 
 Every command parses its options, calls one library function that returns a ``Report``, and
 hands it to ``tpcalc.cli.common.emit``. Usage errors print one line and exit 2; content errors
-print one line and exit 1; nothing but the requested format reaches stdout.
+print one line and exit 1; any other exception is a bug: one "internal error" line and exit 3
+(the traceback with TPCALC_DEBUG=1). Nothing but the requested format reaches stdout.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import typer
@@ -34,6 +36,28 @@ COMMANDS: dict[str, str] = {
     "hardware": "hardware",
 }
 
+# One line per command for 'tpcalc --help', so the overview imports no command module (and so no
+# calculator). Each is the start of the command's own docstring; tests/test_fuzz_cli.py checks
+# that they have not drifted apart.
+SUMMARIES: dict[str, str] = {
+    "models": "Built-in models: total parameters, layers, hidden size, heads",
+    "show": "One model: its architecture and its parameter breakdown",
+    "comm": "TP communication of one micro-batch (fwd + bwd): bytes per",
+    "memory": "Per-rank memory: activations, logits, model states and what",
+    "flops": "Per-rank FLOPs of one micro-batch (6·N·tokens/t) and compute",
+    "check": "Which t a model admits: query/KV heads, FFN and expert",
+    "dp": "Data parallelism: gradient bytes, ring all-reduce vs a naive",
+    "zero": "ZeRO stages 0-3: model states per rank, memory left for",
+    "pipeline": "Pipeline parallelism: layers and parameters per stage, bytes",
+    "cp": "Context parallelism: the K,V block each rank passes per ring",
+    "ep": "Expert parallelism: routed experts per rank, routed-expert",
+    "layout": "A combined layout: checks world size and every divisibility,",
+    "verify": "Split the FFN Y = f(X·A)·B of 「小明把苹果给了小王」 (5 × 4) over",
+    "figures": "Every figure the two seed documents print, recomputed from",
+    "validate": "Check tpcalc against published training runs, each with its",
+    "hardware": "Built-in accelerators: memory, peak and achieved FLOP/s,",
+}
+
 HELP = (
     "What a distributed training layout costs, before a GPU is rented: memory per GPU, "
     "bytes on every link, time on NVLink and InfiniBand, FLOPs per rank.\n\n"
@@ -41,12 +65,30 @@ HELP = (
     "  tpcalc comm --model llama3-70b -t 8\n\n"
     "  tpcalc memory --seq 4096 -t 1,8 --format json\n\n"
     "  tpcalc layout -m llama3-405b --tp 8 --cp 1 --pp 16 --dp 128\n\n"
-    "  tpcalc figures"
+    "  tpcalc figures\n\n"
+    "Exit codes: 0 ok; 1 a problem with the inputs' content (bad config, impossible split); "
+    "2 usage (unknown option, bad value); 3 internal error (a bug: rerun with TPCALC_DEBUG=1 "
+    "for the traceback and report it)."
 )
 
+# Exit codes (README "Exit codes", design.md "CLI contract").
+EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+DEBUG_ENV = "TPCALC_DEBUG"
 
-def build_app(command: str | None = None) -> typer.Typer:
-    """The typer app with every command, or only ``command``'s module when it is known."""
+
+def _version() -> str:
+    import tpcalc
+
+    return str(tpcalc.__version__)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"tpcalc {_version()}\n")
+        raise typer.Exit(EXIT_OK)
+
+
+def _new_app() -> typer.Typer:
     app = typer.Typer(
         name="tpcalc",
         help=HELP,
@@ -58,12 +100,39 @@ def build_app(command: str | None = None) -> typer.Typer:
     )
 
     @app.callback()
-    def _group() -> None:
+    def _group(
+        version: bool = typer.Option(
+            False,
+            "--version",
+            "-V",
+            help="Print the version and exit.",
+            is_eager=True,
+            callback=_print_version,
+        ),
+    ) -> None:
         """Keeps tpcalc a command group even when only one command is loaded."""
 
+    return app
+
+
+def build_app(command: str | None = None) -> typer.Typer:
+    """The typer app with every command, or only ``command``'s module when it is known."""
+    app = _new_app()
     modules = [COMMANDS[command]] if command in COMMANDS else list(dict.fromkeys(COMMANDS.values()))
     for name in modules:
         app.add_typer(importlib.import_module(f"tpcalc.cli.{name}").app)
+    return app
+
+
+def _overview_app() -> typer.Typer:
+    """The group with a stub per command, only to print 'tpcalc --help' (nothing runs them)."""
+    app = _new_app()
+    for name, summary in SUMMARIES.items():
+
+        def stub() -> None:
+            raise RuntimeError("the overview app only prints help")
+
+        app.command(name, help=summary, short_help=summary + "...")(stub)
     return app
 
 
@@ -81,12 +150,47 @@ def _click_exceptions() -> tuple[type[Exception], type[Exception]]:
     return usage, base
 
 
+def internal_error(exc: BaseException) -> None:
+    """A bug, not the user's input: one line (or the traceback with TPCALC_DEBUG=1), exit 3."""
+    if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+        import traceback
+
+        traceback.print_exception(exc, file=sys.stderr)
+    else:
+        text = " ".join(str(exc).split())  # one line, whatever the message holds
+        sys.stderr.write(
+            f"internal error: {type(exc).__name__}: {text}; "
+            f"rerun with {DEBUG_ENV}=1 for the traceback\n"
+        )
+    sys.exit(EXIT_INTERNAL)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point: run the app, turning usage errors into one line (exit 2)."""
-    usage_error, click_exception = _click_exceptions()
+    """Console entry point: usage errors one line (exit 2), bugs one line (exit 3)."""
     args = sys.argv[1:] if argv is None else list(argv)
+    if args[:1] in (["--version"], ["-V"]):  # without building the app
+        sys.stdout.write(f"tpcalc {_version()}\n")
+        sys.exit(EXIT_OK)
+    try:
+        _run(args)
+    except SystemExit:
+        raise
+    except KeyboardInterrupt:  # Ctrl-C: the user's choice, not a bug
+        sys.stderr.write("Aborted.\n")
+        sys.exit(130)
+    except Exception as exc:  # noqa: BLE001 - the contract: never a traceback (issue 8 §5)
+        internal_error(exc)
+
+
+def _run(args: list[str]) -> None:
+    usage_error, click_exception = _click_exceptions()
     command = next((a for a in args if not a.startswith("-")), None)
-    app = build_app(command if "--help" not in args and "-h" not in args else None)
+    if command in COMMANDS and args[:1] not in (["--help"], ["-h"]):
+        app = build_app(command)  # its own help included: one command module is imported
+    elif not args or args[:1] in (["--help"], ["-h"]):
+        app = _overview_app()  # 'tpcalc --help' imports no command module, so no calculator
+    else:
+        app = build_app()  # an unknown command: the full app names the valid ones
     try:
         code = app(args=args, prog_name="tpcalc", standalone_mode=False)
     except usage_error as exc:
@@ -99,11 +203,13 @@ def main(argv: list[str] | None = None) -> None:
         else:  # errors raised while parsing a command's options carry the group's context
             where = f"tpcalc {command}" if command in COMMANDS else "tpcalc"
         message = exc.format_message().replace("Value error, ", "")
+        message = " ".join(message.split())
         sys.stderr.write(f"Error: {message} (see '{where} --help')\n")
-        sys.exit(2)
+        sys.exit(EXIT_USAGE)
     except click_exception as exc:
-        sys.stderr.write(f"Error: {exc.format_message()}\n")
-        sys.exit(getattr(exc, "exit_code", 1))
+        message = " ".join(exc.format_message().split())
+        sys.stderr.write(f"Error: {message}\n")
+        sys.exit(getattr(exc, "exit_code", EXIT_INPUT))
     except typer.Abort:
         sys.stderr.write("Aborted.\n")
         sys.exit(1)

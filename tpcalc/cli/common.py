@@ -1,7 +1,8 @@
 """What every command does after parsing: build a report, print warnings, render, exit.
 
 Only the CLI layer exits. Domain errors (``TpcalcError``) become one line on stderr and exit 1;
-stdout then stays empty, so ``--format json`` output is valid JSON or nothing.
+stdout then stays empty, so ``--format json`` output is valid JSON or nothing. Any other exception
+is a bug and is left to ``tpcalc.cli.main`` (one "internal error" line, exit 3).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from tpcalc.units import ByteUnits
 
 
 def error(message: str) -> None:
-    sys.stderr.write(f"Error: {message}\n")
+    """One line on stderr, whatever the message holds (the contract: one line per error)."""
+    sys.stderr.write(f"Error: {' '.join(message.split())}\n")
 
 
 def warn(message: str) -> None:
@@ -39,9 +41,8 @@ def emit(
     except TpcalcError as exc:
         error(str(exc))
         raise typer.Exit(1) from None
-    except (OverflowError, ValueError, ZeroDivisionError) as exc:
-        error(f"the inputs are out of range: {exc}")
-        raise typer.Exit(1) from None
+    # Anything else is a bug, not the user's input: it reaches tpcalc.cli.main, which prints one
+    # "internal error" line and exits 3 (design.md, "CLI contract"; issue 8 §5).
     overflowed = [
         t.key
         for row in report.rows

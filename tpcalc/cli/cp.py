@@ -39,7 +39,8 @@ ChunksOpt = Annotated[
     typer.Option(
         "--chunks",
         help="Sequence chunks for the causal-balance count (default 2·cp; zig-zag needs a "
-        "multiple of 2·cp). Seed 000 uses 16 chunks on 4 cards.",
+        "multiple of 2·cp). Seed 000 (the lesson 「一层的矩阵乘,能不能拆到几张卡上一起算?」) uses "
+        "16 chunks on 4 cards.",
     ),
 ]
 GradDtypeOpt = Annotated[

@@ -24,7 +24,12 @@ class Seed(str, Enum):
 @app.command()
 def figures(
     seed: Annotated[
-        Seed | None, typer.Option("--seed", help="Only one document: 000 or 003.")
+        Seed | None,
+        typer.Option(
+            "--seed",
+            help="Only one document: 000 (the lesson 「一层的矩阵乘,能不能拆到几张卡上一起算?」) "
+            "or 003 (llm_internals §7.3 「模型并行与张量并行」).",
+        ),
     ] = None,
     ids: Annotated[
         list[str] | None, typer.Option("--id", help="Only this figure id (repeatable).")

@@ -107,7 +107,10 @@ def memory(
 ) -> None:
     """Per-rank memory: activations, logits, model states and what is left on the card.
 
-    Activations follow Korthikanti et al. 2022, Table 2 (the seeds' formula).
+    Activations: by default the exact per-tensor count of what autograd saves for this
+    architecture (--activations exact); --activations paper uses Korthikanti et al. 2022,
+    Table 2 (the seeds' formula). Both are shown, with their difference. Negative free memory
+    means the card is short by that much.
 
     Examples:
 

@@ -85,8 +85,9 @@ ParamsOpt = Annotated[
     ParamConvention,
     typer.Option(
         "--params",
-        help="N in 6·N·tokens: 'matmul' (seed 000: all but input embedding, vision tower, MTP) "
-        "or 'all' (seed 003).",
+        help="N in 6·N·tokens: 'matmul' (all but input embedding, vision tower, MTP; seed 000, "
+        "the lesson 「一层的矩阵乘,能不能拆到几张卡上一起算?」) or 'all' (seed 003, "
+        "llm_internals §7.3 「模型并行与张量并行」).",
     ),
 ]
 BytesOpt = Annotated[

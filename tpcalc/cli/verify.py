@@ -29,11 +29,13 @@ app = typer.Typer()
 
 
 def _require_numpy() -> None:
-    """The bench simulates cards in numpy, an optional dependency (extra ``bench``)."""
+    """The bench simulates cards in numpy, a core dependency a broken install may lack."""
     import importlib.util
 
     if importlib.util.find_spec("numpy") is None:
-        raise TpcalcError("tpcalc verify needs numpy: pip install 'tpcalc[bench]'")
+        raise TpcalcError(
+            "tpcalc verify needs numpy, a core dependency: reinstall tpcalc (pip install .)"
+        )
 
 
 @app.command()
@@ -60,8 +62,9 @@ def verify(
         Example | None,
         typer.Option(
             "--example",
-            help="Reproduce a worked example exactly instead (seed003: seed 003 §7.3.2–7.3.3 in "
-            "integers; the other options do not apply).",
+            help="Reproduce a worked example exactly instead (seed003: seed 003, "
+            "llm_internals §7.3 「模型并行与张量并行」, §7.3.2–7.3.3, in integers; the other "
+            "options do not apply).",
         ),
     ] = None,
     model: ModelOpt = DEFAULT_MODEL,

@@ -9,12 +9,17 @@ from __future__ import annotations
 
 from tpcalc.calc.ep.routing import EpRouting
 from tpcalc.calc.params.states import StateRecipe
+from tpcalc.errors import InputError
 from tpcalc.reports.inputs import LinkChoice
 from tpcalc.terms import Report
 from tpcalc.units import Dtype
 
 DEFAULT_CP = "2,4,8"
 DEFAULT_EP = "8,64"  # inside one 8-GPU node, and seed 000's DeepSeek-V3 EP 64
+# The causal-balance count lists the work of every chunk, so the chunk count is bounded to keep
+# every answer under a second (issue 13 §2). Zig-zag uses 2·cp chunks; seed 000 uses 16 on 4
+# cards; no CP group of today's clusters needs more than a few thousand.
+MAX_CAUSAL_CHUNKS = 65_536
 
 
 def cp_report(
@@ -45,6 +50,13 @@ def cp_report(
     chunks = positive(chunks, "--chunks") if chunks is not None else None
     rows = []
     for c in int_list(cp, "--cp", [int(v) for v in DEFAULT_CP.split(",")]):
+        balance_chunks = chunks if chunks is not None else 2 * c  # cp_row's default: 2·cp
+        if balance_chunks > MAX_CAUSAL_CHUNKS:  # the balance count lists every chunk
+            given = f"--chunks={chunks}" if chunks is not None else f"--cp={c} (2·cp chunks)"
+            raise InputError(
+                f"{given} is too many causal-balance chunks: use at most {MAX_CAUSAL_CHUNKS:,} "
+                "(zig-zag uses 2·cp)"
+            )
         lk = pick_link(link, c, tp, g)
         ring = cp_ring(
             inputs.spec, inputs.hw, seq=inputs.seq, cp=c, micro_batch=inputs.micro_batch,

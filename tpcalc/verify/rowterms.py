@@ -215,10 +215,21 @@ def phase_terms(tally: Tally) -> list[Term]:
     ]
 
 
+# The bench is a toy (a 5 x 4 sentence matrix): it allocates X·A of 5 x intermediate float64 per
+# card and lists the divisors of the intermediate size, so the size is bounded to keep every
+# answer under a second (issue 13 §2: `verify --intermediate 1000000001` ran for minutes).
+MAX_TOY_INTERMEDIATE = 4096
+
+
 def check_cards(cards: int, intermediate: int) -> None:
     """--cards must divide --intermediate (column → row splits the intermediate evenly)."""
     if intermediate <= 0:
         raise InputError(f"--intermediate must be a positive integer, got {intermediate}")
+    if intermediate > MAX_TOY_INTERMEDIATE:
+        raise InputError(
+            f"--intermediate={intermediate} is too large for the toy bench: "
+            f"use at most {MAX_TOY_INTERMEDIATE:,}"
+        )
     if cards <= 0:
         raise InputError(f"--cards must be a positive integer, got {cards}")
     if intermediate % cards:
