@@ -9,7 +9,7 @@ hidden_size or intermediate_size), under both byte conventions.
 from __future__ import annotations
 
 from tpcalc.calc.collectives import BytesConvention, Collective
-from tpcalc.errors import DivisibilityError, InputError
+from tpcalc.errors import DivisibilityError, InputError, divisors
 from tpcalc.specs import ModelSpec
 from tpcalc.terms import Scalar, Term, Unit, term
 from tpcalc.units import Dtype
@@ -215,14 +215,26 @@ def phase_terms(tally: Tally) -> list[Term]:
     ]
 
 
+# The bench multiplies the toy matrices for real, once per simulated card. These bounds (4,096x
+# and 512x seed 000's 16-wide FFN on 2 cards) keep a run within a second.
+MAX_TOY_INTERMEDIATE = 2**16
+MAX_TOY_CARDS = 2**10
+
+
 def check_cards(cards: int, intermediate: int) -> None:
     """--cards must divide --intermediate (column → row splits the intermediate evenly)."""
-    if intermediate <= 0:
-        raise InputError(f"--intermediate must be a positive integer, got {intermediate}")
-    if cards <= 0:
-        raise InputError(f"--cards must be a positive integer, got {cards}")
+    if not 0 < intermediate <= MAX_TOY_INTERMEDIATE:
+        raise InputError(
+            f"--intermediate must be a positive integer up to {MAX_TOY_INTERMEDIATE:,} (the toy "
+            f"FFN is simulated in full), got {intermediate}"
+        )
+    if not 0 < cards <= MAX_TOY_CARDS:
+        raise InputError(
+            f"--cards must be a positive integer up to {MAX_TOY_CARDS:,} (each card is "
+            f"simulated), got {cards}"
+        )
     if intermediate % cards:
-        valid = ", ".join(str(d) for d in range(1, intermediate + 1) if intermediate % d == 0)
+        valid = ", ".join(str(d) for d in divisors(intermediate))  # O(sqrt n)
         raise DivisibilityError(
             f"--cards={cards} does not divide --intermediate={intermediate}: use one of {valid}"
         )
