@@ -122,7 +122,7 @@ def test_check_at_the_head_bound_lists_divisors(cli, tmp_path):
         (
             ("show",),
             {"num_hidden_layers": 10**15},
-            "num_hidden_layers: 1000000000000000 is beyond any real model (at most 16,384)",
+            "num_hidden_layers: 1000000000000000 is beyond any real model (at most 4,096)",
         ),
     ],
 )

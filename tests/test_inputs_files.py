@@ -210,12 +210,12 @@ def test_an_error_in_a_large_yaml_is_located_without_composing_it(tmp_path, monk
     # issue 13 §2: the line used to be found by composing the YAML in pure Python, node by node
     # (minutes on a 20-30 MB file). A node-dense file near the 1 MiB cap, the bad field first.
     data = yaml.safe_load(LLAMA)
-    layers = 16_384
-    data |= {"num_hidden_layers": layers, "vocab_size": 0}
-    data |= {"layer_types": ["full_attention"] * layers, "mlp_only_layers": list(range(layers))}
+    data["vocab_size"] = 0
+    parts = [{"name": f"part{i}", "params": i, "source": "s"} for i in range(20_000)]
+    data["tpcalc"]["declared_parts"] = parts
     path = tmp_path / "large.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
-    assert 350_000 < path.stat().st_size <= MAX_CONFIG_BYTES
+    assert 700_000 < path.stat().st_size <= MAX_CONFIG_BYTES
 
     def compose(*args, **kwargs):
         raise AssertionError("the error line must be found without composing the YAML")

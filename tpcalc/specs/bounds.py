@@ -15,7 +15,7 @@ from pydantic import BeforeValidator, Field
 # (4h) in Megatron-LM's 1T configuration (Narayanan et al. 2021, arXiv 2104.04473, Table 1);
 # 262,144 vocabulary (Gemma 3); 2,048 experts (Switch-C, arXiv 2101.03961); 10,485,760
 # positions (Llama 4 Scout).
-MAX_LAYERS = 2**14  # 16,384: 128x the deepest
+MAX_LAYERS = 2**12  # 4,096: 32x the deepest (per-layer loops in calc stay well under a second)
 MAX_HIDDEN = 2**20  # 1,048,576: 40x the widest
 MAX_HEADS = 2**16  # 65,536 heads, KV heads, experts, groups: 32x the most experts
 MAX_HEAD_DIM = 2**16  # per-head widths (head_dim, MLA ranks, DeltaNet dims, conv kernel)
