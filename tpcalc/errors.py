@@ -8,7 +8,7 @@ import math
 def one_line(text: str) -> str:
     """``text`` on one line: a newline inside a value (a file name, a pasted string) is escaped,
     so an error can never spill onto a second stderr line."""
-    return text.replace("\r", "\\r").replace("\n", "\\n")
+    return str(text).replace("\r", "\\r").replace("\n", "\\n")
 
 
 class TpcalcError(Exception):

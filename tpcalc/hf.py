@@ -234,9 +234,11 @@ def _count(
         raise ConfigFieldError(
             source, (*prefix, key), f"expected a positive integer, got {value!r:.40}"
         )
-    if not 1 <= value <= high:
+    if value < 1:
+        raise ConfigFieldError(source, (*prefix, key), "Input should be greater than 0")
+    if value > high:
         raise ConfigFieldError(
-            source, (*prefix, key), f"{value} is outside 1 to {high:,} (a positive integer)"
+            source, (*prefix, key), f"{value} is beyond any real model (at most {high:,})"
         )
     return value
 
