@@ -14,11 +14,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tpcalc.calc.activations_exact import (  # noqa: E402
-    ActivationOptions,
-    saved_tensors,
-    shared_tensors,
-)
+from tpcalc.calc.activations.exact.layer import saved_tensors, shared_tensors  # noqa: E402
+from tpcalc.calc.activations.exact.options import ActivationOptions  # noqa: E402
 from tpcalc.catalog import load_model  # noqa: E402
 from tpcalc.specs import ModelSpec  # noqa: E402
 

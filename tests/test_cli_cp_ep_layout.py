@@ -99,7 +99,7 @@ def test_layout_llama405_shows_cited_mfu_and_a_note(cli):
     assert [rows[d]["group_size"] for d in ("tp", "cp", "pp", "dp")] == [8, 1, 16, 128]
     assert rows["total"]["world_size"] == 16_384
     assert abs(rows["total"]["mfu_cited_ratio"] - 0.41) <= 0.005
-    assert 0 < rows["total"]["mfu_estimate_ratio"] < 1
+    assert 0 < rows["total"]["mfu_ratio"] < 1
     table = cli(*LLAMA_405)
     assert "published layout llama3-405b-16k" in table.out
     assert "41.0%" in table.out  # the cited MFU, printed beside the estimate
@@ -114,11 +114,18 @@ def test_layout_deepseek(cli):
 
 
 def test_layout_json_parts_add_up(cli):
-    rows = {row["dimension"]: row for row in json_rows(cli, *LLAMA_405)}
+    rows = {row["dimension"]: row for row in json_rows(cli, *LLAMA_405, "--time-model", "fixed")}
     total = rows["total"]
     parts = ["compute_time_s", "bubble_time_s"] + [f"{d}_exposed_time_s" for d in rows if
                                                   d != "total"]  # fmt: skip
     assert sum(total[p] for p in parts) == pytest.approx(total["step_time_s"])
+    # the per-operation model (default): its parts add up too, every assumption echoed
+    total = {row["dimension"]: row for row in json_rows(cli, *LLAMA_405)}["total"]
+    parts = ["gemm_time_s", "attention_time_s", "memory_bound_time_s", "recompute_time_s",
+             "bubble_time_s", "optimizer_time_s"] + [
+        f"{d}_exposed_time_s" for d in ("tp", "cp", "ep", "pp", "dp")]  # fmt: skip
+    assert sum(total[p] for p in parts) == pytest.approx(total["step_time_s"])
+    assert total["time_model"] == "roofline" and total["tp_comm_overlap"] is False
     assert total["memory_bytes_per_rank"] == pytest.approx(
         total["dense_states_bytes"] + total["expert_states_bytes"] + total["activation_bytes"]
     )

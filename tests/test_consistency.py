@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpcalc.calc.params import total_params
-from tpcalc.calc.shards_table import per_rank_params
+from tpcalc.calc.params.counts import total_params
+from tpcalc.calc.tp.table import per_rank_params
 from tpcalc.catalog import load_model, model_names
 from tpcalc.specs import ModelSpec
 

@@ -6,21 +6,21 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tpcalc.calc.cp import (
-    block_pair_flop,
-    cp_row,
-    kv_block_bytes,
-    kv_dims,
-    ulysses_fits,
-    ulysses_max_cp,
-)
-from tpcalc.calc.cp_causal import (
+from tpcalc.calc.cp.causal import (
     CausalSplit,
     causal_work_per_rank,
     chunk_causal_work,
     rank_chunks,
 )
-from tpcalc.calc.links import Link
+from tpcalc.calc.cp.ring import cp_row
+from tpcalc.calc.cp.shapes import (
+    block_pair_flop,
+    kv_block_bytes,
+    kv_dims,
+    ulysses_fits,
+    ulysses_max_cp,
+)
+from tpcalc.calc.links.link import Link
 from tpcalc.catalog import load_model
 from tpcalc.errors import DivisibilityError, InputError
 from tpcalc.units import GB, MB, Dtype

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tpcalc.calc.dp import (
+from tpcalc.calc.dp.gradients import (
     DDP_BUCKET_BYTES,
     backward_flop,
     bucket_count,
@@ -16,8 +16,8 @@ from tpcalc.calc.dp import (
     naive_gather_bytes,
     ring_all_reduce_bytes,
 )
-from tpcalc.calc.links import Link
-from tpcalc.calc.params import matmul_params, total_params
+from tpcalc.calc.links.link import Link
+from tpcalc.calc.params.counts import matmul_params, total_params
 from tpcalc.errors import InputError
 from tpcalc.render import pick_scale
 from tpcalc.terms import Row, Unit

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import pytest
 
-from tpcalc.calc.activations import Recompute, paper_layer_terms
-from tpcalc.calc.params import total_params
+from tpcalc.calc.activations.paper import Recompute, paper_layer_terms
+from tpcalc.calc.params.counts import total_params
 from tpcalc.specs import ModelSpec
 
 

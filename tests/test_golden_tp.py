@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from tpcalc.calc.activations import Recompute, logits_terms, paper_model_terms
-from tpcalc.calc.comm import tp_comm_row
-from tpcalc.calc.flops import flops_terms
-from tpcalc.calc.params import ParamConvention
+from tpcalc.calc.activations.paper import Recompute, logits_terms, paper_model_terms
+from tpcalc.calc.params.counts import ParamConvention
+from tpcalc.calc.tp.comm import tp_comm_row
+from tpcalc.calc.tp.flops import flops_terms
 from tpcalc.terms import Row
 from tpcalc.units import GB, MB, MS, TFLOP
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from tpcalc.calc.links import Link, bandwidth_bytes_per_s, transfer_time_s
+from tpcalc.calc.links.link import Link, bandwidth_bytes_per_s, transfer_time_s
 from tpcalc.catalog import configs_root
 from tpcalc.specs import HardwareSpec
 
@@ -60,9 +60,15 @@ def test_config_loads_and_is_named_after_its_file(name):
 def test_every_number_is_a_yaml_number_not_a_string(name):
     # PyYAML reads `80e9` as the string "80e9"; pydantic would quietly coerce it. Keep the files
     # honest: every value must already be an int or float after yaml.safe_load.
-    for field, entry in raw(name).items():
-        if isinstance(entry, dict):
-            assert isinstance(entry["value"], int | float), f"{name}.{field}: {entry['value']!r}"
+    def walk(prefix: str, block: dict) -> None:
+        for field, entry in block.items():
+            if isinstance(entry, dict) and "value" in entry:
+                value = entry["value"]
+                assert isinstance(value, int | float), f"{name}.{prefix}{field}: {value!r}"
+            elif isinstance(entry, dict):  # a nested block: performance, performance.fitted
+                walk(f"{prefix}{field}.", entry)
+
+    walk("", raw(name))
 
 
 @pytest.mark.parametrize("name", yaml_names())

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tpcalc.calc.params import (
+from tpcalc.calc.params.counts import (
     active_params,
     embedding_params,
     lm_head_params,
@@ -203,8 +203,8 @@ def test_qwen35_wrapper_tie_wins():
 
 @pytest.mark.parametrize("change", [{"decoder_sparse_step": 2}, {"mlp_only_layers": [0, 1]}])
 def test_qwen3_moe_active_params_follow_the_layer_placement(change):
-    from tpcalc.calc.params import active_layer_params, layer_params, mlp_params
-    from tpcalc.calc.pipeline_terms import flop_stage_times, stage_matmul_params
+    from tpcalc.calc.params.counts import active_layer_params, layer_params, mlp_params
+    from tpcalc.calc.pipeline.breakdown import flop_stage_times, stage_matmul_params
     from tpcalc.catalog import load_hardware
 
     s = model_from_hf_config(data("qwen3-30b-a3b") | change, source_path="q.json")

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tpcalc.calc.collectives import Collective
-from tpcalc.calc.layout import LayoutRun, ParallelLayout
-from tpcalc.calc.layout_report import layout_report
-from tpcalc.calc.links import LatencySteps, nodes_spanned, ring_latency_s, ring_steps
+from tpcalc.calc.layout.groups import LayoutRun, ParallelLayout
+from tpcalc.calc.layout.report import layout_report
+from tpcalc.calc.links.collectives import Collective
+from tpcalc.calc.links.link import LatencySteps, nodes_spanned, ring_latency_s, ring_steps
 from tpcalc.errors import InputError
 
 
@@ -92,6 +92,7 @@ def test_explain_echoes_steps_and_both_alphas(cli):
 
 
 def test_layout_zero0_dp_all_reduce_has_2_n_minus_1_steps(h100):
+    from tpcalc.calc.time.model import TimeModel
     from tpcalc.catalog import load_model
 
     spec = load_model("llama3-70b")
@@ -99,7 +100,7 @@ def test_layout_zero0_dp_all_reduce_has_2_n_minus_1_steps(h100):
     rows = {}
     for latency in (True, False):
         run = LayoutRun(seq=8192, microbatches=8, with_latency=latency)
-        report = layout_report(spec, h100, lay, run)
+        report = layout_report(spec, h100, lay, run, time_model=TimeModel.fixed)
         rows[latency] = next(r for r in report.rows if r.inputs["dimension"] == "dp")
     extra = rows[True].value("comm_time_s") - rows[False].value("comm_time_s")
     # dp=4 ranks 8 apart: 4 nodes; one all-reduce of the dense gradients, 2·3 network steps
@@ -107,7 +108,7 @@ def test_layout_zero0_dp_all_reduce_has_2_n_minus_1_steps(h100):
 
 
 def test_cp_ring_counts_its_node_crossings_once_per_pass():
-    from tpcalc.calc.cp import ring_latency_steps_per_layer, ring_sends_per_layer
+    from tpcalc.calc.cp.ring import ring_latency_steps_per_layer, ring_sends_per_layer
 
     # cp=16 on two 8-GPU nodes: K,V all-gathered twice (15 steps, 1 crossing each), dK,dV
     # reduce-scattered (15, 1) and sent home (1 crossing): 46 = 3·16 − 2 sends, 4 crossings

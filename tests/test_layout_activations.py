@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from tpcalc.calc.activations import ActivationModel, Recompute, paper_layer_terms
-from tpcalc.calc.layout import ParallelLayout
-from tpcalc.calc.layout_memory import layer_activation_bytes
+from tpcalc.calc.activations.paper import ActivationModel, Recompute, paper_layer_terms
+from tpcalc.calc.layout.groups import ParallelLayout
+from tpcalc.calc.layout.memory import layer_activation_bytes
 from tpcalc.catalog import load_model
 
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpcalc.calc.layout import ParallelLayout, place_groups
-from tpcalc.calc.links import Link, link_for_group
+from tpcalc.calc.layout.groups import ParallelLayout, place_groups
+from tpcalc.calc.links.link import Link, link_for_group
 from tpcalc.reports.dp_zero_pp import LinkChoice, pick_link
 
 
@@ -68,7 +68,7 @@ def test_straddling_tp_group_in_a_layout_and_in_auto_link_choice():
 @given(size=st.integers(1, 40), stride=st.integers(1, 40), gpn=st.integers(1, 16))
 def test_nodes_spanned_matches_enumeration(size, stride, gpn):
     """The closed form equals enumerating one period of the Megatron placement."""
-    from tpcalc.calc.links import nodes_spanned
+    from tpcalc.calc.links.link import nodes_spanned
 
     span = size * stride
     period = math.lcm(span, gpn)

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpcalc.calc.param_terms import param_terms
-from tpcalc.calc.params import (
+from tpcalc.calc.params.breakdown import param_terms
+from tpcalc.calc.params.counts import (
     ParamConvention,
     active_params,
     embedding_params,
@@ -106,7 +106,7 @@ def test_layer_out_of_range():
 
 
 def nanogpt_style_llama(h, inter, layers, heads, kv_heads, vocab, tied=False):
-    """Independent count written out per tensor (not using tpcalc.calc.params)."""
+    """Independent count written out per tensor (not using tpcalc.calc.params.counts)."""
     d = h // heads
     per_layer = {
         "q_proj": h * heads * d,

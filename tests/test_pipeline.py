@@ -8,9 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tpcalc.calc import pipeline as pp
-from tpcalc.calc.links import Link
-from tpcalc.calc.params import (
+from tpcalc.calc.links.link import Link
+from tpcalc.calc.params.counts import (
     active_layer_params,
     active_params,
     embedding_params,
@@ -19,12 +18,13 @@ from tpcalc.calc.params import (
     matmul_params,
     total_params,
 )
-from tpcalc.calc.pipeline import EQUAL_TIMES, Schedule, StageTimes
-from tpcalc.calc.pipeline_terms import (
+from tpcalc.calc.pipeline import schedule as pp
+from tpcalc.calc.pipeline.breakdown import (
     pipeline_terms,
     stage_matmul_params,
     stage_params,
 )
+from tpcalc.calc.pipeline.schedule import EQUAL_TIMES, Schedule, StageTimes
 from tpcalc.errors import DivisibilityError, InputError
 from tpcalc.terms import Row
 from tpcalc.units import GB, MB, Dtype
@@ -228,10 +228,10 @@ def test_pipeline_rows_add_up(qwen38, h800, p, mult, schedule):
 def test_pipeline_activations_match_layout_and_name_their_model(cli):
     import json
 
-    from tpcalc.calc.activations import ActivationModel, Recompute, paper_layer_terms
-    from tpcalc.calc.layout import ParallelLayout
-    from tpcalc.calc.layout_memory import rank_memory
-    from tpcalc.calc.states import StateRecipe
+    from tpcalc.calc.activations.paper import ActivationModel, Recompute, paper_layer_terms
+    from tpcalc.calc.layout.groups import ParallelLayout
+    from tpcalc.calc.layout.memory import rank_memory
+    from tpcalc.calc.params.states import StateRecipe
     from tpcalc.catalog import load_model
 
     qwen = load_model("qwen3.8")

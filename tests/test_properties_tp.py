@@ -5,10 +5,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpcalc.calc.activations import FullRecomputeSharding, Recompute, paper_model_terms
-from tpcalc.calc.collectives import Collective, ring_factor
-from tpcalc.calc.comm import tp_comm_row
-from tpcalc.calc.states import StateRecipe
+from tpcalc.calc.activations.paper import FullRecomputeSharding, Recompute, paper_model_terms
+from tpcalc.calc.links.collectives import Collective, ring_factor
+from tpcalc.calc.params.states import StateRecipe
+from tpcalc.calc.tp.comm import tp_comm_row
 from tpcalc.catalog import load_hardware, load_model
 from tpcalc.reports.memory import memory_row
 

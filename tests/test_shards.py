@@ -10,16 +10,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tpcalc.calc.params import layer_params, total_params
-from tpcalc.calc.shards import (
-    check_tp,
+from tpcalc.calc.params.counts import layer_params, total_params
+from tpcalc.calc.tp.rules import max_t_without_replication, padded_vocab, valid_tp_sizes
+from tpcalc.calc.tp.shards import check_tp
+from tpcalc.calc.tp.table import (
     layer_params_per_rank,
-    max_t_without_replication,
-    padded_vocab,
     per_rank_param_terms,
     per_rank_params,
     shard_shapes,
-    valid_tp_sizes,
 )
 from tpcalc.catalog import load_model, model_names
 from tpcalc.errors import DivisibilityError, InputError
@@ -179,7 +177,7 @@ def test_l_layer_params(llama70b):
     per_card = layer_params_per_rank(llama70b, 8, 0)
     assert abs(whole / HUNDRED_MILLION - 8.56) <= 0.005
     assert abs(per_card / HUNDRED_MILLION - 1.07) <= 0.005
-    assert whole == layer_params(llama70b, 0)  # the independent count in tpcalc.calc.params
+    assert whole == layer_params(llama70b, 0)  # the independent count in tpcalc.calc.params.counts
 
 
 def test_l_total_at_t1(llama70b):

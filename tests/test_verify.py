@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tpcalc.calc.collectives import BytesConvention, Collective
+from tpcalc.calc.links.collectives import BytesConvention, Collective
 from tpcalc.verify.activations import activate, activation_grad
 from tpcalc.verify.kinds import Activation, Scheme
 from tpcalc.verify.schemes import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tpcalc.calc.collectives import Collective
+from tpcalc.calc.links.collectives import Collective
 from tpcalc.errors import DivisibilityError
 from tpcalc.verify.attention import (
     attention_single,

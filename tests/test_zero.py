@@ -6,17 +6,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tpcalc.calc.activations import Recompute, paper_model_terms
-from tpcalc.calc.links import Link
-from tpcalc.calc.params import total_params
-from tpcalc.calc.states import StateRecipe
-from tpcalc.calc.zero import (
+from tpcalc.calc.activations.paper import Recompute, paper_model_terms
+from tpcalc.calc.dp.zero import (
     ZeroStage,
     zero_comm_bytes,
     zero_stage,
     zero_states_bytes,
     zero_terms,
 )
+from tpcalc.calc.links.link import Link
+from tpcalc.calc.params.counts import total_params
+from tpcalc.calc.params.states import StateRecipe
 from tpcalc.errors import InputError
 from tpcalc.terms import Row
 from tpcalc.units import GB

@@ -27,9 +27,9 @@ from torch.autograd.graph import saved_tensors_hooks
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.checkpoint import checkpoint
 
-from tpcalc.calc.activations_exact import ActivationOptions, AttentionKernel, Recompute
-from tpcalc.calc.activations_exact.layer import rope_dim, saved_tensors, shared_tensors
-from tpcalc.calc.activations_exact.options import SoftmaxDtype
+from tpcalc.calc.activations.exact.layer import rope_dim, saved_tensors, shared_tensors
+from tpcalc.calc.activations.exact.options import ActivationOptions, AttentionKernel, SoftmaxDtype
+from tpcalc.calc.activations.paper import Recompute
 from tpcalc.specs import ModelSpec
 
 EPS = 1e-5

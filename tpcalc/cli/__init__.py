@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "layout": "layout",
     "verify": "verify",
     "figures": "figures",
+    "validate": "validate",
     "hardware": "hardware",
 }
 

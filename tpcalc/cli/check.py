@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from tpcalc.calc.shards_rules import DEFAULT_VOCAB_PAD_MULTIPLE
+from tpcalc.calc.tp.rules import DEFAULT_VOCAB_PAD_MULTIPLE
 from tpcalc.cli.common import emit
 from tpcalc.cli.options import DEFAULT_MODEL, ExplainOpt, FormatOpt, ModelOpt, TpOpt, UnitsOpt
 from tpcalc.render import Format
@@ -52,7 +52,7 @@ def check(
     """
 
     def build():
-        from tpcalc.calc.shards import DEFAULT_MAX_T, check_report
+        from tpcalc.calc.tp.shards import DEFAULT_MAX_T, check_report
         from tpcalc.catalog import load_model
         from tpcalc.reports.inputs import parse_tp_list
 

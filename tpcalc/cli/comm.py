@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from tpcalc.calc.activations import Recompute
-from tpcalc.calc.params import ParamConvention
+from tpcalc.calc.activations.paper import Recompute
+from tpcalc.calc.params.counts import ParamConvention
 from tpcalc.cli.common import emit
 from tpcalc.cli.options import (
     DEFAULT_HARDWARE,

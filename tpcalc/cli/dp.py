@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import typer
 
-from tpcalc.calc.dp import DDP_BUCKET_MIB
-from tpcalc.calc.params import ParamConvention
-from tpcalc.calc.states import StateRecipe
+from tpcalc.calc.dp.gradients import DDP_BUCKET_MIB
+from tpcalc.calc.params.counts import ParamConvention
+from tpcalc.calc.params.states import StateRecipe
 from tpcalc.cli.common import emit
 from tpcalc.cli.options import (
     DEFAULT_HARDWARE,

@@ -9,8 +9,9 @@ from typing import Annotated
 
 import typer
 
-from tpcalc.calc.ep_routing import EpRouting
-from tpcalc.calc.states import StateRecipe
+from tpcalc.calc.ep.all_to_all import MoeDispatcher
+from tpcalc.calc.ep.routing import EpRouting
+from tpcalc.calc.params.states import StateRecipe
 from tpcalc.cli.common import emit
 from tpcalc.cli.options import (
     DEFAULT_HARDWARE,
@@ -24,7 +25,14 @@ from tpcalc.cli.options import (
     SeqOpt,
     UnitsOpt,
 )
-from tpcalc.cli.parallel_options import GpusPerNodeOpt, StateRecipeOpt, TpIntOpt
+from tpcalc.cli.parallel_options import (
+    CapacityFactorOpt,
+    DispatcherOpt,
+    EtpOpt,
+    GpusPerNodeOpt,
+    StateRecipeOpt,
+    TpIntOpt,
+)
 from tpcalc.render import Format
 from tpcalc.reports.cp_ep import DEFAULT_EP
 from tpcalc.units import ByteUnits, Dtype
@@ -64,6 +72,7 @@ def ep(
     model: ModelOpt = DEFAULT_MOE_MODEL,
     ep: EpListOpt = None,
     tp: TpIntOpt = 1,
+    etp: EtpOpt = 1,
     cp: CpIntOpt = 1,
     seq: SeqOpt = None,
     micro_batch: MicroBatchOpt = 1,
@@ -72,6 +81,8 @@ def ep(
     dtype: DtypeOpt = Dtype.bf16,
     combine_dtype: CombineDtypeOpt = None,
     recipe: StateRecipeOpt = StateRecipe.zero16,
+    dispatcher: DispatcherOpt = MoeDispatcher.alltoall,
+    capacity_factor: CapacityFactorOpt = None,
     gpus_per_node: GpusPerNodeOpt = None,
     latency: LatencyOpt = True,
     units: UnitsOpt = ByteUnits.GB,
@@ -89,6 +100,8 @@ def ep(
       tpcalc ep --ep 8,64 --routing uniform --explain
 
       tpcalc ep --ep 64 --dtype fp8 --combine-dtype bf16 -f json
+
+      tpcalc ep --ep 8 -t 2 --etp 1 --moe-dispatcher allgather --capacity-factor 1.25
     """
 
     def build():
@@ -97,7 +110,8 @@ def ep(
         return ep_report(
             model, hardware, ep=ep, tp=tp, cp=cp, seq=seq, micro_batch=micro_batch,
             routing=routing, dtype=dtype, combine_dtype=combine_dtype, recipe=recipe,
-            gpus_per_node=gpus_per_node, with_latency=latency,
+            gpus_per_node=gpus_per_node, with_latency=latency, etp=etp,
+            dispatcher=dispatcher.value, capacity_factor=capacity_factor,
         )  # fmt: skip
 
     emit(build, fmt, units=units, explain=explain)

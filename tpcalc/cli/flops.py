@@ -6,7 +6,8 @@ from typing import Annotated
 
 import typer
 
-from tpcalc.calc.params import ParamConvention
+from tpcalc.calc.params.counts import ParamConvention
+from tpcalc.calc.tp.flops import AttentionFlops
 from tpcalc.cli.common import emit
 from tpcalc.cli.options import (
     DEFAULT_HARDWARE,
@@ -42,6 +43,22 @@ def flops(
             help="Add the attention-score FLOPs 12·b·s²·h·L (Narayanan et al. 2021 Eq. 3).",
         ),
     ] = False,
+    attention_flops: Annotated[
+        AttentionFlops,
+        typer.Option(
+            "--attention-flops",
+            help="Attention-score convention: 'full' s² (Narayanan Eq. 3, the seeds) or "
+            "'causal' s²/2 (Megatron-LM). Example: --attention --attention-flops causal",
+        ),
+    ] = AttentionFlops.full,
+    mtp: Annotated[
+        bool | None,
+        typer.Option(
+            "--mtp/--no-mtp",
+            help="Count the MTP module's FLOPs (default: as --params does: 'all' yes, 'matmul' "
+            "no). MoE models always count active parameters. Example: -m deepseek-v3 --mtp",
+        ),
+    ] = None,
     units: UnitsOpt = ByteUnits.GB,
     fmt: FormatOpt = Format.table,
     explain: ExplainOpt = False,
@@ -53,6 +70,11 @@ def flops(
       tpcalc flops -m llama3-70b -s 8192 -t 8 --params all
 
       tpcalc flops -m qwen3.8 -s 4096 -t 8 --attention --explain
+
+      tpcalc flops -m deepseek-v3 -s 4096 --attention --attention-flops causal --mtp
+
+    MoE models count the parameters a token multiplies (k of E routed experts), and the N
+    row says so.
     """
 
     def build():
@@ -66,6 +88,8 @@ def flops(
             micro_batch=micro_batch,
             params=params,
             attention=attention,
+            attention_flops=attention_flops,
+            mtp=mtp,
         )
 
     emit(build, fmt, units=units, explain=explain)

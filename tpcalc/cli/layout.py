@@ -10,9 +10,13 @@ from typing import Annotated
 
 import typer
 
-from tpcalc.calc.activations import ActivationModel, Recompute
-from tpcalc.calc.pipeline import Schedule
-from tpcalc.calc.states import StateRecipe
+from tpcalc.calc.activations.exact.options import RouterDtype
+from tpcalc.calc.activations.paper import ActivationModel, Recompute
+from tpcalc.calc.ep.all_to_all import MoeDispatcher
+from tpcalc.calc.layout.groups import MemoryTechniques
+from tpcalc.calc.params.states import StateRecipe
+from tpcalc.calc.pipeline.schedule import Schedule
+from tpcalc.calc.time.model import TimeModel
 from tpcalc.cli.common import emit
 from tpcalc.cli.options import (
     DEFAULT_HARDWARE,
@@ -31,15 +35,38 @@ from tpcalc.cli.options import (
 )
 from tpcalc.cli.parallel_options import (
     ActivationsOpt,
+    CapacityFactorOpt,
+    DispatcherOpt,
     DpOpt,
+    EtpOpt,
+    Fp8CacheOpt,
     GpusPerNodeOpt,
     MicrobatchesOpt,
+    MtpOpt,
+    OffloadLayersOpt,
     PpOpt,
+    ProbsInActOpt,
+    RecomputeModulesOpt,
+    RouterDtypeOpt,
     ScheduleOpt,
     StateRecipeOpt,
     TpIntOpt,
     UnevenOpt,
     VppOpt,
+)
+from tpcalc.cli.parallel_options import recompute_modules as recompute_modules_list
+from tpcalc.cli.picture_options import BarsOpt, MapOpt, SaveSvgOpt, TimelineOpt
+from tpcalc.cli.pictures import draw
+from tpcalc.cli.time_options import (
+    CpOverlapOpt,
+    DpOverlapOpt,
+    EpOverlapOpt,
+    FirstStageLayersOpt,
+    LastStageLayersOpt,
+    OpsOpt,
+    RecomputeLayersOpt,
+    TimeModelOpt,
+    TpCommOverlapOpt,
 )
 from tpcalc.render import Format
 from tpcalc.units import ByteUnits, Dtype
@@ -65,6 +92,7 @@ def layout(
     pp: PpOpt = 1,
     dp: DpOpt = 1,
     ep: EpOpt = 1,
+    etp: EtpOpt = 1,
     zero: ZeroStageOpt = 0,
     world_size: WorldSizeOpt = None,
     gpus_per_node: GpusPerNodeOpt = None,
@@ -78,17 +106,44 @@ def layout(
     recompute: RecomputeOpt = Recompute.selective,
     activations: ActivationsOpt = ActivationModel.exact,
     dtype: DtypeOpt = Dtype.bf16,
+    recompute_modules: RecomputeModulesOpt = None,
+    fp8_cache: Fp8CacheOpt = False,
+    moe_probs_in_act: ProbsInActOpt = False,
+    mtp: MtpOpt = True,
+    offload_layers: OffloadLayersOpt = 0,
+    moe_dispatcher: DispatcherOpt = MoeDispatcher.alltoall,
+    capacity_factor: CapacityFactorOpt = None,
+    router_dtype: RouterDtypeOpt = RouterDtype.fp32,
     uneven: UnevenOpt = True,
     hardware: HardwareOpt = DEFAULT_HARDWARE,
     latency: LatencyOpt = True,
     units: UnitsOpt = ByteUnits.GB,
     fmt: FormatOpt = Format.table,
     explain: ExplainOpt = False,
+    bars: BarsOpt = False,
+    timeline: TimelineOpt = False,
+    group_map: MapOpt = False,
+    save_svg: SaveSvgOpt = None,
+    time_model: TimeModelOpt = TimeModel.roofline,
+    tp_comm_overlap: TpCommOverlapOpt = False,
+    dp_overlap: DpOverlapOpt = True,
+    ep_overlap: EpOverlapOpt = None,
+    cp_overlap: CpOverlapOpt = True,
+    first_stage_layers: FirstStageLayersOpt = None,
+    last_stage_layers: LastStageLayersOpt = None,
+    recompute_layers: RecomputeLayersOpt = None,
+    ops: OpsOpt = False,
 ) -> None:
     """A combined layout: checks world size and every divisibility, places groups on GPUs (TP
     innermost, PP outermost; a group wider than a node is priced on the inter-node link), and
     reports per-rank memory against the card, bytes and time per dimension with its link, the
-    bubble, an estimated step time and MFU (with a source's measured MFU when it cites one).
+    bubble, the step time and MFU (with a source's measured MFU when it cites one).
+
+    The step time is a per-operation model by default (--time-model roofline): every GEMM,
+    attention core and memory-bound kernel of each stage timed on the card's measured kernel
+    rates, collectives on NCCL bus bandwidth, the overlaps below, the pipeline schedule, the DP
+    tail and the optimizer; its parts add up to the step. 'tpcalc validate' checks it against
+    published runs. --time-model fixed keeps the seed documents' 400 TFLOP/s convention.
 
     Examples:
 
@@ -98,6 +153,21 @@ def layout(
       --schedule dualpipe
 
       tpcalc layout -m llama3-70b --tp 16 --dp 4 --explain
+
+      tpcalc layout -m llama3-70b --tp 16 --dp 4 --map --bars --timeline --save-svg layout.svg
+
+      tpcalc layout -m llama3-70b --tp 4 --pp 8 --vpp 5 --dp 2 --zero 1 --schedule
+      interleaved --microbatches 64 --dtype fp8 --tp-comm-overlap --recompute none
+
+      tpcalc layout -m llama3-405b --tp 8 --pp 16 --dp 128 --zero 1 --microbatches 16 --ops
+
+    Memory techniques, each explicit (DeepSeek-V3 as published, report §3.2-3.3):
+
+      tpcalc layout -m deepseek-v3 --hardware h800 --pp 16 --dp 128 --ep 64 --zero 1
+      --schedule dualpipe --recompute none --recompute-modules layernorm,mla_up_proj,moe_act
+      --fp8-cache --moe-probs-in-act --state-recipe bf16-moments
+
+    Every published layout at once: tpcalc validate --memory
     """
 
     def build():
@@ -108,8 +178,30 @@ def layout(
             world_size=world_size, gpus_per_node=gpus_per_node, seq=seq,
             micro_batch=micro_batch, microbatches=microbatches, vpp=vpp, schedule=schedule,
             recipe=recipe, sp=sp, recompute=recompute, activations=activations, dtype=dtype,
-            allow_uneven=uneven,
-            with_latency=latency,
+            allow_uneven=uneven, with_latency=latency, etp=etp,
+            memory=MemoryTechniques(
+                recompute_modules=recompute_modules_list(recompute_modules), fp8_cache=fp8_cache,
+                moe_probs_in_act=moe_probs_in_act, mtp=mtp, offload_layers=offload_layers,
+                moe_dispatcher=moe_dispatcher.value, capacity_factor=capacity_factor,
+                router_dtype=router_dtype.value,
+            ),
+            time_model=time_model, tp_comm_overlap=tp_comm_overlap, dp_overlap=dp_overlap,
+            ep_overlap=ep_overlap, cp_overlap=cp_overlap, first_stage_layers=first_stage_layers,
+            last_stage_layers=last_stage_layers, recompute_layers=recompute_layers, ops=ops,
         )  # fmt: skip
 
-    emit(build, fmt, units=units, explain=explain)
+    report = emit(build, fmt, units=units, explain=explain)
+    if ops:
+        return
+    anything = bars or timeline or group_map
+
+    def pictures(width: int):
+        from tpcalc.pictures.show import layout_pictures
+
+        return layout_pictures(
+            report, model, hardware, bars=bars or not anything,
+            timeline=timeline or not anything, group_map=group_map or not anything,
+            units=units, width=width,
+        )  # fmt: skip
+
+    draw(pictures, fmt, asked=anything, svg_path=save_svg, title="tpcalc layout")

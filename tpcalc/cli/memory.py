@@ -6,9 +6,9 @@ from typing import Annotated
 
 import typer
 
-from tpcalc.calc.activations import ActivationModel, FullRecomputeSharding, Recompute
-from tpcalc.calc.activations_exact.options import AttentionKernel, SoftmaxDtype
-from tpcalc.calc.states import StateRecipe
+from tpcalc.calc.activations.exact.options import AttentionKernel, RouterDtype, SoftmaxDtype
+from tpcalc.calc.activations.paper import ActivationModel, FullRecomputeSharding, Recompute
+from tpcalc.calc.params.states import StateRecipe
 from tpcalc.cli.common import emit
 from tpcalc.cli.options import (
     DEFAULT_HARDWARE,
@@ -24,6 +24,16 @@ from tpcalc.cli.options import (
     TpOpt,
     UnitsOpt,
 )
+from tpcalc.cli.parallel_options import (
+    CapacityFactorOpt,
+    Fp8CacheOpt,
+    ProbsInActOpt,
+    RecomputeModulesOpt,
+    RouterDtypeOpt,
+)
+from tpcalc.cli.parallel_options import recompute_modules as recompute_modules_list
+from tpcalc.cli.picture_options import BarsOpt, SaveSvgOpt
+from tpcalc.cli.pictures import draw
 from tpcalc.render import Format
 from tpcalc.units import ByteUnits
 
@@ -84,9 +94,16 @@ def memory(
         bool,
         typer.Option("--fused-swiglu/--no-fused-swiglu", help="Megatron's fused SwiGLU kernel."),
     ] = True,
+    recompute_modules: RecomputeModulesOpt = None,
+    fp8_cache: Fp8CacheOpt = False,
+    moe_probs_in_act: ProbsInActOpt = False,
+    router_dtype: RouterDtypeOpt = RouterDtype.fp32,
+    capacity_factor: CapacityFactorOpt = None,
     units: UnitsOpt = ByteUnits.GB,
     fmt: FormatOpt = Format.table,
     explain: ExplainOpt = False,
+    bars: BarsOpt = False,
+    save_svg: SaveSvgOpt = None,
 ) -> None:
     """Per-rank memory: activations, logits, model states and what is left on the card.
 
@@ -99,10 +116,15 @@ def memory(
       tpcalc memory -m qwen3.8 -s 4096 -t 1,8 --recompute selective --format json
 
       tpcalc memory -m llama3-70b -t 8 --no-sp --recompute none --explain
+
+      tpcalc memory -m qwen3.8 -t 1,2,4,8 --bars --save-svg memory.svg
+
+      tpcalc memory -m deepseek-v3 -t 1 --recompute none --recompute-modules
+      layernorm,mla_up_proj,moe_act --fp8-cache --moe-probs-in-act --state-recipe bf16-moments
     """
 
     def build():
-        from tpcalc.calc.activations_exact import ActivationOptions
+        from tpcalc.calc.activations.exact.options import ActivationOptions
         from tpcalc.reports.memory import memory_report
 
         options = ActivationOptions(
@@ -111,6 +133,11 @@ def memory(
             dropout=dropout,
             fused_norm=fused_norm,
             fused_swiglu=fused_swiglu,
+            recompute_modules=recompute_modules_list(recompute_modules),
+            fp8_cache=fp8_cache,
+            moe_probs_in_act=moe_probs_in_act,
+            router_dtype=router_dtype,
+            capacity_factor=capacity_factor,
         )
         return memory_report(
             model,
@@ -127,4 +154,11 @@ def memory(
             explain_tensors=explain,
         )
 
-    emit(build, fmt, units=units, explain=explain)
+    report = emit(build, fmt, units=units, explain=explain)
+
+    def pictures(width: int):
+        from tpcalc.pictures.show import memory_pictures
+
+        return memory_pictures(report, units, width)
+
+    draw(pictures, fmt, asked=bars, svg_path=save_svg, title="tpcalc memory")

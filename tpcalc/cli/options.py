@@ -11,8 +11,8 @@ from typing import Annotated
 
 import typer
 
-from tpcalc.calc.activations import Recompute
-from tpcalc.calc.params import ParamConvention
+from tpcalc.calc.activations.paper import Recompute
+from tpcalc.calc.params.counts import ParamConvention
 from tpcalc.render import Format
 from tpcalc.units import ByteUnits, Dtype
 

@@ -9,9 +9,11 @@ from typing import Annotated
 
 import typer
 
-from tpcalc.calc.activations import ActivationModel
-from tpcalc.calc.pipeline import Schedule
-from tpcalc.calc.states import StateRecipe
+from tpcalc.calc.activations.exact.options import RouterDtype
+from tpcalc.calc.activations.paper import ActivationModel
+from tpcalc.calc.ep.all_to_all import MoeDispatcher
+from tpcalc.calc.params.states import StateRecipe
+from tpcalc.calc.pipeline.schedule import Schedule
 from tpcalc.reports.dp_zero_pp import LinkChoice
 
 DpListOpt = Annotated[
@@ -64,7 +66,10 @@ StateRecipeOpt = Annotated[
     typer.Option(
         "--state-recipe",
         help="Bytes/param of model states: zero16 = 2+2+12 with bf16 grads (ZeRO); "
-        "megatron18 = 2+4+12 with fp32 grads (Megatron).",
+        "megatron18 = 2+4+12 with fp32 grads (Megatron); bf16-moments = 2+4+4+2+2 "
+        "(--use-precision-aware-optimizer, DeepSeek-V3 §3.3.3); bf16-grads-moments = 2+2+4+2+2; "
+        "fp8-params = 1+4+12 (TE FP8 param gather); fp8-params-bf16-moments = 1+4+4+2+2. "
+        "Example: --state-recipe bf16-moments",
     ),
 ]
 UnevenOpt = Annotated[
@@ -87,5 +92,94 @@ ActivationsOpt = Annotated[
         "--activations",
         help="Activation count per layer: 'exact' (what autograd saves for this "
         "architecture, flash attention) or 'paper' (Korthikanti Table 2).",
+    ),
+]
+EtpOpt = Annotated[
+    int,
+    typer.Option(
+        "--etp",
+        help="Expert tensor-parallel size (Megatron --expert-tensor-parallel-size); experts are "
+        "split over ep·etp ranks, expert-DP = dp·cp·tp/(ep·etp). Example: --tp 2 --ep 8 --etp 1.",
+    ),
+]
+RecomputeModulesOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--recompute-modules",
+        help="Megatron fine-grained recompute (transformer_config.py recompute_modules), comma "
+        "list of core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts; it "
+        "replaces --recompute selective's default (core_attn). Example: "
+        "--recompute-modules layernorm,mla_up_proj,moe_act",
+    ),
+]
+Fp8CacheOpt = Annotated[
+    bool,
+    typer.Option(
+        "--fp8-cache/--no-fp8-cache",
+        help="Keep Linear inputs and the SwiGLU input in FP8 for backward (DeepSeek-V3 §3.3.2). "
+        "Example: --fp8-cache",
+    ),
+]
+ProbsInActOpt = Annotated[
+    bool,
+    typer.Option(
+        "--moe-probs-in-act/--no-moe-probs-in-act",
+        help="Router probabilities applied inside the expert SwiGLU (Megatron-Core "
+        "activation_func_with_probs), so the combine keeps no expert output. "
+        "Example: --moe-probs-in-act",
+    ),
+]
+MtpOpt = Annotated[
+    bool,
+    typer.Option(
+        "--mtp/--no-mtp",
+        help="Count the model's MTP module (parameters and activations, last stage; DeepSeek-V3 "
+        "§2.2, §3.2). Example: --no-mtp",
+    ),
+]
+OffloadLayersOpt = Annotated[
+    int,
+    typer.Option(
+        "--offload-layers",
+        help="Layers per rank whose activations wait in host memory (Megatron "
+        "--cpu-offloading-num-layers). Example: --offload-layers 2",
+    ),
+]
+
+
+def recompute_modules(value: str | None) -> tuple[str, ...]:
+    """The --recompute-modules list as a tuple (checked against Megatron's module names)."""
+    from tpcalc.calc.activations.exact.techniques import check_recompute_modules
+
+    if not value:
+        return ()
+    modules = tuple(m.strip() for m in value.split(",") if m.strip())
+    check_recompute_modules(modules)
+    return modules
+
+
+DispatcherOpt = Annotated[
+    MoeDispatcher,
+    typer.Option(
+        "--moe-dispatcher",
+        help="Megatron-Core MoE token dispatcher: 'alltoall' (each copy to its expert's rank) or "
+        "'allgather' (every rank gathers the group's tokens). Example: --moe-dispatcher allgather",
+    ),
+]
+CapacityFactorOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--capacity-factor",
+        help="Expert capacity factor with token dropping and padding (Megatron "
+        "--moe-expert-capacity-factor; off by default: no dropping). "
+        "Example: --capacity-factor 1.25",
+    ),
+]
+RouterDtypeOpt = Annotated[
+    RouterDtype,
+    typer.Option(
+        "--router-dtype",
+        help="dtype of the router scores kept for backward (Megatron --moe-router-dtype; fp32 "
+        "is tpcalc's default, bf16 when unset in Megatron). Example: --router-dtype fp64",
     ),
 ]

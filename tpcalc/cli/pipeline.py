@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import typer
 
-from tpcalc.calc.activations import ActivationModel, Recompute
-from tpcalc.calc.pipeline import Schedule
+from tpcalc.calc.activations.paper import ActivationModel, Recompute
+from tpcalc.calc.layout.groups import MemoryTechniques
+from tpcalc.calc.pipeline.schedule import Schedule
 from tpcalc.cli.common import emit
 from tpcalc.cli.options import (
     DEFAULT_HARDWARE,
@@ -25,16 +26,22 @@ from tpcalc.cli.options import (
 from tpcalc.cli.parallel_options import (
     ActivationsOpt,
     DpOpt,
+    Fp8CacheOpt,
     GpusPerNodeOpt,
     LinkOpt,
     MicrobatchesOpt,
     PpListOpt,
+    ProbsInActOpt,
+    RecomputeModulesOpt,
     ScatterGatherOpt,
     ScheduleOpt,
     TpIntOpt,
     UnevenOpt,
     VppOpt,
 )
+from tpcalc.cli.parallel_options import recompute_modules as recompute_modules_list
+from tpcalc.cli.picture_options import SaveSvgOpt, TimelineOpt
+from tpcalc.cli.pictures import draw
 from tpcalc.render import Format
 from tpcalc.reports.dp_zero_pp import LinkChoice
 from tpcalc.units import ByteUnits, Dtype
@@ -63,9 +70,14 @@ def pipeline(
     gpus_per_node: GpusPerNodeOpt = None,
     link: LinkOpt = LinkChoice.auto,
     latency: LatencyOpt = True,
+    recompute_modules: RecomputeModulesOpt = None,
+    fp8_cache: Fp8CacheOpt = False,
+    moe_probs_in_act: ProbsInActOpt = False,
     units: UnitsOpt = ByteUnits.GB,
     fmt: FormatOpt = Format.table,
     explain: ExplainOpt = False,
+    timeline: TimelineOpt = False,
+    save_svg: SaveSvgOpt = None,
 ) -> None:
     """Pipeline parallelism: layers and parameters per stage, bytes between stages, the bubble
     of the schedule (1f1b, interleaved, zb-h1, dualpipe, gpipe), micro-batches in flight and the
@@ -80,6 +92,8 @@ def pipeline(
       tpcalc pipeline -m llama3-70b -t 8 --sp --pp 4 --activations paper
 
       tpcalc pipeline -m deepseek-v3 --pp 16 --microbatches 32 --schedule dualpipe -f json
+
+      tpcalc pipeline --pp 4 --microbatches 8 --schedule zb-h1 --timeline --save-svg pp.svg
     """
 
     def build():
@@ -105,6 +119,18 @@ def pipeline(
             gpus_per_node=gpus_per_node,
             link=link,
             with_latency=latency,
+            memory=MemoryTechniques(
+                recompute_modules=recompute_modules_list(recompute_modules),
+                fp8_cache=fp8_cache,
+                moe_probs_in_act=moe_probs_in_act,
+            ),
         )
 
-    emit(build, fmt, units=units, explain=explain)
+    report = emit(build, fmt, units=units, explain=explain)
+
+    def pictures(width: int):
+        from tpcalc.pictures.show import pipeline_pictures
+
+        return pipeline_pictures(report, width)
+
+    draw(pictures, fmt, asked=timeline, svg_path=save_svg, title="tpcalc pipeline")

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import typer
 
-from tpcalc.calc.activations import ActivationModel, Recompute
-from tpcalc.calc.states import StateRecipe
+from tpcalc.calc.activations.paper import ActivationModel, Recompute
+from tpcalc.calc.layout.groups import MemoryTechniques
+from tpcalc.calc.params.states import StateRecipe
 from tpcalc.cli.common import emit
 from tpcalc.cli.options import (
     DEFAULT_HARDWARE,
@@ -24,12 +25,16 @@ from tpcalc.cli.options import (
 from tpcalc.cli.parallel_options import (
     ActivationsOpt,
     DpListOpt,
+    Fp8CacheOpt,
     GpusPerNodeOpt,
     LinkOpt,
+    ProbsInActOpt,
+    RecomputeModulesOpt,
     StateRecipeOpt,
     TpIntOpt,
     ZeroOpt,
 )
+from tpcalc.cli.parallel_options import recompute_modules as recompute_modules_list
 from tpcalc.render import Format
 from tpcalc.reports.dp_zero_pp import LinkChoice
 from tpcalc.units import ByteUnits
@@ -53,6 +58,9 @@ def zero(
     link: LinkOpt = LinkChoice.auto,
     latency: LatencyOpt = True,
     activations: ActivationsOpt = ActivationModel.exact,
+    recompute_modules: RecomputeModulesOpt = None,
+    fp8_cache: Fp8CacheOpt = False,
+    moe_probs_in_act: ProbsInActOpt = False,
     units: UnitsOpt = ByteUnits.GB,
     fmt: FormatOpt = Format.table,
     explain: ExplainOpt = False,
@@ -87,6 +95,11 @@ def zero(
             link=link,
             with_latency=latency,
             activations=activations,
+            memory=MemoryTechniques(
+                recompute_modules=recompute_modules_list(recompute_modules),
+                fp8_cache=fp8_cache,
+                moe_probs_in_act=moe_probs_in_act,
+            ),
         )
 
     emit(build, fmt, units=units, explain=explain)

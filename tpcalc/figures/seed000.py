@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
-from tpcalc.calc.activations import Recompute, paper_model_terms
-from tpcalc.calc.collectives import BytesConvention, Collective, send_bytes_per_rank
-from tpcalc.calc.comm import tp_comm_row
-from tpcalc.calc.cp import kv_block_bytes
-from tpcalc.calc.cp_causal import CausalSplit, causal_work_per_rank
-from tpcalc.calc.dp import (
+from tpcalc.calc.activations.paper import Recompute, paper_model_terms
+from tpcalc.calc.cp.causal import CausalSplit, causal_work_per_rank
+from tpcalc.calc.cp.shapes import kv_block_bytes
+from tpcalc.calc.dp.gradients import (
     DDP_BUCKET_BYTES,
     gradient_bytes,
     naive_gather_bytes,
     ring_all_reduce_bytes,
 )
-from tpcalc.calc.ep import experts_per_rank
-from tpcalc.calc.ep_routing import max_nodes_per_token
-from tpcalc.calc.flops import flops_terms
-from tpcalc.calc.params import ParamConvention, routed_expert_params, total_params
-from tpcalc.calc.pipeline import (
+from tpcalc.calc.dp.zero import ZeroStage, zero_comm_bytes, zero_states_bytes
+from tpcalc.calc.ep.memory import experts_per_rank
+from tpcalc.calc.ep.routing import max_nodes_per_token
+from tpcalc.calc.links.collectives import BytesConvention, Collective, send_bytes_per_rank
+from tpcalc.calc.params.counts import ParamConvention, routed_expert_params, total_params
+from tpcalc.calc.params.states import StateRecipe, model_states_bytes
+from tpcalc.calc.pipeline.schedule import (
     EQUAL_TIMES,
     Schedule,
     bubble_ratio,
@@ -26,9 +26,9 @@ from tpcalc.calc.pipeline import (
     p2p_bytes,
     rank_layer_counts,
 )
-from tpcalc.calc.shards_rules import kv_split
-from tpcalc.calc.states import StateRecipe, model_states_bytes
-from tpcalc.calc.zero import ZeroStage, zero_comm_bytes, zero_states_bytes
+from tpcalc.calc.tp.comm import tp_comm_row
+from tpcalc.calc.tp.flops import flops_terms
+from tpcalc.calc.tp.rules import kv_split
 from tpcalc.errors import divide
 from tpcalc.figures import context as c
 from tpcalc.figures.context import deepseek, h800, qwen

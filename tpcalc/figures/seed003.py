@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from tpcalc.calc.activations import Recompute, logits_terms, paper_layer_terms
-from tpcalc.calc.comm import tp_comm_row
-from tpcalc.calc.params import ParamConvention, layer_params, total_params
-from tpcalc.calc.shards_rules import kv_split, max_t_without_replication
-from tpcalc.calc.shards_table import shard_shapes
-from tpcalc.calc.states import StateRecipe, model_states_bytes
+from tpcalc.calc.activations.paper import Recompute, logits_terms, paper_layer_terms
+from tpcalc.calc.params.counts import ParamConvention, layer_params, total_params
+from tpcalc.calc.params.states import StateRecipe, model_states_bytes
+from tpcalc.calc.tp.comm import tp_comm_row
+from tpcalc.calc.tp.rules import kv_split, max_t_without_replication
+from tpcalc.calc.tp.table import shard_shapes
 from tpcalc.figures.context import L_B, L_SEQ, L_T, h100, llama70b
 from tpcalc.figures.model import Figure, gb, mb, num, pct, sec, shape
 from tpcalc.units import GB

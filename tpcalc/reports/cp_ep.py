@@ -1,13 +1,14 @@
 """Context- and expert-parallel reports: the Python twins of ``tpcalc cp`` and ``tpcalc ep``.
 
-Each loads the configs, then calls ``tpcalc.calc.cp.cp_row`` / ``tpcalc.calc.ep.ep_row`` once
-per cp / ep value and echoes the resolved inputs (hardware, node size, ...) in every row.
+Each loads the configs, then calls ``tpcalc.calc.cp.ring.cp_row`` /
+``tpcalc.calc.ep.all_to_all.ep_row`` once per cp / ep value and echoes the resolved inputs
+(hardware, node size, ...) in every row.
 """
 
 from __future__ import annotations
 
-from tpcalc.calc.ep_routing import EpRouting
-from tpcalc.calc.states import StateRecipe
+from tpcalc.calc.ep.routing import EpRouting
+from tpcalc.calc.params.states import StateRecipe
 from tpcalc.reports.dp_zero_pp import LinkChoice
 from tpcalc.terms import Report
 from tpcalc.units import Dtype
@@ -33,7 +34,7 @@ def cp_report(
 ) -> Report:
     """One row per cp: ring K/V bytes per layer and micro-batch, link time vs attention compute,
     causal work contiguous vs zig-zag, and whether Ulysses could split the heads instead."""
-    from tpcalc.calc.cp import cp_row
+    from tpcalc.calc.cp.ring import cp_row
     from tpcalc.reports.dp_zero_pp import int_list, pick_link, pick_nodes
     from tpcalc.reports.inputs import node_size, positive, resolve
     from tpcalc.reports.tp import tp_warnings
@@ -83,10 +84,13 @@ def ep_report(
     recipe: StateRecipe = StateRecipe.zero16,
     gpus_per_node: int | None = None,
     with_latency: bool = True,
+    etp: int = 1,
+    dispatcher: str = "alltoall",
+    capacity_factor: float | None = None,
 ) -> Report:
     """One row per ep: experts and expert memory per rank, the four all-to-alls of an MoE layer
     with their IB and NVLink shares, and all-to-all time against expert compute."""
-    from tpcalc.calc.ep import ep_row
+    from tpcalc.calc.ep.all_to_all import MoeDispatcher, ep_row
     from tpcalc.errors import divide
     from tpcalc.reports.dp_zero_pp import int_list
     from tpcalc.reports.inputs import node_size, positive, resolve
@@ -100,9 +104,10 @@ def ep_report(
     rows = []
     for e in int_list(ep, "--ep", [int(v) for v in DEFAULT_EP.split(",")]):
         row = ep_row(
-            inputs.spec, inputs.hw, ep=e, tokens=tokens, stride=tp, gpus_per_node=g,
-            routing=routing, dispatch_dtype=dtype, combine_dtype=combine_dtype or dtype,
-            recipe=recipe, with_latency=with_latency,
+            inputs.spec, inputs.hw, ep=e, tokens=tokens, stride=positive(etp, "--etp"),
+            gpus_per_node=g, routing=routing, dispatch_dtype=dtype,
+            combine_dtype=combine_dtype or dtype, recipe=recipe, with_latency=with_latency,
+            etp=etp, dispatcher=MoeDispatcher(dispatcher), capacity_factor=capacity_factor,
         )  # fmt: skip
         echo = {"model": row.inputs["model"], "hardware": inputs.hw.name, "seq": inputs.seq,
                 "micro_batch": inputs.micro_batch, "tp": tp, "cp": cp, **row.inputs}  # fmt: skip

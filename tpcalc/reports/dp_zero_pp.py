@@ -5,20 +5,20 @@ from __future__ import annotations
 import itertools
 from enum import Enum
 
-from tpcalc.calc.activations import (
+from tpcalc.calc.activations.paper import (
     ActivationModel,
     Recompute,
     require_sp_seq,
 )
-from tpcalc.calc.dp import DDP_BUCKET_MIB, dp_terms
-from tpcalc.calc.layout import ParallelLayout
-from tpcalc.calc.layout_memory import layer_activation_bytes
-from tpcalc.calc.links import Link, link_for_group, link_nodes, nodes_spanned
-from tpcalc.calc.params import ParamConvention, params_for, total_params
-from tpcalc.calc.pipeline import Schedule
-from tpcalc.calc.pipeline_terms import pipeline_terms
-from tpcalc.calc.states import StateRecipe, recipe_bytes
-from tpcalc.calc.zero import ZeroStage, zero_stage, zero_terms
+from tpcalc.calc.dp.gradients import DDP_BUCKET_MIB, dp_terms
+from tpcalc.calc.dp.zero import ZeroStage, zero_stage, zero_terms
+from tpcalc.calc.layout.groups import MemoryTechniques, ParallelLayout
+from tpcalc.calc.layout.memory import layer_activation_bytes
+from tpcalc.calc.links.link import Link, link_for_group, link_nodes, nodes_spanned
+from tpcalc.calc.params.counts import ParamConvention, params_for, total_params
+from tpcalc.calc.params.states import StateRecipe, recipe_bytes
+from tpcalc.calc.pipeline.breakdown import pipeline_terms
+from tpcalc.calc.pipeline.schedule import Schedule
 from tpcalc.errors import InputError
 from tpcalc.reports.inputs import Inputs, node_size, positive, resolve
 from tpcalc.reports.tp import tp_warnings
@@ -29,7 +29,7 @@ from tpcalc.units import Dtype, MiB
 class LinkChoice(str, Enum):
     """Which link a group's collectives are priced on: placed by rank order, or forced."""
 
-    auto = "auto"  # the slowest link the group crosses (tpcalc.calc.links.link_for_group)
+    auto = "auto"  # the slowest link the group crosses (tpcalc.calc.links.link.link_for_group)
     nvlink = "nvlink"
     ib = "ib"
 
@@ -141,6 +141,7 @@ def zero_report(
     link: LinkChoice = LinkChoice.auto,
     with_latency: bool = True,
     activations: ActivationModel = ActivationModel.exact,
+    memory: MemoryTechniques | None = None,
 ) -> Report:
     """One row per (t, dp, stage): model states per rank, room for activations, comm per rank.
 
@@ -157,7 +158,7 @@ def zero_report(
         one_rank = ParallelLayout(gpus_per_node=g, tp=t)
         per_layer = layer_activation_bytes(
             spec, one_rank, seq=inputs.seq, micro_batch=inputs.micro_batch, sp=sp,
-            recompute=recompute, model=activations,
+            recompute=recompute, model=activations, techniques=memory,
         )  # fmt: skip
         lk = pick_link(link, n, t, g)
         terms = zero_terms(
@@ -168,7 +169,8 @@ def zero_report(
         echo = {**base, "dp": n, "zero": int(stage), "tp": t, "state_recipe": recipe.value,
                 "seq": inputs.seq, "micro_batch": inputs.micro_batch, "sp": sp,
                 "recompute": recompute.value, "activations": activations.value,
-                "link": lk.value, "latency": with_latency}  # fmt: skip
+                "link": lk.value, "latency": with_latency,
+                **(memory or MemoryTechniques()).echo()}  # fmt: skip
         rows.append(Row(inputs=echo, terms=terms))
     return Report(
         title=f"ZeRO model states and communication per rank: {spec.name}",
@@ -199,6 +201,7 @@ def pipeline_report(
     gpus_per_node: int | None = None,
     link: LinkChoice = LinkChoice.auto,
     with_latency: bool = True,
+    memory: MemoryTechniques | None = None,
 ) -> Report:
     """One row per pipeline size: layers and params per stage, p2p, bubble, in-flight memory.
 
@@ -214,6 +217,7 @@ def pipeline_report(
     per_layer = layer_activation_bytes(
         spec, ParallelLayout(tp=tp, gpus_per_node=g), seq=inputs.seq,
         micro_batch=inputs.micro_batch, sp=sp, recompute=recompute, model=activations,
+        techniques=memory,
     )  # fmt: skip
     for p in int_list(pp, "--pp", [8]):
         lk = pick_link(link, p, tp * dp, g)
@@ -229,7 +233,7 @@ def pipeline_report(
                 "recompute": recompute.value, "activations": activations.value,
                 "uneven_allowed": allow_uneven,
                 "scatter_gather": scatter_gather, "link": lk.value,
-                "latency": with_latency}  # fmt: skip
+                "latency": with_latency, **(memory or MemoryTechniques()).echo()}  # fmt: skip
         rows.append(Row(inputs=echo, terms=terms))
     if schedule is not Schedule.gpipe and microbatches < max(int_list(pp, "--pp", [8])):
         warnings.append(

@@ -1,15 +1,19 @@
 """Combined-layout report: the Python twin of ``tpcalc layout``.
 
 It loads the configs, builds the layout and the run, and prices them with
-``tpcalc.calc.layout_report.layout_report``; a published example with the same model and sizes
+``tpcalc.calc.layout.report.layout_report``; a published example with the same model and sizes
 contributes its cited MFU and a note on its workload.
 """
 
 from __future__ import annotations
 
-from tpcalc.calc.activations import ActivationModel, Recompute
-from tpcalc.calc.pipeline import Schedule
-from tpcalc.calc.states import StateRecipe
+from tpcalc.calc.activations.paper import ActivationModel, Recompute
+from tpcalc.calc.layout.groups import MemoryTechniques
+from tpcalc.calc.params.states import StateRecipe
+from tpcalc.calc.pipeline.schedule import Schedule
+from tpcalc.calc.time.model import TimeModel
+from tpcalc.calc.time.ops_table import ops_report
+from tpcalc.calc.time.step import Overlap, TimeOptions
 from tpcalc.terms import Report
 from tpcalc.units import Dtype
 
@@ -38,31 +42,58 @@ def layout_report(
     dtype: Dtype = Dtype.bf16,
     allow_uneven: bool = True,
     with_latency: bool = True,
+    time_model: TimeModel = TimeModel.roofline,
+    tp_comm_overlap: bool = False,
+    dp_overlap: bool = True,
+    ep_overlap: bool | None = None,
+    cp_overlap: bool = True,
+    first_stage_layers: int | None = None,
+    last_stage_layers: int | None = None,
+    recompute_layers: int | None = None,
+    ops: bool = False,
+    etp: int = 1,
+    memory: MemoryTechniques | None = None,
 ) -> Report:
     """Load the configs, build the layout and the run, price them; a published example with the
-    same model and sizes contributes its cited MFU and a note on its workload."""
-    from tpcalc.calc.layout import LayoutRun, ParallelLayout
-    from tpcalc.calc.layout_examples import matching_example
-    from tpcalc.calc.layout_report import layout_report as price_layout
-    from tpcalc.calc.zero import zero_stage
+    same model and sizes contributes its cited MFU and a note on its workload. ``ops`` returns
+    the slowest stage's operations instead (``tpcalc layout --ops``)."""
+    from tpcalc.calc.dp.zero import zero_stage
+    from tpcalc.calc.layout.examples import matching_example
+    from tpcalc.calc.layout.groups import LayoutRun, MemoryTechniques, ParallelLayout
+    from tpcalc.calc.layout.report import layout_report as price_layout
     from tpcalc.catalog import load_hardware, load_model
     from tpcalc.reports.inputs import node_size, positive, seq_warnings
 
     spec, hw = load_model(model), load_hardware(hardware)
     layout = ParallelLayout(
-        tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, zero=zero_stage(zero), world_size=world_size,
+        tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, etp=etp, zero=zero_stage(zero), world_size=world_size,
         gpus_per_node=node_size(gpus_per_node, hw.gpus_per_node.value),
     )  # fmt: skip
     run = LayoutRun(
         seq=positive(seq, "--seq") if seq is not None else spec.seq_length,
         microbatches=microbatches, micro_batch=positive(micro_batch, "--micro-batch"), vpp=vpp,
         schedule=schedule, recipe=recipe, sp=sp, recompute=recompute, dtype=dtype,
-        with_latency=with_latency, activations=activations,
+        with_latency=with_latency, activations=activations, memory=memory or MemoryTechniques(),
     )  # fmt: skip
+    options = TimeOptions(
+        overlap=Overlap(
+            tp_comm=tp_comm_overlap, dp_grad_reduce=dp_overlap, dp_param_gather=dp_overlap,
+            ep_a2a=ep_overlap,
+            cp_ring=cp_overlap,
+        ),
+        first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
+        recompute_layers=recompute_layers,
+    )  # fmt: skip
+    if ops:
+        from tpcalc.calc.layout.groups import check_layout
+        from tpcalc.calc.time.step import step_time
+
+        check_layout(spec, layout, run, allow_uneven=allow_uneven)
+        return ops_report(spec.name, step_time(spec, hw, layout, run, options))
     example = matching_example(spec.name, layout, hw.name)
     report = price_layout(
         spec, hw, layout, run, cited=example.cited if example else None,
-        allow_uneven=allow_uneven,
+        allow_uneven=allow_uneven, time_model=time_model, time_options=options,
     )  # fmt: skip
     if defaulted := seq_warnings(spec, seq):
         report = report.model_copy(update={"warnings": (*defaulted, *report.warnings)})

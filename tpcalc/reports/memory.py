@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import re
 
-from tpcalc.calc.activations import (
+from tpcalc.calc.activations.paper import (
     ActivationModel,
     FullRecomputeSharding,
     Recompute,
     logits_terms,
     paper_model_terms,
 )
-from tpcalc.calc.params import total_params
-from tpcalc.calc.states import StateRecipe, model_states_terms
+from tpcalc.calc.params.counts import total_params
+from tpcalc.calc.params.states import StateRecipe, model_states_terms
 from tpcalc.reports.inputs import resolve
 from tpcalc.reports.tp import tp_warnings
 from tpcalc.specs import HardwareSpec, ModelSpec
@@ -22,12 +22,8 @@ TOTAL = "total_bytes_per_rank"
 
 
 def _exact_terms(spec: ModelSpec, *, seq: int, micro_batch: int, options, explain: bool):
-    from tpcalc.calc.activations_exact import (
-        exact_activation_terms,
-        layer_kind,
-        saved_tensors,
-        tensor_terms,
-    )
+    from tpcalc.calc.activations.exact.layer import layer_kind, saved_tensors
+    from tpcalc.calc.activations.exact.summary import exact_activation_terms, tensor_terms
 
     terms = [
         t if t.label.startswith("exact") else t.model_copy(update={"label": f"exact: {t.label}"})
@@ -70,7 +66,7 @@ def memory_row(
     exact: list[Term] = []
     echo: dict[str, Scalar] = {}
     if exact_options is not None or activations is ActivationModel.exact:
-        from tpcalc.calc.activations_exact import ActivationOptions
+        from tpcalc.calc.activations.exact.options import ActivationOptions
 
         opts = (exact_options or ActivationOptions()).model_copy(
             update={"t": t, "sequence_parallel": sp, "recompute": recompute}

@@ -3,8 +3,8 @@ with its parameter breakdown (tpcalc show)."""
 
 from __future__ import annotations
 
-from tpcalc.calc.param_terms import param_terms
-from tpcalc.calc.params import total_params
+from tpcalc.calc.params.breakdown import param_terms
+from tpcalc.calc.params.counts import total_params
 from tpcalc.catalog import load_model, model_names
 from tpcalc.specs import ModelSpec
 from tpcalc.terms import Report, Row, Scalar, Term, Unit, term
@@ -22,7 +22,7 @@ def _config(key: str, label: str, value: Scalar, unit: Unit = Unit.count) -> Ter
 def _summary_terms(spec: ModelSpec) -> tuple[Term, ...]:
     return (
         term("total_params", "total params", total_params(spec), Unit.params,
-             source="tpcalc.calc.params.total_params"),
+             source="tpcalc.calc.params.counts.total_params"),
         _config("num_hidden_layers", "layers", spec.num_hidden_layers),
         _config("hidden_size", "hidden", spec.hidden_size),
         _config("num_attention_heads", "heads", spec.num_attention_heads),
@@ -75,7 +75,7 @@ def architecture_terms(spec: ModelSpec) -> tuple[Term, ...]:
 
 
 def show_report(model: str) -> Report:
-    """One model: its architecture, then the parameter breakdown of tpcalc.calc.params."""
+    """One model: its architecture, then the parameter breakdown of tpcalc.calc.params.counts."""
     spec = load_model(model)
     row = Row(
         inputs={"model": spec.name, "name": spec.tpcalc.display_name or spec.name},

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from tpcalc.calc.comm import tp_comm_row
-from tpcalc.calc.flops import flops_terms
-from tpcalc.calc.params import ParamConvention
+from tpcalc.calc.params.counts import ParamConvention
+from tpcalc.calc.tp.comm import tp_comm_row
+from tpcalc.calc.tp.flops import AttentionFlops, flops_terms
 from tpcalc.reports.inputs import Inputs, resolve
 from tpcalc.terms import Report, Row
 from tpcalc.units import Dtype
@@ -12,7 +12,7 @@ from tpcalc.units import Dtype
 
 def tp_warnings(inputs: Inputs) -> list[str]:
     """Impossible splits raise (t must divide the query heads, ...); KV replication only warns."""
-    from tpcalc.calc.shards_rules import kv_warning, require_tp
+    from tpcalc.calc.tp.rules import kv_warning, require_tp
 
     warnings = list(inputs.warnings)  # the defaulted sequence length, if any
     for t in inputs.tps:
@@ -70,6 +70,8 @@ def flops_report(
     micro_batch: int = 1,
     params: ParamConvention = ParamConvention.matmul,
     attention: bool = False,
+    attention_flops: AttentionFlops = AttentionFlops.full,
+    mtp: bool | None = None,
 ) -> Report:
     """One row per t: per-rank FLOPs of one micro-batch and compute time (tpcalc flops)."""
     inputs = resolve(model, hardware, seq=seq, micro_batch=micro_batch, tp=tp)
@@ -84,6 +86,8 @@ def flops_report(
             micro_batch=inputs.micro_batch,
             params=params,
             attention=attention,
+            mask=attention_flops,
+            mtp=mtp,
         )
         rows.append(
             Row(
@@ -95,6 +99,9 @@ def flops_report(
                     "micro_batch": inputs.micro_batch,
                     "params_convention": params.value,
                     "attention_term": attention,
+                    "attention_flops": attention_flops.value,
+                    "active_params": inputs.spec.is_moe,
+                    "mtp": (params is ParamConvention.all) if mtp is None else mtp,
                 },
                 terms=terms,
             )

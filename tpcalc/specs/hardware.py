@@ -6,6 +6,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from tpcalc.specs.performance import PerformanceSpec
+
 # Largest scale-up domain shipped: 72 GPUs (GB200 NVL72); NVL576 is announced. 2**16 is far
 # beyond both and keeps per-node enumerations short.
 MAX_GPUS_PER_NODE = 2**16
@@ -64,3 +66,7 @@ class HardwareSpec(BaseModel):
     intra_node_latency_s: SourcedSeconds
     inter_node_latency_s: SourcedSeconds
     gpus_per_node: SourcedCount
+    # Kernel-level achieved rates for the per-operation step-time model (tpcalc.calc.time).
+    performance: PerformanceSpec | None = None
+    # GPU <-> host memory, one direction (PCIe or NVLink-C2C): activation offloading (issue 10)
+    host_bandwidth_bytes_per_s: Sourced | None = None

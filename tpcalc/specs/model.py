@@ -1,7 +1,7 @@
 """ModelSpec: a model as its Hugging Face config.json fields plus a ``tpcalc:`` block.
 
 Field names are the Hugging Face ones, so a downloaded config.json can be pasted in. Parameter
-counts are derived from these fields by ``tpcalc.calc.params``, never typed in, except parts
+counts are derived from these fields by ``tpcalc.calc.params.counts``, never typed in, except parts
 the tool does not shard (a vision tower), which are declared with a source.
 """
 
@@ -30,13 +30,15 @@ from tpcalc.specs.bounds import (
 LayerType = Literal["full_attention", "linear_attention", "sliding_attention"]
 
 # model_type values whose MLP is the non-gated GPT-style 4h GeLU (dense_h_to_4h / dense_4h_to_h).
-NON_GATED_MLP_TYPES = frozenset({"gpt_neox", "gpt2", "gpt_bigcode", "gptj", "opt", "bloom"})
+NON_GATED_MLP_TYPES = frozenset(
+    {"gpt_neox", "gpt2", "gpt_bigcode", "gptj", "opt", "bloom", "nemotron"}
+)
 # model_type values that put RMSNorm on q and k per head (Qwen3 family).
 QK_NORM_TYPES = frozenset({"qwen3", "qwen3_moe", "qwen3_5", "qwen3_next"})
 # model_type values whose q/k/v projections carry a bias (Qwen2 hard-codes it).
 QKV_BIAS_TYPES = frozenset({"qwen2", "qwen2_moe"})
 # model_type values with LayerNorm (weight and bias) rather than RMSNorm.
-LAYERNORM_TYPES = frozenset({"gpt_neox", "gpt2", "gpt_bigcode", "gptj", "opt", "bloom"})
+LAYERNORM_TYPES = frozenset({"gpt_neox", "gpt2", "gpt_bigcode", "gptj", "opt", "bloom", "nemotron"})
 
 
 LINEAR_ATTENTION_FIELDS = (
@@ -139,6 +141,9 @@ class ModelSpec(BaseModel):
     # Multi-token prediction modules (DeepSeek name; Qwen3.5 name).
     num_nextn_predict_layers: LayerIndex = 0
     mtp_num_hidden_layers: LayerIndex = 0
+    # GPT-OSS: one learned attention-sink logit per query head and layer (transformers
+    # GptOssAttention.sinks); tpcalc-only field, implied by model_type gpt_oss on HF configs.
+    attention_sinks: bool = False
 
     tpcalc: TpcalcBlock = Field(description="tpcalc's own facts: name, training seq length")
 

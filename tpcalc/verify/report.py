@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tpcalc.calc.collectives import Collective
+from tpcalc.calc.links.collectives import Collective
 from tpcalc.errors import DivisibilityError, InputError
 from tpcalc.specs import ModelSpec
 from tpcalc.terms import Report, Row, Scalar, Unit, term

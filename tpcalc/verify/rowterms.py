@@ -8,7 +8,7 @@ hidden_size or intermediate_size), under both byte conventions.
 
 from __future__ import annotations
 
-from tpcalc.calc.collectives import BytesConvention, Collective
+from tpcalc.calc.links.collectives import BytesConvention, Collective
 from tpcalc.errors import DivisibilityError, InputError, divisors
 from tpcalc.specs import ModelSpec
 from tpcalc.terms import Scalar, Term, Unit, term

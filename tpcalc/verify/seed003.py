@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tpcalc.calc.collectives import Collective
+from tpcalc.calc.links.collectives import Collective
 from tpcalc.terms import Report, Row, Scalar, Unit, term
 from tpcalc.verify.activations import Activation, activate
 from tpcalc.verify.backward import mlp_backward, mlp_forward, mlp_single

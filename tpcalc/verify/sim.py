@@ -17,7 +17,7 @@ from math import prod
 
 import numpy as np
 
-from tpcalc.calc.collectives import BytesConvention, Collective, send_bytes_per_rank
+from tpcalc.calc.links.collectives import BytesConvention, Collective, send_bytes_per_rank
 from tpcalc.errors import InputError, divide
 
 

@@ -1,0 +1,52 @@
+"""`tpcalc validate`: the step-time model against published, measured runs (issue 9).
+
+The acceptance bar: over the shipped table, dense rows mean |error| <= 8% in tokens/s/GPU and no
+dense row beyond 15%. Each card's one fitted constant comes from tools/fit_time.py on the rows
+named in its config; the other rows are held out.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tpcalc.catalog import load_hardware
+from tpcalc.reports.validate_time import load_runs, mean_abs, outcomes, validate_report
+
+
+@pytest.fixture(scope="module")
+def done():
+    results, _ = outcomes(load_runs())
+    return [o for o in results if o.error is not None]
+
+
+def test_dense_rows_meet_the_bar(done):
+    dense = [o.error for o in done if o.case.kind == "dense"]
+    assert len(dense) >= 30  # NeMo 24.07 and Megatron-Bridge rows on H100, B200, GB200
+    assert mean_abs(dense) <= 0.08
+    worst = max(done, key=lambda o: abs(o.error) if o.case.kind == "dense" else 0)
+    assert abs(worst.error) <= 0.15, worst.case.id
+
+
+def test_held_out_dense_rows_are_as_good_as_the_fitted_ones(done):
+    fitted = {
+        o.case.id
+        for o in done
+        if o.case.id in load_hardware(o.case.hardware).performance.fitted.compute_scale.source
+    }
+    held_out = [o.error for o in done if o.case.kind == "dense" and o.case.id not in fitted]
+    assert fitted and len(held_out) >= 20
+    assert mean_abs(held_out) <= 0.08
+
+
+def test_every_row_reports_its_error_and_the_summary(cli):
+    r = cli("validate", "--hardware", "h100-sxm", "--format", "json")
+    assert r.code == 0, r.err
+    rows = json.loads(r.out)
+    for row in rows:
+        if row["measured_tokens_per_s_per_gpu"]:
+            expected = row["predicted_tokens_per_s_per_gpu"] / row["measured_tokens_per_s_per_gpu"]
+            assert row["error"] == pytest.approx(expected - 1)
+    report = validate_report(hardware="h100-sxm")
+    assert any(n.startswith("h100-sxm dense:") for n in report.notes)

@@ -1,0 +1,133 @@
+"""Fit the end-to-end constants of one card's step-time model to measured runs, and say which.
+
+The per-operation model takes every efficiency from public kernel-level measurements (the card's
+``performance`` block). What kernel benchmarks cannot see is left to at most two constants per
+card, each fitted here on a fixed, named subset of the validation table (a rule, not a choice of
+rows by their errors); every other row stays held out. Nothing is fitted per row.
+
+- ``compute_scale`` multiplies every GEMM and attention efficiency (sustained clocks under
+  training load, SMs lent to overlapped communication, FP8 scaling bookkeeping); fitted on the
+  card's dense rows of FIT_ROWS.
+- ``moe_layer_overhead_s`` is a fixed cost per MoE layer and pass (router, the host sync on
+  tokens per expert, many small kernels); fitted afterwards, with compute_scale fixed, on the
+  card's MoE rows of MOE_FIT_ROWS.
+
+    python tools/fit_time.py --hardware h100-sxm            # fit, print the rows used
+    python tools/fit_time.py --hardware h100-sxm --write    # and write them into its config
+
+The objective is the mean |log(predicted / measured)| of tokens/s/GPU, minimised on a grid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import math
+import re
+import sys
+from pathlib import Path
+
+from tpcalc.calc.time.step import step_time
+from tpcalc.catalog import configs_root, load_hardware, load_model
+from tpcalc.reports.validate_time import Case, case_of, load_runs
+
+# Dense rows: the Megatron-Bridge 25.11 release's dense rows of the card.
+FIT_ROWS: dict[str, tuple[str, ...]] = {
+    "h100-sxm": ("mbridge-25.11-llama3-*-h100-sxm-*",),
+    "b200": ("mbridge-25.11-llama3-*-b200-*",),
+    "gb200": ("mbridge-25.11-llama3-*-gb200-*",),
+}
+# MoE rows: the newest Megatron-Bridge release's (26.04.01) MoE rows of the card.
+MOE_FIT_ROWS: dict[str, tuple[str, ...]] = {
+    "h100-sxm": ("mbridge-26.04.01-*-h100-sxm-*",),
+    "b200": ("mbridge-26.04.01-*-b200-*",),
+    "gb200": ("mbridge-26.04.01-*-gb200-*",),
+}
+SCALES = [0.50 + 0.005 * i for i in range(101)]  # 0.50 .. 1.00
+OVERHEADS_S = [0.00005 * i for i in range(61)]  # 0 .. 3 ms
+
+
+def _cases(hardware: str, patterns: tuple[str, ...], kind: str, runs: Path | None) -> list[Case]:
+    chosen = []
+    for row in load_runs(runs):
+        if row["hardware"] != hardware or row["kind"] != kind:
+            continue
+        if not any(fnmatch.fnmatch(row["id"], p) for p in patterns):
+            continue
+        case = case_of(row)
+        if isinstance(case, Case) and case.measured_tokens_per_s_per_gpu:
+            chosen.append(case)
+    return chosen
+
+
+def _card(hw, **values: float):
+    perf = hw.performance
+    fitted = perf.fitted
+    for name, value in values.items():
+        entry = getattr(fitted, name).model_copy(update={"value": value})
+        fitted = fitted.model_copy(update={name: entry})
+    return hw.model_copy(update={"performance": perf.model_copy(update={"fitted": fitted})})
+
+
+def _objective(cases: list[Case], card) -> float:
+    total = 0.0
+    for c in cases:
+        st = step_time(load_model(c.model), card, c.layout, c.run, c.options)
+        total += abs(math.log(st.tokens_per_s_per_gpu / c.measured_tokens_per_s_per_gpu))
+    return total / len(cases)
+
+
+def fit(hardware: str, runs: Path | None = None) -> dict[str, tuple[float, float, list[str]]]:
+    """{constant: (value, objective, row ids)} for ``hardware``."""
+    hw = load_hardware(hardware)
+    dense = _cases(hardware, FIT_ROWS[hardware], "dense", runs)
+    if not dense:
+        raise SystemExit(f"no computable dense fit rows for {hardware}: {FIT_ROWS[hardware]}")
+    obj, scale = min((_objective(dense, _card(hw, compute_scale=s)), s) for s in SCALES)
+    out = {"compute_scale": (scale, obj, [c.id for c in dense])}
+    moe = _cases(hardware, MOE_FIT_ROWS[hardware], "moe", runs)
+    if moe and hw.performance.fitted.moe_layer_overhead_s is not None:
+        base = _card(hw, compute_scale=scale)
+        obj, over = min(
+            (_objective(moe, _card(base, moe_layer_overhead_s=o)), o) for o in OVERHEADS_S
+        )
+        out["moe_layer_overhead_s"] = (over, obj, [c.id for c in moe])
+    return out
+
+
+def _write(hardware: str, fitted: dict[str, tuple[float, float, list[str]]]) -> Path:
+    path = Path(str(configs_root())) / "hardware" / f"{hardware}.yaml"
+    text = path.read_text(encoding="utf-8")
+    block = "  fitted:\n"
+    for name, (value, _, rows) in fitted.items():
+        block += (
+            f"    {name}:\n      value: {value:.6g}\n      source: >-\n"
+            f"        tools/fit_time.py on {len(rows)} rows: {', '.join(rows)}\n"
+        )
+    new, n = re.subn(r"  fitted:\n(?:    .*\n|      .*\n|        .*\n)*", block, text)
+    if n != 1:
+        raise SystemExit(f"{path}: no 'fitted:' block under performance to replace")
+    path.write_text(new, encoding="utf-8")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--hardware", required=True, choices=sorted(FIT_ROWS))
+    parser.add_argument("--runs", type=Path, default=None, help="runs YAML (default: shipped)")
+    parser.add_argument("--write", action="store_true", help="write the constants into the config")
+    args = parser.parse_args(argv)
+    fitted = fit(args.hardware, args.runs)
+    for name, (value, obj, rows) in fitted.items():
+        print(
+            f"{args.hardware}: {name} {value:.6g} (mean |log error| {obj:.4f} on {len(rows)} rows)"
+        )
+        for r in rows:
+            print(f"  {r}")
+    if args.write:
+        print(f"wrote {_write(args.hardware, fitted)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""One transformer layer's saved tensors, and the tensors all layers share.
+
+A layer is: norm -> attention part (full / MLA / Gated DeltaNet) -> [dropout] -> residual ->
+norm -> MLP part (dense or MoE) -> [dropout] -> residual (pre-norm, Megatron and GPT-3 order).
+Recompute (Korthikanti et al. 2022 §5): ``selective`` checkpoints core softmax attention (its
+q, k, v inputs and O stay; Gated DeltaNet layers are not affected), ``full`` checkpoints the
+whole layer so only its input [s/(cp·t) with SP, b, h] stays (Table 2: 2sbh).
+"""
+
+from __future__ import annotations
+
+from tpcalc.calc.activations.exact.attention import full_attention_records, mla_records
+from tpcalc.calc.activations.exact.linear_attention import gated_deltanet_records
+from tpcalc.calc.activations.exact.mlp import dense_mlp_records, moe_records
+from tpcalc.calc.activations.exact.norms import layer_norm_records
+from tpcalc.calc.activations.exact.options import ActivationOptions
+from tpcalc.calc.activations.exact.records import Layout, SavedDtype, TensorRecord, rec
+from tpcalc.calc.activations.exact.techniques import apply_techniques
+from tpcalc.calc.activations.paper import Recompute
+from tpcalc.errors import InputError
+from tpcalc.specs import ModelSpec
+
+# model_type values with learned (or ALiBi) positions: no rotary table is kept.
+NO_ROPE_TYPES = frozenset({"gpt2", "gpt_bigcode", "opt", "bloom"})
+
+
+def layout(spec: ModelSpec, seq: int, micro_batch: int, opts: ActivationOptions) -> Layout:
+    """The rank's token counts and splits; raises when s does not divide by cp (and t with SP)."""
+    del spec  # the layout depends on the run, not the architecture
+    return Layout.build(seq, micro_batch, opts.t, opts.cp, opts.sp(), opts.dtype)
+
+
+def layer_kind(spec: ModelSpec, layer_index: int) -> str:
+    """'attention+dense', 'linear_attention+moe', 'mla+moe', ... for layer ``layer_index``."""
+    kinds = spec.resolved_layer_types
+    if not 0 <= layer_index < len(kinds):
+        raise InputError(f"layer_index={layer_index} is outside 0..{len(kinds) - 1}")
+    if kinds[layer_index] == "linear_attention":
+        attn = "linear_attention"
+    else:
+        attn = "mla" if spec.is_mla else "attention"
+    return f"{attn}+{'moe' if spec.is_moe_layer(layer_index) else 'dense'}"
+
+
+def saved_tensors(
+    spec: ModelSpec,
+    layer_index: int,
+    seq: int,
+    micro_batch: int,
+    options: ActivationOptions | None = None,
+) -> list[TensorRecord]:
+    """Every tensor layer ``layer_index`` keeps for backward on one rank, in forward order."""
+    opts = options or ActivationOptions()
+    if opts.recompute_modules and opts.recompute is Recompute.selective:
+        # Megatron: recompute_modules replaces selective's default ["core_attn"]
+        opts = opts.model_copy(update={"recompute": Recompute.none})
+    kind = layer_kind(spec, layer_index)
+    lay = layout(spec, seq, micro_batch, opts)
+    h = spec.hidden_size
+    if opts.recompute is Recompute.full:
+        shape = (lay.norm_tokens, lay.b, h)
+        note = "input of the checkpointed layer"
+        return [rec("layer.input", "layer", shape, lay.act, lay.norm_split, paper=True, note=note)]
+    dropout = opts.resolved_dropout(spec)
+    ln = spec.uses_layernorm
+    attn, mlp = kind.split("+")
+    out = layer_norm_records("input_norm", "norm", lay, h, layernorm=ln, fused=opts.fused_norm)
+    if attn == "linear_attention":
+        out += gated_deltanet_records(spec, lay, dropout)
+    elif attn == "mla":
+        out += mla_records(spec, lay, opts, dropout)
+    else:
+        out += full_attention_records(spec, lay, opts, dropout)
+    out += layer_norm_records(
+        "post_attention_norm", "norm", lay, h, layernorm=ln, fused=opts.fused_norm
+    )
+    out += (moe_records if mlp == "moe" else dense_mlp_records)(spec, lay, opts, dropout)
+    if not (opts.recompute_modules or opts.fp8_cache or opts.moe_probs_in_act):
+        return out
+    return apply_techniques(
+        out, modules=frozenset(opts.recompute_modules), fp8_cache=opts.fp8_cache,
+        probs_in_act=opts.moe_probs_in_act, mla=attn == "mla",
+    )  # fmt: skip
+
+
+def rope_dim(spec: ModelSpec) -> int:
+    """Width of the rotary table: qk_rope_head_dim for MLA, the head size otherwise; 0 if none."""
+    if spec.model_type in NO_ROPE_TYPES or spec.full_attention_layers == 0:
+        return 0
+    return spec.qk_rope_head_dim or spec.head_dim_resolved
+
+
+def shared_tensors(
+    spec: ModelSpec, seq: int, micro_batch: int, options: ActivationOptions | None = None
+) -> list[TensorRecord]:
+    """Tensors every layer reads and autograd keeps once: the fp32 RoPE table [s/cp, d_rope].
+
+    Megatron computes ``rotary_pos_emb`` once per forward and passes it to every layer; TE's
+    fused RoPE keeps it for backward (one storage, so it counts once per model).
+    """
+    opts = options or ActivationOptions()
+    lay = layout(spec, seq, micro_batch, opts)
+    width = rope_dim(spec)
+    if not width:
+        return []
+    shape = (lay.tokens, width)
+    return [rec("rope.freqs", "shared", shape, SavedDtype.fp32, lay.replicated_split)]

@@ -1,0 +1,132 @@
+"""Implementation choices that decide which tensors autograd keeps for backward.
+
+Every choice is an explicit option (an enum or a bool) whose default is what a user of
+Megatron-Core with Transformer Engine (TE) on H100 in BF16 gets; each field's docstring says why.
+The resolved values are echoed into every result row, so a number always says what it assumed.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, PositiveInt
+
+from tpcalc.calc.activations.paper import Recompute
+from tpcalc.specs import ModelSpec
+from tpcalc.units import Dtype
+
+__all__ = ["ActivationOptions", "AttentionKernel", "RouterDtype", "SoftmaxDtype"]
+
+
+class AttentionKernel(str, Enum):
+    """How core attention (scores, softmax, weighted sum of V) is computed.
+
+    - ``flash``: a fused kernel that never stores the s x s scores and keeps q, k, v, the output
+      and the fp32 row log-sum-exp (FlashAttention-2/3, cuDNN fused attention via TE on GPU;
+      ``F.scaled_dot_product_attention`` on CPU, which picks PyTorch's CPU flash kernel and saves
+      exactly that set: it is measured, see tools/measure_activations.py).
+    - ``eager``: Megatron's unfused path: QKᵀ, a fused scale-mask-softmax that keeps its output,
+      dropout on the probabilities, then probabilities x V (Korthikanti et al. 2022 §4.1).
+    - ``sdpa_math``: PyTorch's reference math kernel for SDPA, as it runs on CPU: it up-casts q, k
+      and v to fp32 (k and v repeated to all query heads for GQA) and keeps fp32 probabilities
+      (and an fp32 dropout mask and output when dropout is on). Measured on CPU.
+    """
+
+    flash = "flash"
+    eager = "eager"
+    sdpa_math = "sdpa-math"
+
+
+class SoftmaxDtype(str, Enum):
+    """dtype of the materialised attention probabilities (eager attention only).
+
+    ``bf16``: Megatron's fused scale-mask-softmax kernel computes in fp32 but stores bf16 output.
+    ``fp32``: the unfused path with ``attention_softmax_in_fp32`` (and Hugging Face eager
+    attention) stores fp32 probabilities, plus a bf16 copy for probabilities x V when no dropout
+    follows (dropout's output is that copy otherwise).
+    """
+
+    bf16 = "bf16"
+    fp32 = "fp32"
+
+
+class RouterDtype(str, Enum):
+    """dtype of the router logits/scores the MoE router keeps (Megatron --moe-router-dtype:
+    fp32 or fp64; without it the router runs in the model's bf16)."""
+
+    fp32 = "fp32"
+    fp64 = "fp64"
+    bf16 = "bf16"
+
+
+class ActivationOptions(BaseModel):
+    """What the exact activation model assumes about kernels, fusion, recompute and layout.
+
+    Defaults are a Megatron-Core + Transformer Engine run on H100 in BF16:
+
+    - ``attention=flash``: TE picks cuDNN fused attention or FlashAttention on Hopper; both keep
+      q, k, v, O and the softmax statistics, never the s x s matrix.
+    - ``softmax_dtype=bf16``: only matters for eager attention (Megatron's fused softmax).
+    - ``dropout=None``: resolved from the model: GPT-style models (LayerNorm, GeLU 4h MLP) trained
+      with dropout 0.1 as GPT-3 and Korthikanti et al. did; Llama/Qwen/DeepSeek recipes use
+      ``attention_dropout=0`` and ``hidden_dropout=0``, so nothing is kept.
+    - ``fused_norm=True``: TE's LayerNorm/RMSNorm kernels keep the bf16 input and fp32 per-token
+      statistics (mean and 1/sigma, or 1/rms). ``False`` is Hugging Face's fp32 RMSNorm written
+      with PyTorch primitives, which keeps an fp32 copy of the input and the normalised bf16 tensor.
+    - ``fused_swiglu=True``: Megatron's ``bias_swiglu_impl`` keeps only the fc1 output [gate, up];
+      ``False`` also keeps silu(gate).
+    - ``recompute=none``: Megatron's default (``--recompute-granularity`` unset).
+    - ``sequence_parallel=True``: Megatron recommends it whenever t > 1 (Korthikanti et al.
+      §4.2.2; it moves the same bytes as TP alone) and MoE with TP requires it.
+    - ``t=1, cp=1``: one rank, no context parallelism.
+    - ``dtype=bf16``: the 16-bit activations both seeds and the paper assume.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    attention: AttentionKernel = AttentionKernel.flash
+    softmax_dtype: SoftmaxDtype = SoftmaxDtype.bf16
+    dropout: bool | None = None
+    fused_norm: bool = True
+    fused_swiglu: bool = True
+    recompute: Recompute = Recompute.none
+    sequence_parallel: bool = True
+    t: PositiveInt = 1
+    cp: PositiveInt = 1
+    dtype: Dtype = Dtype.bf16
+    # Memory techniques (tpcalc.calc.activations.exact.techniques), all off by default:
+    recompute_modules: tuple[str, ...] = ()  # Megatron recompute_modules, on top of ``recompute``
+    fp8_cache: bool = False  # DeepSeek-V3 §3.3: Linear inputs and SwiGLU input kept in FP8
+    moe_probs_in_act: bool = False  # Megatron-Core activation_func_with_probs
+    router_dtype: RouterDtype = RouterDtype.fp32  # router scores and top-k probabilities
+    capacity_factor: float | None = None  # expert capacity with dropping/padding (off)
+
+    def resolved_dropout(self, spec: ModelSpec) -> bool:
+        """Dropout on for GPT-style models (LayerNorm, non-gated MLP), off for Llama-style."""
+        if self.dropout is not None:
+            return self.dropout
+        return spec.uses_layernorm or not spec.gated_mlp
+
+    def sp(self) -> bool:
+        """Sequence parallelism only means something when t > 1."""
+        return self.sequence_parallel and self.t > 1
+
+    def echo(self, spec: ModelSpec) -> dict[str, str | int | bool]:
+        """The resolved choices, for a result row's inputs."""
+        return {
+            "attention": self.attention.value,
+            "softmax_dtype": self.softmax_dtype.value,
+            "dropout": self.resolved_dropout(spec),
+            "fused_norm": self.fused_norm,
+            "fused_swiglu": self.fused_swiglu,
+            "recompute": self.recompute.value,
+            "sp": self.sp(),
+            "t": self.t,
+            "cp": self.cp,
+            "activation_dtype": self.dtype.value,
+            "recompute_modules": ",".join(self.recompute_modules) or "none",
+            "fp8_cache": self.fp8_cache,
+            "moe_probs_in_act": self.moe_probs_in_act,
+            "router_dtype": self.router_dtype.value,
+            "capacity_factor": "none" if self.capacity_factor is None else self.capacity_factor,
+        }

@@ -1,0 +1,1 @@
+"""Context parallelism: ring attention traffic, causal load balance, Ulysses."""

@@ -1,0 +1,1 @@
+"""Data parallelism: gradient all-reduce, buckets, overlap, and ZeRO stages."""

@@ -1,0 +1,1 @@
+"""Expert parallelism: experts per rank, all-to-all bytes, routing over nodes."""

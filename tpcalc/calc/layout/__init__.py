@@ -1,0 +1,1 @@
+"""Combined layouts: group placement, and their memory, communication and compute time."""

@@ -1,0 +1,375 @@
+"""Per-rank memory of a combined layout: model states with ZeRO plus in-flight activations.
+
+Parameters per pipeline rank come from ``pipeline.rank_params`` (embedding on the first stage, LM
+head, final norm and MTP on the last; DualPipe ranks hold two stages). Dense parameters are split
+by tp and their states by ZeRO over the dp·cp ranks that replicate them; routed experts are
+split by ep·tp (Megatron-Core's default expert TP = TP) and their states by ZeRO over the
+dp·cp/ep expert-data-parallel ranks. Activations per layer come from the model the run names
+(``ActivationModel``): ``exact`` (default), the tensors autograd saves for each layer's kind
+(``tpcalc.calc.activations.exact``), or ``paper``, Korthikanti et al. 2022 Table 2; both on s/cp
+tokens per rank, times the micro-batches in flight on that rank (``pipeline``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tpcalc.calc.activations.exact.options import ActivationOptions, RouterDtype
+from tpcalc.calc.activations.paper import ActivationModel, Recompute, paper_layer_terms
+from tpcalc.calc.dp.zero import zero_states_bytes
+from tpcalc.calc.ep.all_to_all import routed_copies
+from tpcalc.calc.layout.groups import MemoryTechniques, ParallelLayout
+from tpcalc.calc.params.counts import (
+    SRC_TP_REPLICATED,
+    embedding_params,
+    final_norm_params,
+    layer_params,
+    lm_head_params,
+    mtp_params,
+    routed_layer_params,
+    tp_replicated_layer_params,
+    tp_replicated_mtp_params,
+)
+from tpcalc.calc.params.states import StateRecipe
+from tpcalc.calc.pipeline.schedule import (
+    Schedule,
+    chunk_layer_counts,
+    in_flight_chunks,
+    rank_chunks,
+    rank_params,
+)
+from tpcalc.errors import InputError
+from tpcalc.specs import HardwareSpec, ModelSpec
+from tpcalc.terms import Term, Unit, term
+from tpcalc.units import Dtype
+
+LOGITS_BYTES = Dtype.fp32.bytes  # fp32 logits for the cross-entropy (seed 003 §7.3.4)
+DISPATCH_BUFFERS = 2  # alltoall dispatcher: permuted send buffer + received tokens
+OFFLOAD_DIRECTIONS = 2  # device -> host after the forward, host -> device before the backward
+
+SRC_STATES = (
+    "ZeRO §5 over dp·cp (dense) and dp·cp·tp/(ep·etp) (experts); Megatron-Core MoE expert-DP"
+)
+SRC_BUFFERS = (
+    "seed 003 §7.3.4 (fp32 logits, V/tp with the vocab-parallel cross-entropy); Megatron-Core "
+    "MoEAlltoAllTokenDispatcher permute/all-to-all buffers, MoEAllGatherTokenDispatcher "
+    "gathered tokens of the tp·ep group"
+)
+SRC_OFFLOAD = (
+    "Megatron-Core --cpu-offloading-num-layers: the activations of that many layers per rank "
+    "wait in host memory between forward and backward"
+)
+SRC_INFLIGHT = (
+    "in-flight micro-batches per schedule (tpcalc.calc.pipeline.schedule.in_flight_chunks)"
+)
+SRC_ACT = {
+    ActivationModel.paper: f"Korthikanti et al. 2022 Table 2 with s/cp tokens; {SRC_INFLIGHT}",
+    ActivationModel.exact: (
+        "exact model: tensors autograd saves per layer kind (tpcalc.calc.activations.exact, "
+        f"validated against PyTorch) with s/cp tokens; {SRC_INFLIGHT}"
+    ),
+}
+
+
+def rank_layers(num_layers: int, p: int, v: int = 1) -> list[list[int]]:
+    """Decoder layer indices held by each of the p ranks (its v chunks, in order)."""
+    counts = chunk_layer_counts(num_layers, p * v)
+    starts = [sum(counts[:c]) for c in range(len(counts))]
+    return [
+        [i for c in rank_chunks(p, v, r) for i in range(starts[c], starts[c] + counts[c])]
+        for r in range(p)
+    ]
+
+
+def rank_activation_bytes(
+    schedule: Schedule, p: int, m: int, v: int, per_layer: list[float], *, last_extra: float = 0.0
+) -> list[float]:
+    """Activations each pipeline rank holds at its peak: in-flight chunks / v × the sum of its
+    layers' per-layer bytes (``layer_activation_bytes``; in-flight chunks per schedule from
+    ``pipeline.in_flight_chunks``: GPipe m, 1F1B p − rank, ...). ``last_extra`` is one
+    micro-batch's activations of what the last chunk runs after the layers (MTP).
+
+    DualPipe: rank r runs stage r for the micro-batches fed from rank 0 and stage p−1−r for
+    those fed from rank p−1. Each direction is a 1F1B pipeline, so rank r holds p − r of the
+    first and r + 1 of the second: p + 1 micro-batches in all, DeepSeek-V3 report §3.2.1
+    Table 2 ("Activation: PP+1"), each on its own stage's layers.
+    """
+    chunks = chunk_layer_counts(len(per_layer), p * v)
+    bounds = [sum(chunks[:c]) for c in range(len(chunks) + 1)]
+    chunk_bytes = [sum(per_layer[bounds[c] : bounds[c + 1]]) for c in range(len(chunks))]
+    chunk_bytes[-1] += last_extra
+    if schedule is Schedule.dualpipe:
+        return [(p - r) * chunk_bytes[r] + (r + 1) * chunk_bytes[p - 1 - r] for r in range(p)]
+    return [
+        in_flight_chunks(schedule, p, m, v, r)
+        / v
+        * sum(chunk_bytes[c] for c in rank_chunks(p, v, r))
+        for r in range(p)
+    ]
+
+
+def pp_rank_params(
+    spec: ModelSpec, p: int, v: int, schedule: Schedule, *, mtp: bool = True
+) -> list[tuple[int, int, int]]:
+    """(TP-split dense, TP-replicated, routed-expert) parameters of each pipeline rank before
+    any TP/EP split; MTP (last stage, DeepSeek-V3 §3.2) only when ``mtp``."""
+    n = spec.num_hidden_layers
+    routed = [routed_layer_params(spec, i) for i in range(n)]
+    total = [layer_params(spec, i) for i in range(n)]
+    replicated = [tp_replicated_layer_params(spec, i) for i in range(n)]
+    n_mtp = spec.mtp_layers if mtp else 0
+    experts = rank_params(
+        routed, p, v, embedding_params=0, lm_head_params=0, other_params=n_mtp * routed[-1],
+        schedule=schedule,
+    )  # fmt: skip
+    whole = rank_params(
+        replicated, p, v, embedding_params=0, lm_head_params=0,
+        other_params=final_norm_params(spec) + (tp_replicated_mtp_params(spec) if mtp else 0),
+        schedule=schedule,
+    )  # fmt: skip
+    everything = rank_params(
+        total, p, v, embedding_params=embedding_params(spec), lm_head_params=lm_head_params(spec),
+        other_params=final_norm_params(spec) + (mtp_params(spec) if mtp else 0),
+        schedule=schedule,
+    )  # fmt: skip
+    return [(a - e - r, r, e) for a, r, e in zip(everything, whole, experts, strict=True)]
+
+
+@dataclass(frozen=True)
+class RankMemory:
+    """Memory of one pipeline rank, bytes, and what it is made of."""
+
+    pp_rank: int
+    dense_params: int
+    expert_params: int
+    dense_states_bytes: float
+    expert_states_bytes: float
+    activation_bytes: float
+    in_flight: int
+    buffer_bytes: float = 0.0
+    replicated_params: int = 0
+    offload_bytes: float = 0.0
+    offload_transfer_bytes_per_step: float = 0.0  # to host in forward and back in backward
+
+    @property
+    def states_bytes(self) -> float:
+        return self.dense_states_bytes + self.expert_states_bytes
+
+    @property
+    def total_bytes(self) -> float:
+        return self.states_bytes + self.activation_bytes + self.buffer_bytes
+
+
+def activation_options(
+    layout: ParallelLayout, *, sp: bool, recompute: Recompute, techniques: MemoryTechniques
+) -> ActivationOptions:
+    """The exact model's options for one rank of ``layout`` with the run's techniques."""
+    return ActivationOptions(
+        t=layout.tp, cp=layout.cp, sequence_parallel=sp, recompute=recompute,
+        recompute_modules=techniques.recompute_modules, fp8_cache=techniques.fp8_cache,
+        moe_probs_in_act=techniques.moe_probs_in_act,
+        router_dtype=RouterDtype(techniques.router_dtype),
+        capacity_factor=techniques.capacity_factor,
+    )  # fmt: skip
+
+
+def layer_activation_bytes(
+    spec: ModelSpec, layout: ParallelLayout, *, seq: int, micro_batch: int, sp: bool,
+    recompute: Recompute, model: ActivationModel = ActivationModel.exact,
+    techniques: MemoryTechniques | None = None,
+) -> list[float]:  # fmt: skip
+    """Activations of each decoder layer on one rank for one micro-batch.
+
+    ``paper``: Korthikanti et al. 2022 Table 2 on s/cp tokens, the same for every layer.
+    ``exact``: the per-tensor model (``tpcalc.calc.activations.exact``) for each layer's kind
+    (full / linear attention / MLA, dense / MoE), sharded by tp, SP and cp, after the run's
+    memory techniques (``tpcalc.calc.activations.exact.techniques``).
+    """
+    if model is ActivationModel.paper:
+        terms = paper_layer_terms(
+            spec, seq=seq // layout.cp, micro_batch=micro_batch, t=layout.tp, sp=sp,
+            recompute=recompute,
+        )  # fmt: skip
+        return [float(terms[-1].value)] * spec.num_hidden_layers  # type: ignore[arg-type]
+    from tpcalc.calc.activations.exact.layer import layer_kind
+    from tpcalc.calc.activations.exact.summary import exact_activation_terms
+
+    options = activation_options(
+        layout, sp=sp, recompute=recompute, techniques=techniques or MemoryTechniques()
+    )
+    values = {
+        t.key: float(t.value) for t in exact_activation_terms(spec, seq, micro_batch, options)
+    }
+    kinds = [layer_kind(spec, i) for i in range(spec.num_hidden_layers)]
+    return [values[f"exact_{k.replace('+', '_')}_bytes_per_layer"] for k in kinds]
+
+
+def buffer_bytes(
+    spec: ModelSpec, layout: ParallelLayout, *, seq: int, micro_batch: int, last: bool,
+    techniques: MemoryTechniques, act_bytes: int,
+) -> float:  # fmt: skip
+    """Transient buffers outside the saved activations: on the last stage the fp32 logits of
+    one micro-batch, V/tp per rank (seed 003 §7.3.4; Megatron's vocab-parallel cross-entropy),
+    and on MoE ranks one layer's dispatch buffers (``SRC_BUFFERS``): the alltoall dispatcher
+    sends and receives T·k copies (2·T·k·h, or the padded capacity cf·T·k), the allgather
+    dispatcher holds the tokens of its tp·ep group (T·tp·ep·h). T = s·b/(cp·tp) tokens routed
+    from this rank."""
+    tokens = seq * micro_batch // layout.cp
+    out = 0.0
+    if last:
+        out += LOGITS_BYTES * tokens * spec.vocab_size / layout.tp
+    if spec.is_moe:
+        own = tokens // layout.tp
+        if techniques.moe_dispatcher == "allgather":
+            out += own * layout.tp * layout.ep * spec.hidden_size * act_bytes
+        else:
+            copies = routed_copies(spec.num_experts_per_tok or 0, techniques.capacity_factor)
+            out += DISPATCH_BUFFERS * own * copies * spec.hidden_size * act_bytes
+    return out
+
+
+def rank_memory(
+    spec: ModelSpec,
+    layout: ParallelLayout,
+    *,
+    seq: int,
+    micro_batch: int,
+    microbatches: int,
+    vpp: int,
+    schedule: Schedule,
+    recipe: StateRecipe,
+    sp: bool,
+    recompute: Recompute,
+    activations: ActivationModel = ActivationModel.exact,
+    techniques: MemoryTechniques | None = None,
+) -> list[RankMemory]:
+    """Memory of every pipeline rank (sources: module docstring)."""
+    tech = techniques or MemoryTechniques()
+    per_layer = layer_activation_bytes(
+        spec, layout, seq=seq, micro_batch=micro_batch, sp=sp, recompute=recompute,
+        model=activations, techniques=tech,
+    )  # fmt: skip
+    mtp_layers = spec.mtp_layers if tech.mtp else 0
+    act = rank_activation_bytes(
+        schedule, layout.pp, microbatches, vpp, per_layer, last_extra=mtp_layers * per_layer[-1]
+    )
+    out = []
+    ranks = pp_rank_params(spec, layout.pp, vpp, schedule, mtp=tech.mtp)
+    layers = rank_layers(spec.num_hidden_layers, layout.pp, vpp)
+    for r, (dense, whole, expert) in enumerate(ranks):
+        d = -(-dense // layout.tp) + whole
+        e = -(-expert // (layout.etp * layout.ep))
+        chunks = in_flight_chunks(schedule, layout.pp, microbatches, vpp, r)
+        holds_last = _holds_last_stage(schedule, layout.pp, vpp, r)
+        rank_act = act[r]
+        offload = transfer = 0.0
+        if tech.offload_layers and layers[r]:
+            share = min(tech.offload_layers, len(layers[r])) / len(layers[r])
+            offload = rank_act * share
+            one_mb = sum(per_layer[i] for i in layers[r])
+            transfer = OFFLOAD_DIRECTIONS * microbatches * share * one_mb
+        out.append(
+            RankMemory(
+                pp_rank=r,
+                dense_params=d,
+                expert_params=e,
+                dense_states_bytes=zero_states_bytes(d, recipe, layout.zero, layout.grad_group),
+                expert_states_bytes=zero_states_bytes(e, recipe, layout.zero, layout.expert_dp),
+                activation_bytes=rank_act - offload,
+                in_flight=chunks,
+                buffer_bytes=buffer_bytes(
+                    spec,
+                    layout,
+                    seq=seq,
+                    micro_batch=micro_batch,
+                    last=holds_last,
+                    techniques=tech,
+                    act_bytes=Dtype.bf16.bytes,
+                ),  # fmt: skip
+                replicated_params=whole,
+                offload_bytes=offload,
+                offload_transfer_bytes_per_step=transfer,
+            )
+        )
+    return out
+
+
+def _holds_last_stage(schedule: Schedule, p: int, v: int, r: int) -> bool:
+    """Whether rank r runs the last chunk (DualPipe: ranks 0 and p-1 both do)."""
+    if schedule is Schedule.dualpipe:
+        return r in (0, p - 1)
+    return (p * v - 1) in rank_chunks(p, v, r)
+
+
+def _offload_time(worst: RankMemory, hw: HardwareSpec) -> list[Term]:
+    """Host transfer of the offloaded activations per step, on the host link (PCIe or C2C)."""
+    if not worst.offload_transfer_bytes_per_step:
+        return []
+    if hw.host_bandwidth_bytes_per_s is None:
+        raise InputError(
+            f"--offload-layers: {hw.name} has no host_bandwidth_bytes_per_s in its config; add "
+            "one (PCIe or NVLink-C2C, one direction) or use --offload-layers 0"
+        )
+    bw = hw.host_bandwidth_bytes_per_s
+    b = worst.offload_transfer_bytes_per_step
+    return [
+        term("offload_transfer_bytes_per_step", "offload traffic per step (out + back)", b,
+             Unit.bytes, formula="2 · m · offloaded share · one micro-batch's activations",
+             source=SRC_OFFLOAD),
+        term("offload_transfer_time_s", "offload transfer time per step", b / bw.value,
+             Unit.seconds, formula="bytes / host bandwidth (overlapped with compute when shorter)",
+             source=f"{SRC_OFFLOAD}; {bw.source}", host_bandwidth_bytes_per_s=bw.value),
+    ]  # fmt: skip
+
+
+def memory_terms(
+    worst: RankMemory, layout: ParallelLayout, hw: HardwareSpec, activations: ActivationModel
+) -> list[Term]:
+    """The most loaded rank's memory as parts of a total, against the card; the activation
+    term names the model it comes from (``SRC_ACT``)."""
+    card = hw.memory_bytes.value
+    total = "memory_bytes_per_rank"
+    return [
+        term("worst_pp_rank", "most loaded pipeline rank", worst.pp_rank, Unit.count,
+             formula="argmax over PP ranks of states + activations", source=SRC_STATES),
+        term("dense_params_per_rank", "dense parameters per rank", worst.dense_params,
+             Unit.params, formula="stage TP-split params / tp + TP-replicated params",
+             source=f"{SRC_STATES}; {SRC_TP_REPLICATED}", tp=layout.tp),
+        term("expert_params_per_rank", "expert parameters per rank", worst.expert_params,
+             Unit.params, formula="stage routed params / (ep·etp)", source=SRC_STATES,
+             ep=layout.ep, etp=layout.etp),
+        term("dense_states_bytes", "dense model states (ZeRO over dp·cp)",
+             worst.dense_states_bytes, Unit.bytes, formula="zero_states(dense, stage, dp·cp)",
+             source=SRC_STATES, part_of=total, zero=int(layout.zero), n=layout.grad_group),
+        term("expert_states_bytes", "expert model states (ZeRO over dp·cp·tp/(ep·etp))",
+             worst.expert_states_bytes, Unit.bytes,
+             formula="zero_states(expert, stage, dp·cp·tp/(ep·etp))", source=SRC_STATES,
+             part_of=total,
+             zero=int(layout.zero), n=layout.expert_dp),
+        term("activation_bytes", "activations in flight", worst.activation_bytes, Unit.bytes,
+             formula="in_flight · layers/v · per-layer bytes (+ MTP on the last stage) − offloaded",
+             source=SRC_ACT[activations], part_of=total, in_flight=worst.in_flight,
+             activations=activations.value),
+        term("buffer_bytes", "buffers (logits, MoE dispatch)", worst.buffer_bytes, Unit.bytes,
+             formula="last stage: 4·s·b·V/(cp·tp); MoE: 2·T·k·h·2 (one layer's alltoall)",
+             source=SRC_BUFFERS, part_of=total),
+        term("states_bytes", "model states", worst.states_bytes, Unit.bytes,
+             formula="dense + expert states", source=SRC_STATES),
+        term("tp_replicated_params_per_rank", "TP-replicated params per rank (norms, router)",
+             worst.replicated_params, Unit.params, formula="whole on every TP rank",
+             source=SRC_TP_REPLICATED),
+        term("offloaded_activation_bytes", "activations offloaded to host", worst.offload_bytes,
+             Unit.bytes, formula="activations of the offloaded layers", source=SRC_OFFLOAD),
+        *_offload_time(worst, hw),
+        term(total, "memory per rank", worst.total_bytes, Unit.bytes,
+             formula="states + activations + buffers", source=SRC_STATES),
+        term("card_memory_bytes", "card memory", card, Unit.bytes, formula="hardware config",
+             source=hw.memory_bytes.source),
+        term("memory_free_bytes", "left on the card", card - worst.total_bytes, Unit.bytes,
+             formula="card - memory per rank", source=SRC_STATES),
+        term("memory_over_card_times", "memory per rank / card", worst.total_bytes / card,
+             Unit.times, formula="memory per rank / card", source=SRC_STATES,
+             memory_bytes_per_rank=worst.total_bytes, card_memory_bytes=card),
+        term("memory_fits", "fits on the card", worst.total_bytes <= card, Unit.text,
+             formula="memory per rank <= card", source=SRC_STATES),
+    ]  # fmt: skip

@@ -1,0 +1,1 @@
+"""Parameter counts, their breakdown, and the model-state bytes per parameter."""

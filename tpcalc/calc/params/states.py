@@ -1,0 +1,180 @@
+"""Model states: the bytes per parameter that weights, gradients and the optimizer keep.
+
+Two recipes are in use and the sources disagree, so the recipe is an explicit option
+(``StateRecipe``) and every result echoes it:
+
+- ``zero16``: bf16 weights 2 + bf16 gradients 2 + fp32 master weights, Adam m and v 4 + 4 + 4
+  = 16 bytes/param (Rajbhandari et al. 2020, "ZeRO", §3.1: 2Ψ + 2Ψ + KΨ with K = 12; seed 000's
+  444.5 GB, seed 003's 1,128.9 GB).
+- ``megatron18``: bf16 weights 2 + fp32 main gradients 4 + fp32 master, m, v 12 = 18 bytes/param
+  (Megatron-LM docs, "Distributed optimizer": bf16 params with fp32 grads, 18 bytes/param without
+  the distributed optimizer, 6 + 12/d with it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from tpcalc.errors import InputError
+from tpcalc.terms import Term, Unit, term
+from tpcalc.units import Dtype
+
+# Adam keeps two moments per parameter (Kingma & Ba 2015): m and v.
+ADAM_MOMENTS = 2
+
+ZERO_SOURCE = "Rajbhandari et al. 2020 (ZeRO) §3.1: 2Ψ + 2Ψ + 12Ψ with mixed-precision Adam"
+MEGATRON_SOURCE = (
+    "Megatron-LM docs, distributed optimizer: bf16 params + fp32 grads = 18 bytes/param"
+)
+
+
+class StateRecipe(str, Enum):
+    """How many bytes each parameter's model states take (see the module docstring)."""
+
+    zero16 = "zero16"
+    megatron18 = "megatron18"
+    # Megatron --use-precision-aware-optimizer variants and TE FP8 parameters (sources below)
+    bf16_moments = "bf16-moments"
+    bf16_grads_moments = "bf16-grads-moments"
+    fp8_params = "fp8-params"
+    fp8_params_bf16_moments = "fp8-params-bf16-moments"
+
+
+@dataclass(frozen=True)
+class StateBytes:
+    """Bytes per parameter of each model-state part under one recipe."""
+
+    weight_dtype: Dtype
+    grad_dtype: Dtype
+    master_dtype: Dtype
+    moment_dtype: Dtype
+    source: str
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.weight_dtype.bytes
+
+    @property
+    def grad_bytes(self) -> int:
+        return self.grad_dtype.bytes
+
+    @property
+    def optimizer_bytes(self) -> int:
+        """fp32 master copy + Adam's two moments (ZeRO's K = 12)."""
+        return self.master_dtype.bytes + ADAM_MOMENTS * self.moment_dtype.bytes
+
+    @property
+    def total_bytes(self) -> int:
+        return self.weight_bytes + self.grad_bytes + self.optimizer_bytes
+
+
+PRECISION_AWARE_SOURCE = (
+    "Megatron-LM --use-precision-aware-optimizer (TE FusedAdam): --exp-avg-dtype and "
+    "--exp-avg-sq-dtype bf16 keep Adam m, v in BF16 with FP32 main params and grads; "
+    "DeepSeek-V3 report §3.3.3 "
+    "(BF16 moments, FP32 master weights and gradients)"
+)
+PRECISION_AWARE_GRADS_SOURCE = (
+    "Megatron-LM --use-precision-aware-optimizer --main-grads-dtype bf16 --exp-avg-dtype bf16 "
+    "--exp-avg-sq-dtype bf16: BF16 weights, grads and moments, FP32 main params"
+)
+FP8_PARAMS_SOURCE = (
+    "Megatron-LM --fp8-param-gather (Transformer Engine FP8 parameters): the model keeps FP8 "
+    "weights (1 B) and the distributed optimizer FP32 main params; FP32 grads"
+)
+
+RECIPES: dict[StateRecipe, StateBytes] = {
+    StateRecipe.zero16: StateBytes(Dtype.bf16, Dtype.bf16, Dtype.fp32, Dtype.fp32, ZERO_SOURCE),
+    StateRecipe.megatron18: StateBytes(
+        Dtype.bf16, Dtype.fp32, Dtype.fp32, Dtype.fp32, MEGATRON_SOURCE
+    ),
+    StateRecipe.bf16_moments: StateBytes(
+        Dtype.bf16, Dtype.fp32, Dtype.fp32, Dtype.bf16, PRECISION_AWARE_SOURCE
+    ),
+    StateRecipe.bf16_grads_moments: StateBytes(
+        Dtype.bf16, Dtype.bf16, Dtype.fp32, Dtype.bf16, PRECISION_AWARE_GRADS_SOURCE
+    ),
+    StateRecipe.fp8_params: StateBytes(
+        Dtype.fp8, Dtype.fp32, Dtype.fp32, Dtype.fp32, FP8_PARAMS_SOURCE
+    ),
+    StateRecipe.fp8_params_bf16_moments: StateBytes(
+        Dtype.fp8,
+        Dtype.fp32,
+        Dtype.fp32,
+        Dtype.bf16,
+        f"{FP8_PARAMS_SOURCE}; {PRECISION_AWARE_SOURCE}",
+    ),
+}
+
+
+def recipe_bytes(recipe: StateRecipe) -> StateBytes:
+    """The per-parameter byte counts of ``recipe``."""
+    return RECIPES[recipe]
+
+
+def check_params(params: int, what: str = "params") -> None:
+    """Raise InputError unless a parameter count is zero or positive."""
+    if params < 0:
+        raise InputError(f"{what}={params} must be zero or positive")
+
+
+def model_states_bytes(params: int, recipe: StateRecipe, *, shards: int = 1) -> float:
+    """Model states of ``params`` parameters, bytes, split evenly over ``shards`` ranks.
+
+    ``shards`` is a model-parallel split of the parameters (seed 003 §7.3: 1,128.9 GB ÷ t=8
+    ≈ 141 GB, which treats every parameter as sharded by TP). Source: see ``StateRecipe``.
+    """
+    check_params(params)
+    if shards < 1:
+        raise InputError(f"shards={shards} must be a positive integer")
+    return params * recipe_bytes(recipe).total_bytes / shards
+
+
+# (key, label, StateBytes field) of the three parts of the model states, in display order.
+STATE_PARTS = (
+    ("weights_bytes", "weights", "weight_bytes"),
+    ("grads_bytes", "gradients", "grad_bytes"),
+    ("optimizer_bytes", "optimizer (fp32 master + Adam m, v)", "optimizer_bytes"),
+)
+
+
+def state_part_terms(
+    params: int,
+    rb: StateBytes,
+    divisors: tuple[int, int, int],
+    *,
+    source: str,
+    total: str = "model_states_bytes",
+) -> list[Term]:
+    """Weights, gradients and optimizer bytes per rank, N × bytes / d with each part's divisor d
+    (all t for a model-parallel split; ZeRO's stage divisors over DP). Source: ``source``."""
+    return [
+        term(key, label, params * getattr(rb, field) / d, Unit.bytes,
+             formula=f"N × {field} / d", source=source, part_of=total,
+             N=params, **{field: getattr(rb, field)}, d=d)
+        for (key, label, field), d in zip(STATE_PARTS, divisors, strict=True)
+    ]  # fmt: skip
+
+
+def model_states_terms(params: int, recipe: StateRecipe, *, shards: int = 1) -> tuple[Term, ...]:
+    """Weights + gradients + optimizer = model states, bytes per rank, as a breakdown."""
+    check_params(params)
+    if shards < 1:
+        raise InputError(f"shards={shards} must be a positive integer")
+    rb = recipe_bytes(recipe)
+    total = "model_states_bytes"
+    return (
+        *state_part_terms(params, rb, (shards, shards, shards), source=rb.source, total=total),
+        term(
+            total,
+            "model states",
+            params * rb.total_bytes / shards,
+            Unit.bytes,
+            formula="N/shards × bytes_per_param",
+            source=rb.source,
+            N=params,
+            shards=shards,
+            bytes_per_param=rb.total_bytes,
+        ),
+    )

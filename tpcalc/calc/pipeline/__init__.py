@@ -1,0 +1,1 @@
+"""Pipeline parallelism: stages, schedules, bubbles, stage-to-stage bytes."""

@@ -1,0 +1,342 @@
+"""What one rank runs for one micro-batch: every GEMM, attention core and memory-bound kernel,
+with its real shape after TP, SP, CP and EP.
+
+Each operation is an ``Op`` in one pass: forward, backward for the input (B) or backward for the
+weights (W), as zero-bubble schedules need them apart (Qi et al. 2023 §2). A GEMM Y[M,N] =
+X[M,K]·W[K,N] costs 2·M·N·K FLOP forward, and its backward is two GEMMs of the same FLOP:
+dX = dY·Wᵀ (B) and dW = Xᵀ·dY (W) (Narayanan et al. 2021 §5.1). The attention core is fused
+(FlashAttention, Dao 2023): forward 2 matmuls, backward 5 (it recomputes the scores), so the
+backward costs (3·d_qk + 2·d_v)/(d_qk + d_v) = 2.5 times the forward (Dao 2023 §3.1); a causal
+mask skips half the score blocks. Memory-bound kernels (norms, activations, RoPE, residual
+adds, permutes, the loss) are counted in the bytes they read and write.
+
+Shapes follow Megatron-Core: a TP GEMM sees all T = s·b/cp tokens of its CP chunk and 1/t of
+the weight (Shoeybi et al. 2019 §3); with sequence parallelism the norms and residual adds see
+T/t tokens (Korthikanti et al. 2022 §4.2.2); an MoE layer dispatches its T/t tokens to
+experts over EP (Megatron-Core MoE token dispatcher, alltoall).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from tpcalc.specs import ModelSpec
+from tpcalc.units import Dtype
+
+GEMM_FLOP_PER_MAC = 2  # one multiply-add is 2 FLOP
+# FlashAttention backward matmuls: S = Q·Kᵀ again, dV = Pᵀ·dO, dP = dO·Vᵀ, dQ = dS·K, dK = dSᵀ·Q:
+# three over d_qk, two over d_v (Dao 2023 Algorithm 2).
+ATTN_BWD_QK_MATMULS = 3
+ATTN_BWD_V_MATMULS = 2
+CAUSAL_SHARE = 0.5  # a causal mask skips the upper triangle of score blocks (Dao 2023 §3.1)
+CP_CHUNKS_PER_RANK = 2  # zig-zag: each CP rank holds chunks i and 2·cp−1−i (Megatron-Core CP)
+# Merging two partial attention outputs by their log-sum-exp: read both (fp32) and write one
+# (Transformer Engine attention.py, flash_attn_fwd_out_correction), per ring step after the
+# first; the backward accumulates dQ, dK, dV the same way.
+CP_MERGE_BYTES = 3 * 4
+GDN_CHUNK = 64  # chunk length of the chunked delta rule (Yang et al. 2024, Gated DeltaNet §3.3)
+# Elements read + written per element, forward / backward (each backward reads the saved
+# input(s) and the output gradient and writes the input gradient(s)):
+NORM_RW = (2, 3)  # RMSNorm/LayerNorm: x -> y; x, dy -> dx
+RESIDUAL_RW = (3, 3)  # a + b -> y; the gradient is summed where the branches meet
+ACT_GATED_RW = (3, 5)  # SwiGLU per output element: gate, up -> y; gate, up, dy -> dgate, dup
+ACT_PLAIN_RW = (2, 3)  # GeLU, fused with its bias (Megatron bias_gelu_fusion): x -> y; x, dy -> dx
+# Squared ReLU (Nemotron, So et al. 2021 "Primer"), unfused in Megatron-Core: relu then square
+# forward (x -> r -> y), and their two backward kernels.
+ACT_RELU2_RW = (4, 6)
+ROPE_RW = (2, 2)  # q, k rotated in place; the backward rotates the gradient back
+GATE_RW = (3, 4)  # sigmoid output gate: o, g -> y; o, g, dy -> do, dg
+PERMUTE_RW = (2, 2)  # MoE token permute / unpermute: a gather and its scatter
+EMBED_RW = (1, 3)  # lookup writes T·h; the backward scatter-adds dy into the table
+# FP8 GEMMs (Transformer Engine on Hopper) take FP8 operands in the TN layout: the input is cast
+# and transposed by one fused kernel before the forward (read 2 B, write 1 B + 1 B transposed per
+# element), and the output gradient likewise before the backward (TE cast_transpose; Micikevicius
+# et al. 2022, "FP8 formats for deep learning" §4, per-tensor scaling).
+FP8_CAST_TRANSPOSE_BYTES = 4
+# Vocab-parallel cross entropy in fp32 (Megatron-LM core/tensor_parallel/cross_entropy.py):
+# forward reads the logits, writes exp(logits - max) and reads it for the sum; backward reads
+# the softmax and writes the gradient of the logits.
+CE_FWD_BYTES_PER_LOGIT = 12
+CE_BWD_BYTES_PER_LOGIT = 8
+
+
+class OpKind(str, Enum):
+    gemm = "gemm"
+    attention = "attention"
+    memory = "memory"
+
+
+class Pass(str, Enum):
+    forward = "F"
+    backward_input = "B"
+    backward_weight = "W"
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One kernel of one pass. A grouped GEMM has ``groups`` GEMMs of shape [m, n, k] each."""
+
+    name: str
+    kind: OpKind
+    phase: Pass
+    flop: float
+    bytes: float
+    m: int = 0
+    n: int = 0
+    k: int = 0
+    groups: int = 1
+    fp8: bool = False  # a GEMM with FP8 operands (FP8 peak and efficiency)
+
+
+@dataclass(frozen=True, slots=True)
+class Shard:
+    """How one micro-batch is cut for one rank: its tokens and its slice of each weight."""
+
+    seq: int
+    micro_batch: int
+    tp: int = 1
+    cp: int = 1
+    ep: int = 1
+    etp: int = 1
+    sp: bool = True
+    dtype: Dtype = Dtype.bf16  # activations and communication
+    gemm_dtype: Dtype = Dtype.bf16  # the transformer layers' GEMM operands (fp8 with TE)
+    causal: bool = True
+
+    @property
+    def tokens(self) -> int:
+        """T = s·b/cp: the tokens every TP GEMM of this rank multiplies."""
+        return self.seq * self.micro_batch // self.cp
+
+    @property
+    def sp_tokens(self) -> int:
+        """Tokens of norms and residual adds: T/t with sequence parallelism, else T."""
+        return self.tokens // self.tp if self.sp else self.tokens
+
+
+def gemm(name: str, m: int, n: int, k: int, dtype: Dtype, groups: int = 1) -> tuple[Op, ...]:
+    """Y[m,n] = X[m,k]·W[k,n] forward, dX = dY·Wᵀ (B), dW = Xᵀ·dY (W); 2·m·n·k FLOP each.
+    FP8 adds the cast-transpose of X (forward) and of dY (backward)."""
+    flop = GEMM_FLOP_PER_MAC * m * n * k * groups
+    size = dtype.bytes * groups
+    fp8 = dtype is Dtype.fp8
+
+    def op(phase: Pass, a: int, b: int, c: int) -> Op:
+        traffic = (a * c + c * b + a * b) * size
+        return Op(name, OpKind.gemm, phase, flop, traffic, a, b, c, groups, fp8)
+
+    ops = (
+        op(Pass.forward, m, n, k),
+        op(Pass.backward_input, m, k, n),
+        op(Pass.backward_weight, n, k, m),
+    )
+    if not fp8:
+        return ops
+    cast = FP8_CAST_TRANSPOSE_BYTES * groups
+    return ops + (
+        Op(f"{name}_fp8_cast", OpKind.memory, Pass.forward, 0.0, cast * m * k),
+        Op(f"{name}_fp8_cast", OpKind.memory, Pass.backward_input, 0.0, cast * m * n),
+    )
+
+
+def elementwise(name: str, elements: float, rw: tuple[int, int], dtype: Dtype) -> tuple[Op, ...]:
+    """A memory-bound kernel over ``elements``: forward and backward bytes from ``rw``."""
+    fwd, bwd = rw
+    return (
+        Op(name, OpKind.memory, Pass.forward, 0.0, fwd * elements * dtype.bytes),
+        Op(name, OpKind.memory, Pass.backward_input, 0.0, bwd * elements * dtype.bytes),
+    )
+
+
+def attention_core(
+    name: str, shard: Shard, heads: int, kv_heads: int, d_qk: int, d_v: int
+) -> tuple[Op, ...]:
+    """Fused attention of this rank's heads: its s/cp queries against all s keys, causal blocks
+    skipped; forward 2 and backward 5 matmuls (Dao 2023). Under CP the ring runs it as 2·cp
+    blocks of s/(2·cp) queries (zig-zag halves, Transformer Engine context parallelism; Liu et
+    al. 2023), so the kernel sees blocks of that length (``Op.m``), and after each ring step the
+    partial outputs are merged by their log-sum-exp (an fp32 read of both and a write)."""
+    b, q_len, kv_len = shard.micro_batch, shard.seq // shard.cp, shard.seq
+    block = q_len // CP_CHUNKS_PER_RANK if shard.cp > 1 else q_len
+    mask = CAUSAL_SHARE if shard.causal else 1.0
+    scores = GEMM_FLOP_PER_MAC * b * heads * q_len * kv_len * mask
+    fwd = scores * (d_qk + d_v)  # Q·Kᵀ over d_qk, P·V over d_v (Dao 2023 Algorithm 1)
+    bwd = scores * (ATTN_BWD_QK_MATMULS * d_qk + ATTN_BWD_V_MATMULS * d_v)
+    io = b * (q_len * heads * (2 * d_qk + 2 * d_v) + kv_len * kv_heads * (d_qk + d_v))
+    size, shape = shard.dtype.bytes, (block, kv_len, d_qk, heads)
+    ops = (
+        Op(name, OpKind.attention, Pass.forward, fwd, io * size, *shape),
+        Op(name, OpKind.attention, Pass.backward_input, bwd, 2 * io * size, *shape),
+    )
+    if shard.cp == 1:
+        return ops
+    merged = (shard.cp - 1) * b * q_len * heads * d_v * CP_MERGE_BYTES
+    return ops + (
+        Op("cp_merge", OpKind.memory, Pass.forward, 0.0, merged),
+        Op("cp_merge", OpKind.memory, Pass.backward_input, 0.0, merged),
+    )
+
+
+def _heads(spec: ModelSpec, shard: Shard) -> tuple[int, int]:
+    """(query heads, KV heads) on one TP rank; KV heads are replicated when t > n_kv."""
+    return spec.num_attention_heads // shard.tp, max(1, spec.kv_heads // shard.tp)
+
+
+def attention_ops(spec: ModelSpec, shard: Shard) -> tuple[Op, ...]:
+    """A full-attention block (MHA/GQA, optional q/k norm and output gate; Qwen3.5 gated
+    attention): norm, QKV, RoPE, core, gate, out-proj, residual add."""
+    if spec.is_mla:
+        return mla_ops(spec, shard)
+    t_all, t_sp, h, dt = shard.tokens, shard.sp_tokens, spec.hidden_size, shard.dtype
+    nq, nkv = _heads(spec, shard)
+    d = spec.head_dim_resolved
+    gate = 2 if spec.attn_output_gate else 1
+    ops = [*elementwise("attn_norm", t_sp * h, NORM_RW, dt)]
+    ops += gemm("qkv_proj", t_all, (nq * gate + 2 * nkv) * d, h, shard.gemm_dtype)
+    if spec.uses_qk_norm:
+        ops += elementwise("qk_norm", t_all * (nq + nkv) * d, NORM_RW, dt)
+    ops += elementwise("rope", t_all * (nq + nkv) * d, ROPE_RW, dt)
+    ops += attention_core("core_attn", shard, nq, nkv, d, d)
+    if spec.attn_output_gate:
+        ops += elementwise("attn_gate", t_all * nq * d, GATE_RW, dt)
+    ops += gemm("out_proj", t_all, h, nq * d, shard.gemm_dtype)
+    ops += elementwise("attn_residual", t_sp * h, RESIDUAL_RW, dt)
+    return tuple(ops)
+
+
+def mla_ops(spec: ModelSpec, shard: Shard) -> tuple[Op, ...]:
+    """Multi-head latent attention (DeepSeek-V3 report §2.1.1; Megatron-Core MLASelfAttention):
+    the down-projections are replicated on every TP rank, the up-projections split by heads; the
+    core multiplies q·k over nope+rope and attention·V over ``v_head_dim``."""
+    t_all, t_sp, h, dt = shard.tokens, shard.sp_tokens, spec.hidden_size, shard.dtype
+    nq = spec.num_attention_heads // shard.tp
+    nope, rope, v = spec.qk_nope_head_dim or 0, spec.qk_rope_head_dim or 0, spec.v_head_dim or 0
+    kv_rank, q_rank = spec.kv_lora_rank or 0, spec.q_lora_rank
+    ops = [*elementwise("attn_norm", t_sp * h, NORM_RW, dt)]
+    if q_rank:
+        ops += gemm("q_down_proj", t_all, q_rank, h, shard.gemm_dtype)
+        ops += elementwise("q_norm", t_all * q_rank, NORM_RW, dt)
+        ops += gemm("q_up_proj", t_all, nq * (nope + rope), q_rank, shard.gemm_dtype)
+    else:
+        ops += gemm("q_proj", t_all, nq * (nope + rope), h, shard.gemm_dtype)
+    ops += gemm("kv_down_proj", t_all, kv_rank + rope, h, shard.gemm_dtype)
+    ops += elementwise("kv_norm", t_all * kv_rank, NORM_RW, dt)
+    ops += gemm("kv_up_proj", t_all, nq * (nope + v), kv_rank, shard.gemm_dtype)
+    ops += elementwise("rope", t_all * (nq + 1) * rope, ROPE_RW, dt)
+    ops += attention_core("core_attn", shard, nq, nq, nope + rope, v)
+    ops += gemm("out_proj", t_all, h, nq * v, shard.gemm_dtype)
+    ops += elementwise("attn_residual", t_sp * h, RESIDUAL_RW, dt)
+    return tuple(ops)
+
+
+def linear_attention_ops(spec: ModelSpec, shard: Shard) -> tuple[Op, ...]:
+    """A Gated DeltaNet block (Yang et al. 2024, arXiv 2412.06464; Qwen3.5): input projections,
+    depthwise causal conv, the chunked delta rule, gated RMSNorm, out-proj.
+
+    Chunked delta rule per value head and token with chunk C (paper §3.3, the WY form): the
+    intra-chunk Q·Kᵀ and its product with V and with the state, 2·C·(d_k + d_v), plus reading
+    and updating the d_k×d_v state, 2·2·d_k·d_v, in multiply-adds; timed as attention-class
+    work (a fused chunked kernel)."""
+    t_all, t_sp, h, dt = shard.tokens, shard.sp_tokens, spec.hidden_size, shard.dtype
+    nk = (spec.linear_num_key_heads or 0) // shard.tp
+    nv = (spec.linear_num_value_heads or 0) // shard.tp
+    dk, dv = spec.linear_key_head_dim or 0, spec.linear_value_head_dim or 0
+    conv = 2 * nk * dk + nv * dv
+    ops = [*elementwise("attn_norm", t_sp * h, NORM_RW, dt)]
+    ops += gemm("in_proj", t_all, conv + nv * dv + 2 * nv, h, shard.gemm_dtype)
+    ops += elementwise("conv1d", t_all * conv * (spec.linear_conv_kernel_dim or 1), NORM_RW, dt)
+    macs = t_all * nv * (GDN_CHUNK * (dk + dv) + 2 * dk * dv)
+    fwd = GEMM_FLOP_PER_MAC * macs
+    io = t_all * conv * dt.bytes
+    ops += [
+        Op("delta_rule", OpKind.attention, Pass.forward, fwd, io, t_all, dv, dk, nv),
+        Op("delta_rule", OpKind.attention, Pass.backward_input, 2 * fwd, 2 * io, t_all, dv, dk, nv),
+    ]  # fmt: skip
+    ops += elementwise("gated_norm", t_all * nv * dv, GATE_RW, dt)
+    ops += gemm("out_proj", t_all, h, nv * dv, shard.gemm_dtype)
+    ops += elementwise("attn_residual", t_sp * h, RESIDUAL_RW, dt)
+    return tuple(ops)
+
+
+def _mlp(
+    prefix: str, spec: ModelSpec, shard: Shard, tokens: int, width: int, groups: int = 1
+) -> tuple[Op, ...]:
+    """One MLP on ``tokens`` (per group): fc1 (gate+up fused for SwiGLU), activation, fc2."""
+    h, dt, gt = spec.hidden_size, shard.dtype, shard.gemm_dtype
+    up = 2 * width if spec.gated_mlp else width
+    if spec.gated_mlp:
+        act = ACT_GATED_RW
+    else:
+        act = ACT_RELU2_RW if spec.hidden_act == "relu2" else ACT_PLAIN_RW
+    return (
+        *gemm(f"{prefix}fc1", tokens, up, h, gt, groups),
+        *elementwise(f"{prefix}act", tokens * width * groups, act, dt),
+        *gemm(f"{prefix}fc2", tokens, h, width, gt, groups),
+    )
+
+
+def dense_mlp_ops(spec: ModelSpec, shard: Shard) -> tuple[Op, ...]:
+    """A dense MLP block split column-then-row over TP (Shoeybi et al. 2019 §3)."""
+    t_sp, h, dt = shard.sp_tokens, spec.hidden_size, shard.dtype
+    return (
+        *elementwise("mlp_norm", t_sp * h, NORM_RW, dt),
+        *_mlp("", spec, shard, shard.tokens, spec.intermediate_size // shard.tp),
+        *elementwise("mlp_residual", t_sp * h, RESIDUAL_RW, dt),
+    )
+
+
+def moe_tokens_per_expert(spec: ModelSpec, shard: Shard) -> int:
+    """Tokens one local expert multiplies, balanced routing: the T/t tokens of each of the ep
+    ranks, k copies each, spread over E experts, gathered over ETP (Megatron-Core MoE)."""
+    k, experts = spec.num_experts_per_tok or 1, spec.n_routed_experts or 1
+    local = shard.tokens // shard.tp
+    return max(1, local * k * shard.ep * shard.etp // experts)
+
+
+def moe_ops(spec: ModelSpec, shard: Shard) -> tuple[Op, ...]:
+    """An MoE block (DeepSeek-V3 report §2.1.2; Megatron-Core MoELayer): router, permute, the
+    local experts as grouped GEMMs, unpermute, and the TP-split shared expert."""
+    from tpcalc.calc.params.counts import shared_expert_intermediate
+
+    t_sp, h, dt = shard.sp_tokens, spec.hidden_size, shard.dtype
+    experts = spec.n_routed_experts or 1
+    k = spec.num_experts_per_tok or 1
+    routed = shard.tokens // shard.tp * k
+    local = experts // shard.ep
+    width = (spec.moe_intermediate_size or 0) // shard.etp
+    ops = [*elementwise("mlp_norm", t_sp * h, NORM_RW, dt)]
+    ops += gemm("router", shard.tokens // shard.tp, experts, h, dt)
+    ops += elementwise("permute", routed * h, PERMUTE_RW, dt)
+    ops += _mlp("expert_", spec, shard, moe_tokens_per_expert(spec, shard), width, local)
+    ops += elementwise("unpermute", routed * h, PERMUTE_RW, dt)
+    shared = shared_expert_intermediate(spec)
+    if shared:
+        ops += _mlp("shared_", spec, shard, shard.tokens, shared // shard.tp)
+    ops += elementwise("mlp_residual", t_sp * h, RESIDUAL_RW, dt)
+    return tuple(ops)
+
+
+def layer_ops(spec: ModelSpec, shard: Shard, i: int) -> tuple[Op, ...]:
+    """Every op of decoder layer i for one micro-batch on one rank."""
+    linear = spec.resolved_layer_types[i] == "linear_attention"
+    mixer = linear_attention_ops(spec, shard) if linear else attention_ops(spec, shard)
+    ffn = moe_ops(spec, shard) if spec.is_moe_layer(i) else dense_mlp_ops(spec, shard)
+    return mixer + ffn
+
+
+def embedding_ops(spec: ModelSpec, shard: Shard) -> tuple[Op, ...]:
+    """The input embedding of the first stage: a lookup (vocab-parallel, summed over TP)."""
+    return elementwise("embedding", shard.sp_tokens * spec.hidden_size, EMBED_RW, shard.dtype)
+
+
+def head_ops(spec: ModelSpec, shard: Shard, padded_vocab: int) -> tuple[Op, ...]:
+    """The last stage: final norm, the LM head GEMM over the vocab shard, the fp32 loss."""
+    t_all, h, dt = shard.tokens, spec.hidden_size, shard.dtype
+    logits = t_all * padded_vocab // shard.tp
+    return (
+        *elementwise("final_norm", shard.sp_tokens * h, NORM_RW, dt),
+        *gemm("lm_head", t_all, padded_vocab // shard.tp, h, dt),
+        Op("cross_entropy", OpKind.memory, Pass.forward, 0.0, CE_FWD_BYTES_PER_LOGIT * logits),
+        Op("loss_grad", OpKind.memory, Pass.backward_input, 0.0, CE_BWD_BYTES_PER_LOGIT * logits),
+    )

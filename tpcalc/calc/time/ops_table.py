@@ -1,0 +1,65 @@
+"""``tpcalc layout --ops``: every operation of the slowest stage, one row each (explain layer
+of ``step.StepTime.bottleneck_ops``)."""
+
+from __future__ import annotations
+
+from tpcalc.calc.time.ops import OpKind
+from tpcalc.calc.time.step import OpTime, StepTime
+from tpcalc.terms import Report, Row, Term, Unit, term
+
+SRC_OPS = "tpcalc.calc.time.ops (shapes after TP, SP, CP, EP); roofline.op_time_s"
+
+
+def op_terms(ot: OpTime) -> tuple[Term, ...]:
+    """Shape, work, bound and time of one op (per micro-batch, per layer it runs in)."""
+    op = ot.op
+    rate = op.flop / ot.time_s if op.kind is not OpKind.memory and ot.time_s else 0.0
+    traffic = op.bytes / ot.time_s if ot.time_s else 0.0
+    bound = "compute" if ot.compute_bound else "memory"
+    return (
+        term("m", "M (rows; attention: query block)", op.m, Unit.count, formula="see ops.py",
+             source=SRC_OPS),
+        term("n", "N (columns; attention: keys)", op.n, Unit.count, formula="see ops.py",
+             source=SRC_OPS),
+        term("k", "K (reduction; attention: head dim)", op.k, Unit.count, formula="see ops.py",
+             source=SRC_OPS),
+        term("groups", "groups (experts, heads)", op.groups, Unit.count, formula="see ops.py",
+             source=SRC_OPS),
+        term("flop", "FLOP", op.flop, Unit.flop, formula="2·M·N·K·groups (GEMM)",
+             source="Narayanan et al. 2021 §5.1; Dao 2023 (attention)"),
+        term("bytes", "HBM bytes", op.bytes, Unit.bytes, formula="operands + result",
+             source=SRC_OPS),
+        term("bound", "bound", bound, Unit.text, formula="max(compute, memory) roofline",
+             source="Williams et al. 2009"),
+        term("achieved_flop_per_s", "achieved FLOP/s", rate, Unit.flop_per_s,
+             formula="FLOP / time", source="roofline.op_time_s"),
+        term("achieved_bytes_per_s", "achieved HBM bytes/s", traffic, Unit.bytes_per_s,
+             formula="bytes / time", source="roofline.op_time_s"),
+        term("time_s", "time per layer", ot.time_s, Unit.seconds,
+             formula="max(FLOP / (peak · eff), bytes / (HBM · eff))", source="roofline.op_time_s"),
+        term("stage_time_s", "time on the stage", ot.time_s * ot.count, Unit.seconds,
+             formula="time per layer · layers", source=SRC_OPS),
+    )  # fmt: skip
+
+
+def ops_report(model: str, st: StepTime) -> Report:
+    """One row per op of the bottleneck stage, in execution order within each pass."""
+    rows = tuple(
+        Row(
+            inputs={
+                "model": model,
+                "stage": st.bottleneck_stage,
+                "op": ot.op.name,
+                "pass": ot.op.phase.value,
+                "fp8": ot.op.fp8,
+                "layers": ot.count,
+            },
+            terms=op_terms(ot),
+        )  # fmt: skip
+        for ot in st.bottleneck_ops
+    )
+    return Report(
+        title=f"{model}: operations of pipeline stage {st.bottleneck_stage} (the slowest), "
+        "one micro-batch",
+        rows=rows,
+    )

@@ -1,0 +1,742 @@
+"""One training step on one layout: per-stage F, B, W from the per-operation roofline, the
+communication each stage cannot hide, the pipeline schedule over the stages, the data-parallel
+tail and the optimizer.
+
+A micro-batch on stage s costs F_s, B_s, W_s: the roofline times of its ops (``ops``,
+``roofline``) in that pass, scaled by the card's one fitted constant, and the exposed
+part of its TP, CP and EP collectives. The step is
+
+    step = m · (F + B + W)_bottleneck + bubble + exposed p2p + DP tail + optimizer
+
+with the bubble of the schedule over the mean stage times (``pipeline.bubble_time_s``:
+GPipe/1F1B, interleaved, ZB-H1, DualPipe), so the parts add up to the step by construction.
+
+What real frameworks overlap, each an explicit ``Overlap`` flag with its source:
+- TP: exposed unless ``tp_comm`` (Transformer Engine userbuffers, Megatron --tp-comm-overlap):
+  then the collective is cut into t chunks pipelined with its GEMMs (Wang et al. 2022, ASPLOS,
+  "Overlap communication with dependent computation via decomposition"), so one chunk plus
+  whatever exceeds the GEMM time is exposed.
+- CP: the ring sends of K, V (and dK, dV) run under the attention blocks (Liu et al. 2023, Ring
+  Attention §3; Transformer Engine context parallelism): exposed only beyond the attention time.
+- EP: the all-to-all is exposed unless ``ep_a2a`` (DualPipe, DeepSeek-V3 report §3.2.1, or
+  Megatron's batch-level EP overlap), then only beyond the expert compute.
+- PP: sends overlap the steady state (Megatron overlap_p2p_comm); fill and drain expose 2(p−1).
+- DP: gradient reduce-scatter (all-reduce without a distributed optimizer) runs in buckets
+  under the backward of the last micro-batch, parameter all-gather under the first forward
+  (Megatron DDP overlap_grad_reduce / overlap_param_gather; Li et al. 2020, PyTorch DDP §3.2.3):
+  the last (first) bucket and what exceeds the pass are exposed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field, fields
+from functools import cache
+
+from tpcalc.calc.activations.paper import Recompute
+from tpcalc.calc.dp.zero import ZeroStage
+from tpcalc.calc.layout.groups import LayoutRun, ParallelLayout
+from tpcalc.calc.links.collectives import Collective
+from tpcalc.calc.links.link import nodes_spanned
+from tpcalc.calc.params.counts import (
+    embedding_params,
+    final_norm_params,
+    layer_params,
+    lm_head_params,
+    routed_layer_params,
+)
+from tpcalc.calc.pipeline.schedule import (
+    Schedule,
+    StageTimes,
+    bubble_time_s,
+    chunk_layer_counts,
+    rank_chunks,
+)
+from tpcalc.calc.time.ops import (
+    Op,
+    OpKind,
+    Pass,
+    Shard,
+    embedding_ops,
+    head_ops,
+    layer_ops,
+)
+from tpcalc.calc.time.roofline import Rates, collective_time_s, op_time_s, rates
+from tpcalc.calc.tp.rules import DEFAULT_VOCAB_PAD_MULTIPLE, padded_vocab
+from tpcalc.errors import InputError
+from tpcalc.specs import HardwareSpec, ModelSpec
+from tpcalc.units import Dtype
+
+# Megatron-Core DistributedDataParallelConfig: bucket_size = max(40M, 1M·dp) parameters when
+# gradient reduction overlaps the backward (megatron/core/distributed/distributed_data_parallel.py).
+DDP_BUCKET_MIN_PARAMS = 40_000_000
+DDP_BUCKET_PARAMS_PER_DP_RANK = 1_000_000
+# Adam step on the rank's optimizer shard, fp32 master weights (Megatron distributed optimizer;
+# Kingma & Ba 2015): read param, grad, m, v (4 × 4 B), write param, m, v (3 × 4 B) and the BF16
+# model copy (2 B); the gradient-norm pass for clipping reads the grad again (4 B).
+ADAM_BYTES_PER_PARAM = 4 * 4 + 3 * 4 + 2 + 4
+P2P_PASSES = 2  # an activation forward, its gradient backward (Narayanan et al. 2021 §2.2)
+TP_FWD_COLLECTIVES = 2  # g after attention and after the MLP (Shoeybi et al. 2019 §3)
+KV_TENSORS = 2  # K and V travel the CP ring; the backward also sends dK and dV
+A2A_PER_PASS = 2  # dispatch and combine (Megatron-Core MoEAlltoAllTokenDispatcher)
+
+SRC_STEP = (
+    "Narayanan et al. 2021 §2.2 (m micro-batches + bubble); Qi et al. 2023 §2 (F, B, W); "
+    "per-operation roofline (Williams et al. 2009) with the card's kernel efficiencies"
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Overlap:
+    """Which communication runs under compute (module docstring, with sources)."""
+
+    tp_comm: bool = False
+    cp_ring: bool = True
+    ep_a2a: bool | None = None  # None: on with the DualPipe schedule, which is built for it
+    pp_p2p: bool = True
+    dp_grad_reduce: bool = True
+    dp_param_gather: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimeOptions:
+    """Modelling choices of the step-time model; every one is echoed in the output."""
+
+    overlap: Overlap = field(default_factory=Overlap)
+    causal: bool = True
+    vocab_pad_multiple: int = DEFAULT_VOCAB_PAD_MULTIPLE
+    first_stage_layers: int | None = None
+    last_stage_layers: int | None = None
+    grad_reduce_dtype: Dtype = Dtype.bf16
+    # Megatron --recompute-granularity full --recompute-method block --recompute-num-layers N:
+    # the first N layers of every model chunk recompute their whole forward.
+    recompute_layers: int | None = None
+    efficiency_scale: float = 1.0  # multiplies every compute efficiency (what-if, properties)
+    comm_scale: float = 1.0  # multiplies every collective's bytes (what-if, properties)
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """Seconds one stage spends on one micro-batch in one pass, by what it is spent on."""
+
+    gemm_s: float = 0.0
+    attention_s: float = 0.0
+    memory_s: float = 0.0
+    overhead_s: float = 0.0
+    tp_s: float = 0.0
+    cp_s: float = 0.0
+    ep_s: float = 0.0
+    # The same collectives before overlap (not part of total_s: only their exposed part is).
+    tp_comm_s: float = 0.0
+    cp_comm_s: float = 0.0
+    ep_comm_s: float = 0.0
+
+    @property
+    def total_s(self) -> float:
+        return (
+            self.gemm_s + self.attention_s + self.memory_s + self.overhead_s
+            + self.tp_s + self.cp_s + self.ep_s
+        )  # fmt: skip
+
+    def __add__(self, other: Work) -> Work:
+        return Work(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(Work)))
+
+    def scaled(self, k: float) -> Work:
+        return Work(*(getattr(self, f.name) * k for f in fields(Work)))
+
+
+ZERO_WORK = Work()
+
+
+@dataclass(frozen=True, slots=True)
+class StageWork:
+    """One micro-batch on one pipeline rank: forward, backward-input (with any recompute) and
+    backward-weight work, and the parameters it holds (dense, routed experts)."""
+
+    stage: int
+    layers: int
+    forward: Work
+    backward_input: Work
+    backward_weight: Work
+    recompute: Work
+    dense_params: int
+    expert_params: int
+
+    @property
+    def times(self) -> StageTimes:
+        b = self.backward_input.total_s + self.recompute.total_s
+        return StageTimes(self.forward.total_s, b, self.backward_weight.total_s)
+
+    @property
+    def total_s(self) -> float:
+        return self.times.full_s
+
+    @property
+    def work(self) -> Work:
+        return self.forward + self.backward_input + self.backward_weight
+
+
+@dataclass(frozen=True, slots=True)
+class OpTime:
+    """One op of the bottleneck stage with its roofline time (for --explain)."""
+
+    op: Op
+    time_s: float
+    compute_bound: bool
+    count: int  # how many times it runs per micro-batch on the stage (its layers)
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """A step, in parts that add up to ``step_time_s``, and the rates derived from it."""
+
+    gemm_time_s: float
+    attention_time_s: float
+    memory_bound_time_s: float
+    moe_overhead_time_s: float
+    recompute_time_s: float
+    tp_exposed_time_s: float
+    cp_exposed_time_s: float
+    ep_exposed_time_s: float
+    bubble_time_s: float
+    pp_exposed_time_s: float
+    dp_exposed_time_s: float
+    optimizer_time_s: float
+    step_time_s: float
+    tokens_per_step: int
+    tokens_per_s_per_gpu: float
+    model_flop_per_step: float
+    model_flop_per_s_per_gpu: float
+    mfu_ratio: float
+    hardware_flop_per_step: float
+    hfu_ratio: float
+    tp_comm_time_s: float
+    cp_comm_time_s: float
+    ep_comm_time_s: float
+    pp_comm_time_s: float
+    dp_comm_time_s: float
+    bottleneck_stage: int
+    stage_forward_time_s: float  # F of one micro-batch on the bottleneck stage
+    stage_backward_input_time_s: float  # B, with recomputation
+    stage_backward_weight_time_s: float  # W
+    stages: tuple[StageWork, ...] = ()
+    bottleneck_ops: tuple[OpTime, ...] = ()
+
+    @property
+    def parts_s(self) -> dict[str, float]:
+        return {name: getattr(self, name) for name in STEP_PARTS}
+
+
+STEP_PARTS = (
+    "gemm_time_s",
+    "attention_time_s",
+    "memory_bound_time_s",
+    "moe_overhead_time_s",
+    "recompute_time_s",
+    "tp_exposed_time_s",
+    "cp_exposed_time_s",
+    "ep_exposed_time_s",
+    "bubble_time_s",
+    "pp_exposed_time_s",
+    "dp_exposed_time_s",
+    "optimizer_time_s",
+)
+
+
+# ---- pipeline split ----
+
+
+def stage_layers(
+    num_layers: int,
+    pp: int,
+    vpp: int = 1,
+    *,
+    first: int | None = None,
+    last: int | None = None,
+) -> list[list[int]]:
+    """Decoder layer indices of each pipeline rank (its v chunks in order).
+
+    Even split by default (``pipeline.chunk_layer_counts``); ``first``/``last`` fix the layers
+    of the first and last stage and split the rest evenly over the middle (Megatron-LM
+    --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers).
+    """
+    if first is None and last is None:
+        counts = list(chunk_layer_counts(num_layers, pp * vpp))
+    else:
+        if vpp != 1:
+            raise InputError("--first-stage-layers/--last-stage-layers need --vpp 1")
+        if pp < 2:
+            raise InputError("--first-stage-layers/--last-stage-layers need --pp 2 or more")
+        head, tail = first or 0, last or 0
+        middle_stages = pp - (first is not None) - (last is not None)
+        rest = num_layers - head - tail
+        if rest < 0 or (middle_stages == 0 and rest) or (middle_stages and rest < middle_stages):
+            raise InputError(
+                f"--first-stage-layers {first} and --last-stage-layers {last} leave {rest} of "
+                f"{num_layers} layers for {middle_stages} middle stages; each needs at least one"
+            )
+        middle = list(chunk_layer_counts(rest, middle_stages)) if middle_stages else []
+        counts = (
+            ([first] if first is not None else []) + middle + ([last] if last is not None else [])
+        )
+    starts = [sum(counts[:c]) for c in range(len(counts))]
+    return [
+        [i for c in rank_chunks(pp, vpp, r) for i in range(starts[c], starts[c] + counts[c])]
+        for r in range(pp)
+    ]
+
+
+# ---- per-pass work of a set of ops ----
+
+
+def _pass_work(ops: Iterable[Op], phase: Pass, r: Rates, count: int) -> Work:
+    gemm = attn = mem = 0.0
+    for op in ops:
+        if op.phase is not phase:
+            continue
+        t = op_time_s(op, r)
+        if op.kind is OpKind.gemm:
+            gemm += t
+        elif op.kind is OpKind.attention:
+            attn += t
+        else:
+            mem += t
+    return Work(gemm_s=gemm * count, attention_s=attn * count, memory_s=mem * count)
+
+
+def _gemm_s(ops: Iterable[Op], phase: Pass, r: Rates, names: tuple[str, ...]) -> float:
+    return sum(op_time_s(o, r) for o in ops if o.phase is phase and o.name in names)
+
+
+def _attn_s(ops: Iterable[Op], phase: Pass, r: Rates) -> float:
+    return sum(op_time_s(o, r) for o in ops if o.phase is phase and o.kind is OpKind.attention)
+
+
+def _exposed(comm_s: float, hidden_under_s: float, overlapped: bool, first_chunk_s: float = 0.0):
+    """What a collective leaves on the critical path: all of it, or (overlapped) its first
+    chunk plus whatever the compute it runs under cannot cover."""
+    if not overlapped:
+        return comm_s
+    return first_chunk_s + max(0.0, comm_s - first_chunk_s - hidden_under_s)
+
+
+TP_GEMMS = ("qkv_proj", "out_proj", "q_proj", "q_up_proj", "kv_up_proj", "fc1", "fc2",
+            "shared_fc1", "shared_fc2", "in_proj")  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """A process group as a collective sees it: its ranks and the nodes they sit on."""
+
+    size: int
+    nodes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Groups:
+    """Every process group one rank belongs to (Megatron-Core parallel_state: dense order
+    tp-cp-dp-pp, TP innermost; expert order etp-ep-edp-pp, so an EP group is ep blocks of etp
+    consecutive ranks and its expert-data-parallel group is the rest)."""
+
+    tp: Span
+    cp: Span
+    dp: Span
+    pp: Span
+    ep: Span
+    edp: Span
+
+
+def groups(layout: ParallelLayout, etp: int) -> Groups:
+    """Each group's size and the nodes it spans (``links.nodes_spanned``, Megatron order)."""
+    g, tp, cp, dp, ep = layout.gpus_per_node, layout.tp, layout.cp, layout.dp, layout.ep
+    edp = max(1, tp * cp * dp // (ep * etp))
+
+    def span(size: int, stride: int) -> Span:
+        return Span(size, nodes_spanned(size, stride, g) if size > 1 else 1)
+
+    return Groups(
+        tp=span(tp, 1),
+        cp=span(cp, tp),
+        dp=span(dp * cp, tp),
+        pp=span(layout.pp, tp * cp * dp),
+        ep=span(ep, etp),
+        edp=span(edp, ep * etp),
+    )
+
+
+@dataclass(frozen=True)
+class _Ctx:
+    spec: ModelSpec
+    layout: ParallelLayout
+    shard: Shard
+    r: Rates
+    opts: TimeOptions
+    links: Groups
+    ep_overlap: bool
+
+
+def _layer_work(ctx: _Ctx, i: int) -> tuple[Work, Work, Work, tuple[Op, ...]]:
+    """(F, B, W, ops) of layer i on one micro-batch, the exposed communication included."""
+    spec, shard, r, ov = ctx.spec, ctx.shard, ctx.r, ctx.opts.overlap
+    ops = layer_ops(spec, shard, i)
+    f = _pass_work(ops, Pass.forward, r, 1)
+    b = _pass_work(ops, Pass.backward_input, r, 1)
+    w = _pass_work(ops, Pass.backward_weight, r, 1)
+    if spec.is_moe_layer(i):  # the card's fitted fixed cost of a dropless MoE layer, per pass
+        over = Work(overhead_s=r.moe_layer_overhead_s)
+        f, b = f + over, b + over
+    scale = ctx.opts.comm_scale
+    h_bytes = shard.tokens * spec.hidden_size * shard.dtype.bytes * scale
+    # TP: with SP an all-gather and a reduce-scatter per block, else an all-reduce per block.
+    tp = ctx.layout.tp
+    moe = spec.is_moe_layer(i)
+    blocks = 1 if moe and not _shared_width(spec) else TP_FWD_COLLECTIVES
+    if shard.sp:
+        one = collective_time_s(r, Collective.all_gather, h_bytes, tp, ctx.links.tp.nodes)
+        one += collective_time_s(r, Collective.reduce_scatter, h_bytes, tp, ctx.links.tp.nodes)
+    else:
+        one = collective_time_s(r, Collective.all_reduce, h_bytes, tp, ctx.links.tp.nodes)
+    tp_pass = blocks * one
+    tp_f = _exposed(tp_pass, _gemm_s(ops, Pass.forward, r, TP_GEMMS), ov.tp_comm, tp_pass / tp)
+    tp_b = _exposed(
+        tp_pass, _gemm_s(ops, Pass.backward_input, r, TP_GEMMS), ov.tp_comm, tp_pass / tp
+    )
+    # CP: (cp−1) ring steps of this rank's K and V chunk; the backward also sends dK, dV.
+    cp_f = cp_b = cp_comm = 0.0
+    if ctx.layout.cp > 1 and spec.resolved_layer_types[i] != "linear_attention":
+        kv = shard.tokens * _kv_width(spec, tp) * shard.dtype.bytes * scale
+        step = collective_time_s(r, Collective.p2p, kv, 2, min(2, ctx.links.cp.nodes))
+        cp_comm = (ctx.layout.cp - 1) * step
+        cp_f = _exposed(cp_comm, _attn_s(ops, Pass.forward, r), ov.cp_ring)
+        cp_b = _exposed(KV_TENSORS * cp_comm, _attn_s(ops, Pass.backward_input, r), ov.cp_ring)
+    # EP: dispatch and combine all-to-all of the k copies of this rank's T/t tokens.
+    ep_f = ep_b = a2a = 0.0
+    if moe and ctx.layout.ep > 1:
+        routed = shard.tokens // tp * (spec.num_experts_per_tok or 1)
+        msg = routed * spec.hidden_size * shard.dtype.bytes * scale
+        a2a = A2A_PER_PASS * collective_time_s(
+            r, Collective.all_to_all, msg, ctx.layout.ep, ctx.links.ep.nodes
+        )
+        # Overlapped, a micro-batch's forward all-to-alls run under another micro-batch's
+        # backward of the same layer and vice versa (DeepSeek-V3 §3.2.1 DualPipe; Megatron-Core
+        # --overlap-moe-expert-parallel-comm): hidden up to the other pass's compute.
+        ep_f = _exposed(a2a, (b + w).total_s, ctx.ep_overlap)
+        ep_b = _exposed(a2a, f.total_s, ctx.ep_overlap)
+    f = f + Work(
+        tp_s=tp_f, cp_s=cp_f, ep_s=ep_f, tp_comm_s=tp_pass, cp_comm_s=cp_comm, ep_comm_s=a2a
+    )
+    b = b + Work(
+        tp_s=tp_b, cp_s=cp_b, ep_s=ep_b,
+        tp_comm_s=tp_pass, cp_comm_s=KV_TENSORS * cp_comm, ep_comm_s=a2a,
+    )  # fmt: skip
+    return f, b, w, ops
+
+
+def _shared_width(spec: ModelSpec) -> int:
+    from tpcalc.calc.params.counts import shared_expert_intermediate
+
+    return shared_expert_intermediate(spec) if spec.is_moe else 0
+
+
+def _kv_width(spec: ModelSpec, tp: int) -> int:
+    """K and V features per token on one TP rank (MLA: per-head nope+rope keys and v values)."""
+    if spec.is_mla:
+        heads = spec.num_attention_heads // tp
+        return heads * (
+            (spec.qk_nope_head_dim or 0) + (spec.qk_rope_head_dim or 0) + (spec.v_head_dim or 0)
+        )
+    return KV_TENSORS * max(1, spec.kv_heads // tp) * spec.head_dim_resolved
+
+
+# Megatron-LM TransformerConfig.recompute_modules: the ops each module re-runs (tpcalc op names).
+RECOMPUTE_MODULE_OPS: dict[str, tuple[str, ...]] = {
+    "core_attn": ("core_attn", "delta_rule"),
+    "layernorm": ("attn_norm", "mlp_norm", "qk_norm", "q_norm", "kv_norm"),
+    "mla_up_proj": ("q_up_proj", "kv_up_proj"),
+    "mlp": ("fc1", "act", "fc2"),
+    "moe_act": ("expert_act",),
+    "moe": ("router", "permute", "expert_fc1", "expert_act", "expert_fc2", "unpermute"),
+    "shared_experts": ("shared_fc1", "shared_act", "shared_fc2"),
+}
+
+
+def _partial_recompute(ops: tuple[Op, ...], r: Rates, names: set[str]) -> Work:
+    chosen = [o for o in ops if o.name in names or o.name.removesuffix("_fp8_cast") in names]
+    return _pass_work(chosen, Pass.forward, r, 1)
+
+
+def _recompute_names(recompute: Recompute, modules: tuple[str, ...]) -> set[str]:
+    """Op names recomputation re-runs besides whole layers: the --recompute-modules, which
+    replace selective's default core attention as in Megatron-LM (recompute_modules), or core
+    attention alone under --recompute selective (Korthikanti et al. 2022 §5)."""
+    default = ("core_attn",) if recompute is Recompute.selective else ()
+    names: set[str] = set()
+    modules = modules or default
+    for module in modules:
+        if module not in RECOMPUTE_MODULE_OPS:
+            valid = ", ".join(RECOMPUTE_MODULE_OPS)
+            raise InputError(f"--recompute-modules: unknown module '{module}'; valid: {valid}")
+        names |= set(RECOMPUTE_MODULE_OPS[module])
+    return names
+
+
+def _full_share(recompute: Recompute, layers_n: int, vpp: int, block: int | None) -> float:
+    """Share of the stage's layers that recompute their whole forward: all (full), or the
+    first ``block`` of each of its vpp chunks (Megatron recompute-method block)."""
+    if recompute is Recompute.full:
+        return 1.0
+    if block:
+        return min(1.0, block * vpp / layers_n) if layers_n else 0.0
+    return 0.0
+
+
+def _stage_work(
+    ctx: _Ctx, stage: int, layers: list[int], run: LayoutRun, padded: int
+) -> tuple[StageWork, list[OpTime]]:
+    """F, B, W of one micro-batch on one pipeline rank (its layers and, on the ends, the
+    embedding and the LM head with the loss; Megatron recomputes transformer layers only)."""
+    spec, layout = ctx.spec, ctx.layout
+    full = _full_share(run.recompute, len(layers), run.vpp, ctx.opts.recompute_layers)
+    names = _recompute_names(run.recompute, run.memory.recompute_modules)
+    kinds: dict[tuple[str, bool], tuple[Work, Work, Work, Work, tuple[Op, ...], int]] = {}
+    for i in layers:
+        key = (spec.resolved_layer_types[i], spec.is_moe_layer(i))
+        if key in kinds:
+            f, b, w, rc, ops, n = kinds[key]
+            kinds[key] = (f, b, w, rc, ops, n + 1)
+        else:
+            f, b, w, ops = _layer_work(ctx, i)
+            rc = f.scaled(full) + _partial_recompute(ops, ctx.r, names).scaled(1 - full)
+            kinds[key] = (f, b, w, rc, ops, 1)
+    fwd = bwd = wgt = rec = ZERO_WORK
+    detail: list[OpTime] = []
+    for f, b, w, rc, ops, n in kinds.values():
+        fwd, bwd, wgt, rec = (
+            fwd + f.scaled(n),
+            bwd + b.scaled(n),
+            wgt + w.scaled(n),
+            rec + rc.scaled(n),
+        )
+        detail += _op_times(ops, ctx.r, n)
+    ends: tuple[Op, ...] = ()
+    if stage == 0:
+        ends += embedding_ops(spec, ctx.shard)
+    if stage == layout.pp - 1:
+        ends += head_ops(spec, ctx.shard, padded)
+    if ends:
+        fwd = fwd + _pass_work(ends, Pass.forward, ctx.r, 1)
+        bwd = bwd + _pass_work(ends, Pass.backward_input, ctx.r, 1)
+        wgt = wgt + _pass_work(ends, Pass.backward_weight, ctx.r, 1)
+        detail += _op_times(ends, ctx.r, 1)
+    dense, experts = _stage_params(spec, layout, ctx.layout.etp, stage, layers)
+    return StageWork(stage, len(layers), fwd, bwd, wgt, rec, dense, experts), detail
+
+
+def _op_times(ops: Iterable[Op], r: Rates, count: int) -> list[OpTime]:
+    out = []
+    for op in ops:
+        t = op_time_s(op, r)
+        out.append(
+            OpTime(op, t, op.kind is not OpKind.memory and t > op.bytes / r.hbm_bytes_per_s, count)
+        )
+    return out
+
+
+def _stage_params(
+    spec: ModelSpec, layout: ParallelLayout, etp: int, stage: int, layers: list[int]
+) -> tuple[int, int]:
+    """(dense, routed-expert) parameters one rank of ``stage`` holds: dense split over TP,
+    experts over EP·ETP; the embedding on the first stage, final norm and head on the last."""
+    routed = sum(routed_layer_params(spec, i) for i in layers)
+    dense = sum(layer_params(spec, i) for i in layers) - routed
+    if stage == 0:
+        dense += embedding_params(spec)
+    if stage == layout.pp - 1:
+        dense += lm_head_params(spec) + final_norm_params(spec)
+    return dense // layout.tp, routed // (layout.ep * etp)
+
+
+# ---- data parallel tail and optimizer ----
+
+
+def _dp_exposed(ctx: _Ctx, st: StageWork, zero: ZeroStage, vpp: int) -> tuple[float, float]:
+    """(exposed seconds, total seconds) of the stage's gradient reduction and parameter
+    gather over its data-parallel groups (module docstring).
+
+    A bucket's reduce-scatter starts once its gradients are final, in the backward of the last
+    micro-batch; under pipeline parallelism those backwards spread over the drain, (p−1)/v more
+    micro-batch times, and the parameter gathers over the fill likewise (Narayanan et al. 2021
+    §2.2: the flush; Megatron DDP launches each chunk's buckets as its gradients finish)."""
+    r, ov, lay = ctx.r, ctx.opts.overlap, ctx.layout
+    drain = 1 + (lay.pp - 1) / vpp
+    grad_bytes = ctx.opts.grad_reduce_dtype.bytes * ctx.opts.comm_scale
+    param_bytes = ctx.shard.dtype.bytes * ctx.opts.comm_scale
+    distributed = zero >= ZeroStage.optimizer
+    exposed = total = 0.0
+    links = ctx.links
+    for params, size, nodes in (
+        (st.dense_params, links.dp.size, links.dp.nodes),
+        (st.expert_params, links.edp.size, links.edp.nodes),
+    ):
+        if params == 0 or size == 1:
+            continue
+        bucket = min(params, max(DDP_BUCKET_MIN_PARAMS, DDP_BUCKET_PARAMS_PER_DP_RANK * lay.dp))
+        buckets = math.ceil(params / bucket)
+        if distributed:
+            one = collective_time_s(r, Collective.reduce_scatter, bucket * grad_bytes, size, nodes)
+            gather = collective_time_s(r, Collective.all_gather, bucket * param_bytes, size, nodes)
+        else:
+            one = collective_time_s(r, Collective.all_reduce, bucket * grad_bytes, size, nodes)
+            gather = 0.0
+        reduce_s, gather_s = buckets * one, buckets * gather
+        bwd = st.backward_input.total_s + st.backward_weight.total_s + st.recompute.total_s
+        exposed += _exposed(reduce_s, bwd * drain, ov.dp_grad_reduce, one)
+        exposed += _exposed(gather_s, st.forward.total_s * drain, ov.dp_param_gather, gather)
+        total += reduce_s + gather_s
+    return exposed, total
+
+
+def _optimizer_s(ctx: _Ctx, st: StageWork, zero: ZeroStage) -> float:
+    """Adam over the rank's optimizer shard, memory-bound (ADAM_BYTES_PER_PARAM)."""
+    lay = ctx.layout
+    dense_shard = lay.grad_group if zero >= ZeroStage.optimizer else 1
+    expert_shard = ctx.links.edp.size if zero >= ZeroStage.optimizer else 1
+    params = st.dense_params / dense_shard + st.expert_params / max(1, expert_shard)
+    return params * ADAM_BYTES_PER_PARAM / ctx.r.hbm_bytes_per_s
+
+
+# ---- the step ----
+
+
+def model_flop_per_token(spec: ModelSpec, seq: int, causal: bool) -> float:
+    """Model FLOP per token, forward + backward, no recompute (PaLM App. B): 6 per active
+    matmul parameter plus the attention scores, 3 × the forward's 2·2·s·(d_qk + d_v)/2 per
+    head and layer, halved under a causal mask (``--causal``)."""
+    return _model_flop_per_token(spec, seq, causal)
+
+
+@cache
+def _model_flop_per_token(spec: ModelSpec, seq: int, causal: bool) -> float:
+    from tpcalc.calc.layout.compute import FLOP_PER_PARAM_TOKEN, active_matmul_params
+    from tpcalc.calc.time.ops import CAUSAL_SHARE, GEMM_FLOP_PER_MAC
+
+    mask = CAUSAL_SHARE if causal else 1.0
+    if spec.is_mla:
+        d_qk = (spec.qk_nope_head_dim or 0) + (spec.qk_rope_head_dim or 0)
+        d_v = spec.v_head_dim or 0
+    else:
+        d_qk = d_v = spec.head_dim_resolved
+    fwd_attn = GEMM_FLOP_PER_MAC * seq * (d_qk + d_v) * spec.num_attention_heads * mask
+    attn = 3 * fwd_attn * spec.full_attention_layers  # forward + backward = 3 × forward
+    return FLOP_PER_PARAM_TOKEN * active_matmul_params(spec) + attn
+
+
+def step_time(
+    spec: ModelSpec,
+    hw: HardwareSpec,
+    layout: ParallelLayout,
+    run: LayoutRun,
+    opts: TimeOptions | None = None,
+) -> StepTime:
+    """The step of ``layout`` running ``run`` on ``hw`` (module docstring)."""
+    opts = opts or TimeOptions()
+    r = rates(hw, run.dtype, efficiency_scale=opts.efficiency_scale)
+    shard = Shard(
+        seq=run.seq, micro_batch=run.micro_batch, tp=layout.tp, cp=layout.cp, ep=layout.ep,
+        etp=layout.etp, sp=run.sp and layout.tp > 1, dtype=Dtype.bf16, gemm_dtype=run.dtype,
+        causal=opts.causal,
+    )  # fmt: skip
+    ep_overlap = opts.overlap.ep_a2a
+    if ep_overlap is None:
+        ep_overlap = run.schedule is Schedule.dualpipe
+    ctx = _Ctx(spec, layout, shard, r, opts, groups(layout, layout.etp), ep_overlap)
+    padded = padded_vocab(spec.vocab_size, layout.tp, opts.vocab_pad_multiple)
+    split = stage_layers(
+        spec.num_hidden_layers, layout.pp, run.vpp,
+        first=opts.first_stage_layers, last=opts.last_stage_layers,
+    )  # fmt: skip
+    stages, details = zip(
+        *(_stage_work(ctx, s, layers, run, padded) for s, layers in enumerate(split)),
+        strict=True,
+    )
+    m, p, v = run.microbatches, layout.pp, run.vpp
+    neck = max(stages, key=lambda st: st.total_s)
+    mean = StageTimes(
+        *(sum(getattr(st.times, f) for st in stages) / p
+          for f in ("forward_s", "backward_input_s", "backward_weight_s"))
+    )  # fmt: skip
+    bubble = bubble_time_s(run.schedule, p, m, mean, v) if p > 1 else 0.0
+    pp_s, pp_total = _pp_exposed(ctx, m, v, run.schedule)
+    # The DP tail and optimizer of the stage that finishes last decide the end of the step;
+    # in 1F1B stage s finishes its last backward s backward-steps before stage 0.
+    tails = []
+    for st in stages:
+        dp_exp, dp_total = _dp_exposed(ctx, st, layout.zero, run.vpp)
+        ahead = st.stage * (neck.times.backward_input_s + neck.times.backward_weight_s)
+        tails.append(
+            (max(0.0, dp_exp + _optimizer_s(ctx, st, layout.zero) - ahead), dp_exp, dp_total, st)
+        )
+    tail, dp_exp, dp_total, tail_stage = max(tails, key=lambda x: x[0])
+    opt_s = max(0.0, tail - dp_exp)
+    dp_part = tail - opt_s
+    work = neck.work.scaled(m)
+    rec = neck.recompute.scaled(m)
+    parts = {
+        "gemm_time_s": work.gemm_s, "attention_time_s": work.attention_s,
+        "memory_bound_time_s": work.memory_s,
+        "moe_overhead_time_s": work.overhead_s + rec.overhead_s,
+        "recompute_time_s": rec.gemm_s + rec.attention_s + rec.memory_s,
+        "tp_exposed_time_s": work.tp_s + rec.tp_s, "cp_exposed_time_s": work.cp_s + rec.cp_s,
+        "ep_exposed_time_s": work.ep_s + rec.ep_s, "bubble_time_s": bubble,
+        "pp_exposed_time_s": pp_s, "dp_exposed_time_s": dp_part, "optimizer_time_s": opt_s,
+    }  # fmt: skip
+    step_s = sum(parts.values())
+    tokens = run.seq * run.micro_batch * m * layout.dp
+    world = layout.world
+    model_flop = model_flop_per_token(spec, run.seq, opts.causal) * tokens
+    peak = r.fp8_peak_flop_per_s if run.dtype is Dtype.fp8 else r.bf16_peak_flop_per_s
+    hw_flop = _hardware_flop(stages, details) * m * layout.dp * layout.cp * layout.tp
+    neck_ops = tuple(details[neck.stage])
+    return StepTime(
+        **parts,
+        step_time_s=step_s,
+        tokens_per_step=tokens,
+        tokens_per_s_per_gpu=tokens / step_s / world,
+        model_flop_per_step=model_flop,
+        model_flop_per_s_per_gpu=model_flop / step_s / world,
+        mfu_ratio=model_flop / step_s / world / peak,
+        hardware_flop_per_step=hw_flop,
+        hfu_ratio=hw_flop / step_s / world / peak,
+        tp_comm_time_s=work.tp_comm_s + rec.tp_comm_s,
+        cp_comm_time_s=work.cp_comm_s + rec.cp_comm_s,
+        ep_comm_time_s=work.ep_comm_s + rec.ep_comm_s,
+        pp_comm_time_s=pp_total,
+        dp_comm_time_s=dp_total,
+        bottleneck_stage=neck.stage,
+        stage_forward_time_s=neck.times.forward_s,
+        stage_backward_input_time_s=neck.times.backward_input_s,
+        stage_backward_weight_time_s=neck.times.backward_weight_s,
+        stages=tuple(stages),
+        bottleneck_ops=neck_ops,
+    )
+
+
+def _hardware_flop(stages: tuple[StageWork, ...], details: tuple[list[OpTime], ...]) -> float:
+    """FLOP every stage's kernels execute per micro-batch (attention backward at 2.5×)."""
+    return sum(ot.op.flop * ot.count for d in details for ot in d)
+
+
+def _pp_exposed(ctx: _Ctx, m: int, v: int, schedule: Schedule) -> tuple[float, float]:
+    """(exposed, total) seconds of pipeline sends: on the critical path are the fill and drain,
+    p−1 stage boundaries each way, when sends overlap the steady state, else every send of
+    every micro-batch and chunk."""
+    p = ctx.layout.pp
+    if p == 1:
+        return 0.0, 0.0
+    msg = ctx.shard.sp_tokens * ctx.spec.hidden_size * ctx.shard.dtype.bytes * ctx.opts.comm_scale
+    one = collective_time_s(ctx.r, Collective.p2p, msg, 2, min(2, ctx.links.pp.nodes))
+    chunks = v if schedule is Schedule.interleaved else 1
+    every = m * chunks + p - 1
+    sends = (p - 1) if ctx.opts.overlap.pp_p2p else every
+    return P2P_PASSES * sends * one, P2P_PASSES * every * one

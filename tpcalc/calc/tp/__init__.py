@@ -1,0 +1,1 @@
+"""Tensor parallelism: divisibility, per-card shards, communication, FLOPs."""

@@ -1,0 +1,86 @@
+"""Options of the step-time model (``tpcalc layout``), one ``Annotated`` type each."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from tpcalc.calc.time.model import TimeModel
+
+TimeModelOpt = Annotated[
+    TimeModel,
+    typer.Option(
+        "--time-model",
+        help="'roofline': every operation timed on the card's measured kernel rates, "
+        "collectives by NCCL bus bandwidth, with the overlaps below; 'fixed': the seeds' "
+        "convention (compute at the card's achieved FLOP/s, TP and EP exposed).",
+    ),
+]
+TpCommOverlapOpt = Annotated[
+    bool,
+    typer.Option(
+        "--tp-comm-overlap/--no-tp-comm-overlap",
+        help="Overlap TP collectives with their GEMMs (Transformer Engine userbuffers, "
+        "Megatron --tp-comm-overlap; off by default as in Megatron-LM).",
+    ),
+]
+DpOverlapOpt = Annotated[
+    bool,
+    typer.Option(
+        "--dp-overlap/--no-dp-overlap",
+        help="Bucketed gradient reduce-scatter under the backward and parameter all-gather "
+        "under the forward (Megatron --overlap-grad-reduce --overlap-param-gather; on in "
+        "NVIDIA's performance recipes).",
+    ),
+]
+EpOverlapOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--ep-overlap/--no-ep-overlap",
+        help="Hide the EP all-to-all under expert compute (Megatron moe_a2a_overlap). "
+        "Default: on with --schedule dualpipe (DeepSeek-V3 §3.2.1), else off.",
+    ),
+]
+CpOverlapOpt = Annotated[
+    bool,
+    typer.Option(
+        "--cp-overlap/--no-cp-overlap",
+        help="Run the CP ring's K,V transfers under the attention blocks (Ring Attention).",
+    ),
+]
+FirstStageLayersOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--first-stage-layers",
+        min=1,
+        help="Decoder layers on the first pipeline stage (it also holds the embedding); the "
+        "rest split evenly (Megatron --decoder-first-pipeline-num-layers).",
+    ),
+]
+LastStageLayersOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--last-stage-layers",
+        min=1,
+        help="Decoder layers on the last stage (it also holds the LM head and the loss) "
+        "(Megatron --decoder-last-pipeline-num-layers).",
+    ),
+]
+RecomputeLayersOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--recompute-layers",
+        min=1,
+        help="Fully recompute the first N layers of every model chunk (Megatron "
+        "--recompute-granularity full --recompute-method block --recompute-num-layers N).",
+    ),
+]
+OpsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--ops",
+        help="Instead of the layout table, list every operation of the slowest stage for one "
+        "micro-batch: shape, FLOP, bytes, compute- or memory-bound, efficiency, time.",
+    ),
+]

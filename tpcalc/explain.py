@@ -1,0 +1,71 @@
+"""The explain layer: label, unit, formula text and source for each field of a typed result.
+
+Calculators return frozen dataclasses in base units and never carry presentation. Beside each
+calculator module sits a table ``{field name: Explanation}`` (e.g. ``calc/time/explain.py``
+beside ``calc/time/step.py``), so a formula and its text are reviewed together. ``terms`` turns
+a result and its table into the ``Term`` rows ``tpcalc.render`` prints (table, JSON, CSV,
+--explain); ``unexplained`` lets a test check that every field has its text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, is_dataclass
+
+from tpcalc.terms import Scalar, Term, Unit
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    """How one result field is shown and justified."""
+
+    label: str
+    unit: Unit
+    formula: str
+    source: str
+    part_of: str | None = None
+
+
+def terms(
+    result: object,
+    explanations: Mapping[str, Explanation],
+    *,
+    symbols: Mapping[str, Mapping[str, Scalar]] | None = None,
+    key_prefix: str = "",
+) -> tuple[Term, ...]:
+    """One Term per explained field of ``result``, in the table's order.
+
+    ``symbols`` gives, per field, the numbers substituted into its formula (shown by
+    --explain); ``key_prefix`` namespaces the JSON keys when one row holds several results.
+    """
+    symbols = symbols or {}
+    out = []
+    for name, ex in explanations.items():
+        value = getattr(result, name)
+        part_of = f"{key_prefix}{ex.part_of}" if ex.part_of else None
+        out.append(
+            Term(
+                key=f"{key_prefix}{name}",
+                label=ex.label,
+                value=value,
+                unit=ex.unit,
+                formula=ex.formula,
+                source=ex.source,
+                inputs=dict(symbols.get(name, {})),
+                part_of=part_of,
+            )
+        )
+    return tuple(out)
+
+
+def unexplained(result_type: type, explanations: Mapping[str, Explanation]) -> list[str]:
+    """Scalar fields of the dataclass ``result_type`` that have no explanation."""
+    if not is_dataclass(result_type):
+        raise TypeError(f"{result_type!r} is not a dataclass")
+    scalar = (int, float, str, bool)
+    return [
+        f.name
+        for f in fields(result_type)
+        if f.type in {t.__name__ for t in scalar} or f.type in scalar
+        if f.name not in explanations
+    ]

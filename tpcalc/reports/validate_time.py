@@ -1,0 +1,237 @@
+"""`tpcalc validate`: predicted step time against published, measured training runs.
+
+Each row of ``tpcalc/validation/runs.yaml`` (NVIDIA NeMo / Megatron-Bridge performance summaries,
+the Llama 3 paper) becomes a Workload and a Layout; the step-time model predicts its step and
+the throughput the source printed is compared on tokens/s/GPU, which no FLOP-counting convention
+can bend. Options a row does not print take the framework defaults named in ``FRAMEWORK``,
+each with its source; they are the same for every row (never tuned to one).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tpcalc.calc.activations.paper import Recompute
+from tpcalc.calc.dp.zero import ZeroStage
+from tpcalc.calc.layout.groups import LayoutRun, MemoryTechniques, ParallelLayout
+from tpcalc.calc.pipeline.schedule import Schedule
+from tpcalc.calc.time.step import Overlap, StepTime, TimeOptions, step_time
+from tpcalc.catalog import hardware_names, load_hardware, load_model, model_names
+from tpcalc.errors import InputError
+from tpcalc.terms import Report, Row, Scalar, Term, Unit, term
+from tpcalc.units import Dtype
+
+# What NVIDIA's performance recipes run when a row does not print it (source for each):
+FRAMEWORK = {
+    "tp_comm_overlap": (
+        "TP > 1 overlaps TP communication (Megatron-Bridge scripts/performance: "
+        "CommOverlapConfig(tp_comm_overlap=True) on H100/B200; NeMo 24.07 performance recipes "
+        "set tp_comm_overlap for every TP > 1 model)"
+    ),
+    "distributed_optimizer": (
+        "Megatron distributed optimizer with overlapped gradient reduce-scatter and parameter "
+        "all-gather (use_distributed_optimizer, overlap_grad_reduce, overlap_param_gather: "
+        "on in every NeMo/Megatron-Bridge performance recipe)"
+    ),
+    "sequence_parallel": "sequence parallelism whenever TP > 1 (WorkloadBaseConfig rule)",
+    "schedule": "interleaved 1F1B when vp > 1, else 1F1B (Megatron-Core schedules)",
+    "causal": "causal attention (every model in the table is a decoder)",
+    "gb200_nvlink_domain": (
+        "GB200 NVL72 jobs take 16 trays (64 GPUs) per rack (Slurm block topology, "
+        "--segment 16), so power-of-two groups stay inside one NVLink domain of 64"
+    ),
+}
+# The NVLink domain a job sees, where it is not the card's gpus_per_node (see FRAMEWORK).
+JOB_NVLINK_DOMAIN = {"gb200": 64}
+SUPPORTED_KINDS = ("dense", "moe")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One published run as tpcalc inputs, with what the source measured."""
+
+    id: str
+    model: str
+    hardware: str
+    kind: str
+    dtype: Dtype
+    gpus: int
+    layout: ParallelLayout
+    run: LayoutRun
+    options: TimeOptions
+    measured_tokens_per_s_per_gpu: float | None
+    measured_tflop_per_s_per_gpu: float | None
+    source: str
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def runs_path() -> Any:
+    return resources.files("tpcalc") / "validation" / "runs.yaml"
+
+
+def load_runs(path: Path | None = None) -> list[dict[str, Any]]:
+    """The rows of the shipped table (or of ``path``), as yaml.safe_load gives them."""
+    text = (Path(path) if path else runs_path()).read_text(encoding="utf-8")
+    data = yaml.safe_load(text)
+    return list(data["runs"])
+
+
+def _int(value: Any, default: int = 1) -> int:
+    return int(value) if isinstance(value, int) and value > 0 else default
+
+
+def case_of(row: dict[str, Any]) -> Case | str:
+    """The row as tpcalc inputs, or why it cannot be computed (unsupported kind, no config)."""
+    model = row["model"].get("tpcalc") or row["model"].get("needs_config")
+    if row["kind"] not in SUPPORTED_KINDS:
+        return f"{row['id']}: {row['kind']} models (Mamba layers) are not modelled"
+    if model not in model_names():
+        return f"{row['id']}: no model config '{model}' yet"
+    if row["hardware"] not in hardware_names():
+        return f"{row['id']}: no hardware config '{row['hardware']}' yet"
+    tp, pp, cp = _int(row["tp"]), _int(row["pp"]), _int(row["cp"])
+    vp = _int(row["vp"]) if isinstance(row["vp"], int) else 1
+    ep, etp = _int(row["ep"]), _int(row.get("etp"))
+    dp = row["gpus"] // (tp * pp * cp)
+    mbs = row["micro_batch"] or 1
+    microbatches = row["global_batch"] // (dp * mbs)
+    recipe = (row.get("recipe") or {}).get("fields", {})
+    recompute_layers = recipe.get("recompute_num_layers") if not row.get("recompute") else None
+    modules = tuple(recipe.get("recompute_modules") or ())
+    layout = ParallelLayout(
+        gpus_per_node=JOB_NVLINK_DOMAIN.get(
+            row["hardware"], load_hardware(row["hardware"]).gpus_per_node.value
+        ),
+        tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, etp=etp, zero=ZeroStage.optimizer,
+    )  # fmt: skip
+    run = LayoutRun(
+        seq=row["seq_length"], microbatches=microbatches, micro_batch=mbs, vpp=vp,
+        schedule=Schedule.interleaved if vp > 1 else Schedule.one_f_one_b,
+        sp=tp > 1, recompute=Recompute.none, dtype=Dtype(row["dtype"]),
+        memory=MemoryTechniques(recompute_modules=modules),
+    )  # fmt: skip
+    overlap = Overlap(tp_comm=tp > 1, ep_a2a=bool(recipe.get("moe_a2a_overlap", False)))
+    options = TimeOptions(overlap=overlap, recompute_layers=recompute_layers)
+    measured = row["measured"]
+    src = row["source"]
+    where = ", ".join(
+        str(src[k]) for k in ("document", "container", "table", "commit") if src.get(k)
+    )
+    return Case(
+        id=row["id"], model=model, hardware=row["hardware"], kind=row["kind"],
+        dtype=run.dtype, gpus=row["gpus"], layout=layout, run=run, options=options,
+        measured_tokens_per_s_per_gpu=measured.get("tokens_per_s_per_gpu"),
+        measured_tflop_per_s_per_gpu=measured.get("model_tflop_per_s_per_gpu"), source=where,
+    )  # fmt: skip
+
+
+def predict(case: Case) -> StepTime:
+    """The step-time model on one case."""
+    spec, hw = load_model(case.model), load_hardware(case.hardware)
+    return step_time(spec, hw, case.layout, case.run, case.options)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    case: Case
+    step: StepTime
+    error: float | None  # predicted / measured − 1, tokens/s/GPU
+
+
+def outcomes(rows: list[dict[str, Any]]) -> tuple[list[Outcome], list[str]]:
+    """Every computable row predicted, and a reason for every row that is not."""
+    done, skipped = [], []
+    for row in rows:
+        case = case_of(row)
+        if isinstance(case, str):
+            skipped.append(case)
+            continue
+        try:
+            st = predict(case)
+        except InputError as exc:
+            skipped.append(f"{case.id}: {exc}")
+            continue
+        measured = case.measured_tokens_per_s_per_gpu
+        err = st.tokens_per_s_per_gpu / measured - 1 if measured else None
+        done.append(Outcome(case, st, err))
+    return done, skipped
+
+
+def mean_abs(errors: list[float]) -> float:
+    return sum(abs(e) for e in errors) / len(errors) if errors else math.nan
+
+
+def validate_report(path: Path | None = None, hardware: str | None = None) -> Report:
+    """One row per published run: measured and predicted tokens/s/GPU and the error; the notes
+    give mean |error| and the worst row per hardware kind and for dense vs MoE."""
+    rows = load_runs(path)
+    if hardware:
+        rows = [r for r in rows if r["hardware"] == hardware]
+    done, skipped = outcomes(rows)
+    out = [_row(o) for o in done]
+    return Report(
+        title="Step time against published, measured runs (tokens/s/GPU)",
+        rows=tuple(out),
+        warnings=tuple(f"skipped {s}" for s in skipped),
+        notes=tuple(_summary(done)),
+    )
+
+
+def _layout_text(c: Case) -> str:
+    lay = c.layout
+    return (
+        f"TP{lay.tp} PP{lay.pp} CP{lay.cp} VP{c.run.vpp} EP{lay.ep} DP{lay.dp} "
+        f"mbs{c.run.micro_batch} m{c.run.microbatches}"
+    )
+
+
+def _row(o: Outcome) -> Row:
+    c, st = o.case, o.step
+    inputs: dict[str, Scalar] = {
+        "id": c.id, "model": c.model, "hardware": c.hardware, "kind": c.kind,
+        "dtype": c.dtype.value, "gpus": c.gpus, "seq": c.run.seq, "layout": _layout_text(c),
+    }  # fmt: skip
+    terms: list[Term] = [
+        term(
+            "measured_tokens_per_s_per_gpu", "measured", c.measured_tokens_per_s_per_gpu,
+            Unit.count, formula="as printed", source=c.source,
+        ),
+        term(
+            "predicted_tokens_per_s_per_gpu", "predicted", st.tokens_per_s_per_gpu, Unit.count,
+            formula="tokens per step / step time / GPUs", source="tpcalc.calc.time.step",
+        ),
+        term(
+            "error", "error", o.error, Unit.ratio, formula="predicted / measured − 1",
+            source="tokens/s/GPU (issue 9: the comparison no FLOP convention bends)",
+        ),
+        term(
+            "step_time_s", "step time", st.step_time_s, Unit.seconds,
+            formula="step-time model", source="tpcalc.calc.time.step",
+        ),
+        term("mfu_ratio", "MFU", st.mfu_ratio, Unit.ratio,
+             formula="model FLOP/s / peak of the GEMM dtype", source="PaLM App. B"),
+    ]  # fmt: skip
+    return Row(inputs=inputs, terms=tuple(terms))
+
+
+def _summary(done: list[Outcome]) -> list[str]:
+    lines = []
+    groups: dict[str, list[Outcome]] = {}
+    for o in done:
+        if o.error is None:
+            continue
+        groups.setdefault(f"{o.case.hardware} {o.case.kind}", []).append(o)
+        groups.setdefault(f"all {o.case.kind}", []).append(o)
+    for name, items in sorted(groups.items()):
+        worst = max(items, key=lambda o: abs(o.error or 0.0))
+        lines.append(
+            f"{name}: {len(items)} rows, mean |error| {mean_abs([o.error or 0 for o in items]):.1%}"
+            f", worst {worst.case.id} {worst.error:+.1%}"
+        )
+    return lines

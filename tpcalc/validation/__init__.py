@@ -1,0 +1,1 @@
+"""Published training layouts (layouts.yaml) that `tpcalc validate --memory` checks."""
