@@ -179,7 +179,7 @@ def test_head_dim_makes_an_indivisible_hidden_size_valid(tmp_path):
         (".inf", "Input should be a finite number"),
         ("true", "Input should be an integer, not a boolean"),
         ("8192.5", "Input should be a valid integer, got a number with a fractional part"),
-        ("9" * 400, "is beyond any real model (at most 1,048,576)"),
+        ("9" * 400, "an integer of 400 digits is beyond any real model (at most 1,048,576)"),
     ],
 )
 def test_nan_inf_bool_and_huge_integers_are_refused_where_they_enter(tmp_path, value, message):
@@ -207,8 +207,8 @@ def test_hardware_number_too_large_for_a_float(tmp_path):
         if t.strip().startswith("value:") and i > _line(path, "memory_bytes")
     )
     assert str(exc.value) == (
-        f"{path}:{value_line}: memory_bytes.value: an integer of 401 digits does not fit a "
-        "float (max ~1.8e308) (+1 more)"
+        f"{path}:{value_line}: memory_bytes.value: an integer of 401 digits does not fit "
+        "a float (max ~1.8e308) (+1 more)"
     )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import re
 import stat
@@ -33,6 +34,7 @@ MAX_CONFIG_BYTES = 2**20
 MAX_DEPTH = 64
 # pydantic error types for a number that is not a usable float
 FLOAT_ERRORS = frozenset({"float_type", "float_parsing", "finite_number"})
+MAX_BITS = 80  # integers up to 24 digits are echoed in full
 
 
 def _kind(mode: int) -> str | None:
@@ -214,14 +216,24 @@ def _problem(error: Any) -> str:
         return "unknown key (check the spelling against the built-in configs)"
     if kind == "missing":
         return "required key is missing"
-    if kind == "less_than_equal":
-        return f"{error['input']!r} is beyond any real model (at most {ctx['le']:,})"
     value = error.get("input")
+    if kind == "less_than_equal":
+        return f"{_shown(value)} is beyond any real model (at most {ctx['le']:,})"
     if kind in FLOAT_ERRORS and isinstance(value, int) and not isinstance(value, bool):
-        return f"an integer of {len(str(abs(value)))} digits does not fit a float (max ~1.8e308)"
+        return f"{_shown(value)} does not fit a float (max ~1.8e308)"
     if kind == "too_long":
         return f"too many entries (at most {ctx['max_length']:,})"
     return str(error["msg"]).removeprefix("Value error, ")  # pydantic's prefix for validators
+
+
+def _shown(value: Any) -> str:
+    """A value for a message: a very long integer as its digit count (str() of an integer over
+    4,300 digits raises, and a thousand digits would not read as one line anyway)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > MAX_BITS:
+        digits = math.floor(math.log10(abs(value))) + 1  # the float log may round up by one
+        digits -= 10 ** (digits - 1) > abs(value)
+        return f"an integer of {digits} digits"
+    return repr(value)
 
 
 def field_error(exc: ValidationError, source: str) -> ConfigFieldError:
@@ -234,9 +246,3 @@ def field_error(exc: ValidationError, source: str) -> ConfigFieldError:
     if isinstance(cause, FieldProblem):  # a model validator naming the field at fault
         loc = (*loc, cause.field)
     return ConfigFieldError(source, loc, _problem(first), more=len(errors) - 1)
-
-
-def validation_message(exc: ValidationError, path: Path | str, text: str | None) -> str:
-    """One line for a pydantic error: 'file:line: field.path: message (+N more)'."""
-    error = field_error(exc, str(path))
-    return str(error.at_line(locate(text, error.loc) if text else None))
