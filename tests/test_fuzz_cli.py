@@ -252,7 +252,8 @@ def hostile_files(tmp_path_factory):
     [
         (
             ["verify", "--intermediate", str(2**64)],
-            "--intermediate=18446744073709551616 is too large for the toy bench: use at most 4,096",
+            "--intermediate must be a positive integer up to 4,096 (the toy FFN is simulated in "
+            "full), got 18446744073709551616",
         ),
         (
             ["cp", "--chunks", "1000000001"],

@@ -153,7 +153,10 @@ def test_deepseek_moe_layer_freq():
 def test_tpcalc_block(tmp_path):
     s = spec("mistral-7b-v0.1")
     assert s.name == "mistral-7b-v0.1"
-    assert s.seq_length == 32768 and "max_position_embeddings" in s.tpcalc.notes
+    # Mistral publishes no training length: tpcalc's documented 4,096, not max_position_embeddings
+    # (32,768), recorded as a default so reports can say so
+    assert s.seq_length == 4096 and s.tpcalc.seq_length_defaulted
+    assert "without a published training length" in s.tpcalc.seq_length_source
     path = tmp_path / "Mistral-7B-v0.1" / "config.json"
     path.parent.mkdir()
     path.write_text(json.dumps(data("mistral-7b-v0.1")))
@@ -165,20 +168,20 @@ def test_tpcalc_block(tmp_path):
 @pytest.mark.parametrize(
     ("name", "edit", "message"),
     [
-        ("mistral-7b-v0.1", lambda d: d.pop("hidden_size"), "m.json: required field hidden_size"),
+        ("mistral-7b-v0.1", lambda d: d.pop("hidden_size"), "m.json: hidden_size: required key"),
         (
             "qwen3.8-27b",
             lambda d: d["text_config"].pop("num_hidden_layers"),
-            "m.json: required field text_config.num_hidden_layers",
+            "m.json: text_config.num_hidden_layers: required key is missing",
         ),
         (
             "qwen3.8-27b",
             lambda d: d["vision_config"].pop("depth"),
-            "m.json: required field vision_config.depth",
+            "m.json: vision_config.depth: required key is missing",
         ),
-        ("mixtral-8x7b-v0.1", lambda d: d.pop("num_local_experts"), "field num_local_experts"),
-        ("qwen3-30b-a3b", lambda d: d.pop("num_experts"), "field num_experts is missing"),
-        ("qwen2-7b", lambda d: d.update(model_type="bert"), "model_type 'bert' is not supported"),
+        ("mixtral-8x7b-v0.1", lambda d: d.pop("num_local_experts"), "num_local_experts: required"),
+        ("qwen3-30b-a3b", lambda d: d.pop("num_experts"), "num_experts: required key is missing"),
+        ("qwen2-7b", lambda d: d.update(model_type="bert"), "model_type: 'bert' is not supported"),
         ("qwen2-7b", lambda d: d.update(num_attention_heads=0), "m.json: num_attention_heads"),
         ("qwen2-7b", lambda d: d.update(num_key_value_heads=5), "not a multiple"),
     ],

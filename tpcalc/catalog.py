@@ -7,19 +7,26 @@ Errors are one line each and name the file, the line and the field when they can
 from __future__ import annotations
 
 import difflib
-import json
+import os
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
-from tpcalc.errors import ConfigError, UnknownNameError
+from tpcalc.configfile import (
+    field_error,
+    locate,
+    model_file,
+    parse,
+    read_text,
+)
+from tpcalc.errors import ConfigError, ConfigFieldError, UnknownNameError
 from tpcalc.specs import HardwareSpec, ModelSpec
 
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
+MAX_NAME_SHOWN = 60  # characters of an unknown name echoed back
 
 
 def configs_root() -> Any:
@@ -54,10 +61,25 @@ def hardware_names() -> list[str]:
 
 
 def _looks_like_path(name: str) -> bool:
-    return name.endswith(CONFIG_SUFFIXES) or "/" in name or "\\" in name or Path(name).is_file()
+    """A config suffix or a path separator, or something on disk by that name (a file, or a
+    Hugging Face model directory). A name the OS cannot even look up (too long, a NUL byte) is
+    not a path; it then falls through to 'unknown model'."""
+    if name.endswith(CONFIG_SUFFIXES) or "/" in name or "\\" in name:
+        return True
+    try:
+        os.lstat(name)
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def _unknown(kind: str, name: str, known: list[str]) -> UnknownNameError:
+    if len(name) > MAX_NAME_SHOWN:
+        shown = f"{name[:MAX_NAME_SHOWN]!r}... ({len(name)} characters)"
+        return UnknownNameError(
+            f"unknown {kind} {shown}: known: {', '.join(known)} (or pass a path to a .yaml/.json "
+            "file)"
+        )
     key = name.lower()
     prefixed = [k for k in known if k.startswith(key) or key.startswith(k)]
     close = list(dict.fromkeys(prefixed + difflib.get_close_matches(key, known, n=3, cutoff=0.4)))
@@ -69,92 +91,32 @@ def _unknown(kind: str, name: str, known: list[str]) -> UnknownNameError:
     )
 
 
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not UTF-8 text; pass a YAML or JSON config file") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
-
-
-def _parse(text: str, path: Path) -> Any:
-    """Parse YAML (safe_load) or JSON, turning syntax errors into 'file:line: problem'."""
-    if path.suffix == ".json":
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{path}:{exc.lineno}: malformed JSON: {exc.msg}") from None
-    try:
-        # The C build of the *safe* loader when PyYAML has libyaml (same rules, ~10x faster).
-        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"{path}{line}: malformed YAML: {problem}") from None
-
-
-def _line_of(text: str, loc: tuple[Any, ...]) -> int | None:
-    """Best-effort line number of the node at ``loc`` (or of its deepest existing parent)."""
-    try:
-        node = yaml.compose(text)
-    except yaml.YAMLError:
-        return None
-    line = None
-    for key in loc:
-        if isinstance(node, yaml.MappingNode):
-            match = next((v for k, v in node.value if k.value == str(key)), None)
-            if match is None:
-                break
-            key_node = next(k for k, v in node.value if v is match)
-            line, node = key_node.start_mark.line + 1, match
-        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
-            node = node.value[key]
-            line = node.start_mark.line + 1
-        else:
-            break
-    return line
-
-
-def validation_message(exc: ValidationError, path: Path | str, text: str | None) -> str:
-    """One line for a pydantic error: 'file:line: field.path: message (+N more)'."""
-    errors = exc.errors()
-    # A misspelt key shows up twice: as unknown and as the real key missing. Name the typo first.
-    first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
-    loc = tuple(first["loc"])
-    field = ".".join(str(p) for p in loc) or "(top level)"
-    line = _line_of(text, loc) if text else None
-    where = f"{path}:{line}" if line else f"{path}"
-    msg = first["msg"].removeprefix("Value error, ")  # pydantic's prefix for validator errors
-    if first["type"] == "extra_forbidden":
-        msg = "unknown key (check the spelling against the built-in configs)"
-    elif first["type"] == "missing":
-        msg = "required key is missing"
-    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
-    return f"{where}: {field}: {msg}{more}"
-
-
 def _validate(cls: type[BaseModel], data: Any, path: Path, text: str) -> Any:
+    if data is None:
+        raise ConfigError(f"{path}: the file is empty; expected a mapping of fields")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of fields, got {type(data).__name__}")
     try:
         return cls.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(validation_message(exc, path, text)) from None
+        error = field_error(exc, str(path))
+        raise error.at_line(locate(text, error.loc)) from None
 
 
 def _load_model_path(path: Path) -> ModelSpec:
-    text = _read_text(path)
-    data = _parse(text, path)
-    if path.suffix == ".json":
+    path = model_file(path)
+    text = read_text(path)
+    data = parse(text, path)
+    if path.suffix == ".json" and not (isinstance(data, dict) and "tpcalc" in data):
+        # A Hugging Face config.json; a JSON file with a tpcalc block is in tpcalc's schema.
         from tpcalc.hf import model_from_hf_config
 
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: expected a JSON object")
-        return model_from_hf_config(data, source_path=str(path))
+        try:
+            return model_from_hf_config(data, source_path=str(path))
+        except ConfigFieldError as exc:
+            raise exc.at_line(locate(text, exc.loc)) from None
     return _validate(ModelSpec, data, path, text)
 
 
@@ -167,7 +129,7 @@ def load_model(name_or_path: str) -> ModelSpec:
         raise _unknown("model", name_or_path, model_names())
     res = _builtin_dir("models") / f"{name_or_path}.yaml"
     text = res.read_text(encoding="utf-8")
-    return _validate(ModelSpec, _parse(text, Path(res.name)), Path(res.name), text)
+    return _validate(ModelSpec, parse(text, Path(res.name)), Path(res.name), text)
 
 
 @lru_cache(maxsize=16)
@@ -175,10 +137,10 @@ def load_hardware(name_or_path: str) -> HardwareSpec:
     """A HardwareSpec from a built-in name or a YAML path."""
     if _looks_like_path(name_or_path):
         path = Path(name_or_path)
-        text = _read_text(path)
-        return _validate(HardwareSpec, _parse(text, path), path, text)
+        text = read_text(path)
+        return _validate(HardwareSpec, parse(text, path), path, text)
     if name_or_path not in hardware_names():
         raise _unknown("hardware", name_or_path, hardware_names())
     res = _builtin_dir("hardware") / f"{name_or_path}.yaml"
     text = res.read_text(encoding="utf-8")
-    return _validate(HardwareSpec, _parse(text, Path(res.name)), Path(res.name), text)
+    return _validate(HardwareSpec, parse(text, Path(res.name)), Path(res.name), text)

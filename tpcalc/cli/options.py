@@ -32,8 +32,8 @@ ModelOpt = Annotated[
     typer.Option(
         "--model",
         "-m",
-        help="Built-in model name ('tpcalc models'), a YAML in tpcalc's schema, or a HF "
-        "config.json.",
+        help="Built-in model name ('tpcalc models'), a YAML in tpcalc's schema, a HF "
+        "config.json, or a HF model directory holding one.",
     ),
 ]
 TpOpt = Annotated[
@@ -48,7 +48,10 @@ TpOpt = Annotated[
 SeqOpt = Annotated[
     int | None,
     typer.Option(
-        "--seq", "-s", help="Sequence length in tokens. Default: the model's training length."
+        "--seq",
+        "-s",
+        help="Sequence length in tokens. Default: the model's training length (for a HF "
+        "config.json, the family's pre-training length or 4096, noted on stderr).",
     ),
 ]
 MicroBatchOpt = Annotated[

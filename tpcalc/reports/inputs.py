@@ -99,6 +99,14 @@ def node_size(gpus_per_node: int | None, hardware_default: int) -> int:
     return hardware_default if gpus_per_node is None else positive(gpus_per_node, "--gpus-per-node")
 
 
+def seq_warnings(spec: ModelSpec, seq: int | None) -> list[str]:
+    """The stderr note when --seq was not given and the model's length is tpcalc's default (an
+    imported config.json states no training length; ``tpcalc.hf`` picks one and says why)."""
+    if seq is not None or not spec.tpcalc.seq_length_defaulted:
+        return []
+    return [f"seq defaulted to {spec.seq_length:,} ({spec.tpcalc.seq_length_source}); set --seq"]
+
+
 @dataclass(frozen=True)
 class Inputs:
     spec: ModelSpec
@@ -106,6 +114,7 @@ class Inputs:
     seq: int
     micro_batch: int
     tps: list[int]
+    warnings: tuple[str, ...] = ()  # e.g. the defaulted sequence length (seq_warnings)
 
 
 def resolve(
@@ -119,6 +128,7 @@ def resolve(
     """Load model and hardware by name or path and validate the sizes shared by all reports."""
     spec = load_model(model)
     hw = load_hardware(hardware)
+    warnings = tuple(seq_warnings(spec, seq))
     seq = positive(seq, "--seq") if seq is not None else spec.seq_length
     return Inputs(
         spec=spec,
@@ -126,4 +136,5 @@ def resolve(
         seq=seq,
         micro_batch=positive(micro_batch, "--micro-batch"),
         tps=parse_tp_list(tp, hw.gpus_per_node.value),
+        warnings=warnings,
     )

@@ -62,7 +62,7 @@ def layout_report(
     from tpcalc.calc.layout.groups import LayoutRun, MemoryTechniques, ParallelLayout
     from tpcalc.calc.layout.report import layout_report as price_layout
     from tpcalc.catalog import load_hardware, load_model
-    from tpcalc.reports.inputs import node_size, positive
+    from tpcalc.reports.inputs import node_size, positive, seq_warnings
 
     spec, hw = load_model(model), load_hardware(hardware)
     layout = ParallelLayout(
@@ -95,6 +95,8 @@ def layout_report(
         spec, hw, layout, run, cited=example.cited if example else None,
         allow_uneven=allow_uneven, time_model=time_model, time_options=options,
     )  # fmt: skip
+    if defaulted := seq_warnings(spec, seq):
+        report = report.model_copy(update={"warnings": (*defaulted, *report.warnings)})
     if example is None:
         return report
     note = (

@@ -21,7 +21,7 @@ def tp_warnings(inputs: Inputs) -> list[str]:
     """Impossible splits raise (t must divide the query heads, ...); KV replication only warns."""
     from tpcalc.calc.tp.rules import kv_warning, require_tp
 
-    warnings = []
+    warnings = list(inputs.warnings)  # the defaulted sequence length, if any
     for t in inputs.tps:
         require_tp(inputs.spec, t)
         message = kv_warning(inputs.spec, t)

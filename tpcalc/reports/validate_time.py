@@ -23,7 +23,8 @@ from tpcalc.calc.layout.groups import LayoutRun, MemoryTechniques, ParallelLayou
 from tpcalc.calc.pipeline.schedule import Schedule
 from tpcalc.calc.time.step import Overlap, StepTime, TimeOptions, step_time
 from tpcalc.catalog import hardware_names, load_hardware, load_model, model_names
-from tpcalc.errors import InputError
+from tpcalc.configfile import parse, read_text
+from tpcalc.errors import ConfigError, InputError
 from tpcalc.terms import Report, Row, Scalar, Term, Unit, term
 from tpcalc.units import Dtype
 
@@ -76,10 +77,19 @@ def runs_path() -> Any:
 
 
 def load_runs(path: Path | None = None) -> list[dict[str, Any]]:
-    """The rows of the shipped table (or of ``path``), as yaml.safe_load gives them."""
-    text = (Path(path) if path else runs_path()).read_text(encoding="utf-8")
-    data = yaml.safe_load(text)
-    return list(data["runs"])
+    """The rows of the shipped table, or of a user's ``path`` read as safely as any config
+    (``configfile``: regular files up to 1 MiB, bounded nesting, one-line errors)."""
+    if path is None:
+        data = yaml.safe_load(runs_path().read_text(encoding="utf-8"))
+    else:
+        data = parse(read_text(Path(path)), Path(path))
+    runs = data.get("runs") if isinstance(data, dict) else None
+    if not isinstance(runs, list) or not all(isinstance(r, dict) for r in runs):
+        raise ConfigError(
+            f"{path}: not a runs file: expected a mapping with 'runs:', a list of runs "
+            "(see tpcalc/validation/runs.yaml)"
+        )
+    return runs
 
 
 def _int(value: Any, default: int = 1) -> int:
@@ -164,8 +174,15 @@ class Outcome:
 def outcomes(rows: list[dict[str, Any]]) -> tuple[list[Outcome], list[str]]:
     """Every computable row predicted, and a reason for every row that is not."""
     done, skipped = [], []
-    for row in rows:
-        case = case_of(row)
+    for i, row in enumerate(rows):
+        try:
+            case = case_of(row)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            where = row.get("id", f"run {i + 1}")
+            raise ConfigError(
+                f"{where}: a field is missing or not of its type ({type(exc).__name__}: {exc}); "
+                "see tpcalc/validation/runs.yaml for the fields a run needs"
+            ) from None
         if isinstance(case, str):
             skipped.append(case)
             continue

@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from tpcalc.specs.performance import PerformanceSpec
+
+# Largest scale-up domain shipped: 72 GPUs (GB200 NVL72); NVL576 is announced. 2**16 is far
+# beyond both and keeps per-node enumerations short.
+MAX_GPUS_PER_NODE = 2**16
+
+
+def _number_not_bool(value: Any) -> Any:
+    """YAML ``yes`` is a bool, which pydantic would take as 1; say so instead."""
+    if isinstance(value, bool):
+        raise ValueError("Input should be a number, not a boolean")
+    return value
 
 
 class Sourced(BaseModel):
@@ -12,14 +25,14 @@ class Sourced(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    value: float = Field(gt=0, allow_inf_nan=False)
+    value: Annotated[float, BeforeValidator(_number_not_bool), Field(gt=0, allow_inf_nan=False)]
     source: str
 
 
 class SourcedCount(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    value: PositiveInt
+    value: Annotated[int, BeforeValidator(_number_not_bool), Field(ge=1, le=MAX_GPUS_PER_NODE)]
     source: str
 
 
@@ -28,7 +41,7 @@ class SourcedSeconds(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    value: float = Field(ge=0, allow_inf_nan=False)
+    value: Annotated[float, BeforeValidator(_number_not_bool), Field(ge=0, allow_inf_nan=False)]
     source: str
 
 

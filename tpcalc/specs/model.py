@@ -7,9 +7,25 @@ the tool does not shard (a vision tower), which are declared with a source.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from tpcalc.errors import FieldProblem
+from tpcalc.specs.bounds import (
+    MAX_LAYERS,
+    MAX_PARAMS,
+    Count,
+    HeadDim,
+    Heads,
+    Hidden,
+    LayerCount,
+    LayerIndex,
+    Params,
+    Seq,
+    Vocab,
+    Width,
+)
 
 LayerType = Literal["full_attention", "linear_attention", "sliding_attention"]
 
@@ -37,7 +53,7 @@ LINEAR_ATTENTION_FIELDS = (
 def _require(spec: BaseModel, because: str, fields: tuple[str, ...]) -> None:
     missing = [f for f in fields if getattr(spec, f) is None]
     if missing:
-        raise ValueError(f"{because} is set, so {', '.join(missing)} must be set too")
+        raise FieldProblem(missing[0], f"{because} is set, so {', '.join(missing)} must be set too")
 
 
 class DeclaredPart(BaseModel):
@@ -46,7 +62,7 @@ class DeclaredPart(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
-    params: NonNegativeInt
+    params: Params
     source: str
 
 
@@ -58,8 +74,11 @@ class TpcalcBlock(BaseModel):
     name: str
     display_name: str | None = None
     hf_id: str | None = None
-    seq_length: PositiveInt
+    seq_length: Seq
     seq_length_source: str = ""
+    # True when tpcalc chose seq_length (a config.json has no training length); reports then
+    # say which length was used and that --seq sets it.
+    seq_length_defaulted: bool = False
     source: str = ""
     declared_parts: tuple[DeclaredPart, ...] = ()
     notes: str = ""
@@ -71,109 +90,164 @@ class ModelSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     model_type: str
-    hidden_size: PositiveInt
-    intermediate_size: PositiveInt
-    num_hidden_layers: PositiveInt
-    num_attention_heads: PositiveInt
-    num_key_value_heads: PositiveInt | None = None
-    head_dim: PositiveInt | None = None
-    vocab_size: PositiveInt
+    hidden_size: Hidden
+    intermediate_size: Width
+    num_hidden_layers: LayerCount
+    num_attention_heads: Heads
+    num_key_value_heads: Heads | None = None
+    head_dim: HeadDim | None = None
+    vocab_size: Vocab
     tie_word_embeddings: bool = False
     hidden_act: str = "silu"
     attention_bias: bool = False
     mlp_bias: bool = False
-    max_position_embeddings: PositiveInt | None = None
+    max_position_embeddings: Seq | None = None
 
     # Hybrid attention (Qwen3.5 / Qwen3-Next): which layers are full attention.
-    layer_types: tuple[LayerType, ...] | None = None
+    layer_types: Annotated[tuple[LayerType, ...], Field(max_length=MAX_LAYERS)] | None = None
     attn_output_gate: bool = False
     qk_norm: bool | None = None
     # Gated DeltaNet linear attention.
-    linear_num_key_heads: PositiveInt | None = None
-    linear_num_value_heads: PositiveInt | None = None
-    linear_key_head_dim: PositiveInt | None = None
-    linear_value_head_dim: PositiveInt | None = None
-    linear_conv_kernel_dim: PositiveInt | None = None
+    linear_num_key_heads: Heads | None = None
+    linear_num_value_heads: Heads | None = None
+    linear_key_head_dim: HeadDim | None = None
+    linear_value_head_dim: HeadDim | None = None
+    linear_conv_kernel_dim: HeadDim | None = None
 
     # Mixture of experts (DeepSeek names; importers map num_experts/num_local_experts here).
-    n_routed_experts: PositiveInt | None = None
-    num_experts_per_tok: PositiveInt | None = None
-    n_shared_experts: NonNegativeInt = 0
-    moe_intermediate_size: PositiveInt | None = None
-    shared_expert_intermediate_size: PositiveInt | None = None
-    first_k_dense_replace: NonNegativeInt = 0
+    n_routed_experts: Heads | None = None
+    num_experts_per_tok: Heads | None = None
+    n_shared_experts: Count = 0
+    moe_intermediate_size: Width | None = None
+    shared_expert_intermediate_size: Width | None = None
+    first_k_dense_replace: LayerIndex = 0
     # Qwen-MoE placement: layer i is MoE when (i + 1) % decoder_sparse_step == 0 and i is not in
     # mlp_only_layers (transformers qwen3_moe Qwen3MoeDecoderLayer).
-    decoder_sparse_step: PositiveInt = 1
-    mlp_only_layers: tuple[NonNegativeInt, ...] = ()
+    decoder_sparse_step: LayerCount = 1
+    mlp_only_layers: Annotated[tuple[LayerIndex, ...], Field(max_length=MAX_LAYERS)] = ()
     norm_topk_prob: bool = False
     # A per-expert bias on the router scores (DeepSeek-V3 e_score_correction_bias, noaux_tc).
     router_bias: bool = False
-    n_group: PositiveInt | None = None
-    topk_group: PositiveInt | None = None
+    n_group: Heads | None = None
+    topk_group: Heads | None = None
 
     # Multi-head latent attention (DeepSeek-V2/V3).
-    q_lora_rank: PositiveInt | None = None
-    kv_lora_rank: PositiveInt | None = None
-    qk_nope_head_dim: PositiveInt | None = None
-    qk_rope_head_dim: PositiveInt | None = None
-    v_head_dim: PositiveInt | None = None
+    q_lora_rank: HeadDim | None = None
+    kv_lora_rank: HeadDim | None = None
+    qk_nope_head_dim: HeadDim | None = None
+    qk_rope_head_dim: HeadDim | None = None
+    v_head_dim: HeadDim | None = None
 
     # Multi-token prediction modules (DeepSeek name; Qwen3.5 name).
-    num_nextn_predict_layers: NonNegativeInt = 0
-    mtp_num_hidden_layers: NonNegativeInt = 0
+    num_nextn_predict_layers: LayerIndex = 0
+    mtp_num_hidden_layers: LayerIndex = 0
     # GPT-OSS: one learned attention-sink logit per query head and layer (transformers
     # GptOssAttention.sinks); tpcalc-only field, implied by model_type gpt_oss on HF configs.
     attention_sinks: bool = False
     # Banded attention (GPT-OSS, Mistral): a sliding_attention layer's queries see the last
     # ``sliding_window`` keys (transformers GptOssConfig.sliding_window).
-    sliding_window: PositiveInt | None = None
+    sliding_window: Seq | None = None
 
     tpcalc: TpcalcBlock = Field(description="tpcalc's own facts: name, training seq length")
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelSpec:
+        """Geometry that a real model has; each failure names the field to fix."""
+        heads, kv = self.num_attention_heads, self.num_key_value_heads
         if self.layer_types is not None and len(self.layer_types) != self.num_hidden_layers:
-            raise ValueError(
-                f"layer_types has {len(self.layer_types)} entries but "
-                f"num_hidden_layers={self.num_hidden_layers}"
+            raise FieldProblem(
+                "layer_types",
+                f"has {len(self.layer_types)} entries but num_hidden_layers="
+                f"{self.num_hidden_layers}; give one entry per layer",
             )
-        if self.num_key_value_heads is not None and (
-            self.num_attention_heads % self.num_key_value_heads
-        ):
-            raise ValueError(
-                f"num_attention_heads={self.num_attention_heads} is not a multiple of "
-                f"num_key_value_heads={self.num_key_value_heads}"
+        if self.head_dim is None and not self.mla_dims_given and self.hidden_size % heads:
+            # transformers' default head_dim is hidden_size // num_attention_heads
+            raise FieldProblem(
+                "hidden_size",
+                f"hidden_size={self.hidden_size} is not divisible by num_attention_heads={heads}"
+                f" (head_dim would be {self.hidden_size // heads}); give head_dim, or a "
+                f"hidden_size that is a multiple of {heads}",
+            )
+        if kv is not None and heads % kv:
+            raise FieldProblem(
+                "num_key_value_heads",
+                f"num_attention_heads={heads} is not a multiple of num_key_value_heads={kv}; "
+                "each KV head serves the same number of query heads (GQA)",
             )
         if self.n_routed_experts is not None and self.moe_intermediate_size is None:
-            raise ValueError("n_routed_experts is set but moe_intermediate_size is missing")
+            raise FieldProblem(
+                "moe_intermediate_size",
+                "n_routed_experts is set but moe_intermediate_size is missing; give the expert "
+                "FFN width",
+            )
         if any(i >= self.num_hidden_layers for i in self.mlp_only_layers):
-            raise ValueError(
-                f"mlp_only_layers={list(self.mlp_only_layers)} names a layer >= "
-                f"num_hidden_layers={self.num_hidden_layers}"
+            raise FieldProblem(
+                "mlp_only_layers",
+                f"names a layer >= num_hidden_layers={self.num_hidden_layers}; "
+                f"layers are 0 to {self.num_hidden_layers - 1}",
             )
         if self.kv_lora_rank is not None:
             _require(self, "kv_lora_rank", ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"))
         if "linear_attention" in self.resolved_layer_types:
             _require(self, "layer_types has linear_attention", LINEAR_ATTENTION_FIELDS)
+            k_heads, v_heads = self.linear_num_key_heads or 1, self.linear_num_value_heads or 1
+            if v_heads % k_heads:  # transformers Qwen3NextGatedDeltaNet: num_v_heads // num_k_heads
+                raise FieldProblem(
+                    "linear_num_value_heads",
+                    f"linear_num_value_heads={v_heads} is not a multiple of "
+                    f"linear_num_key_heads={k_heads}",
+                )
         if self.first_k_dense_replace > self.num_hidden_layers:
-            raise ValueError(
+            raise FieldProblem(
+                "first_k_dense_replace",
                 f"first_k_dense_replace={self.first_k_dense_replace} exceeds "
-                f"num_hidden_layers={self.num_hidden_layers}"
+                f"num_hidden_layers={self.num_hidden_layers}",
             )
         k, experts = self.num_experts_per_tok, self.n_routed_experts
         if k is not None and experts is not None and k > experts:
-            raise ValueError(
+            raise FieldProblem(
+                "num_experts_per_tok",
                 f"num_experts_per_tok={k} exceeds n_routed_experts={experts}: a token cannot "
-                "be routed to more experts than exist"
+                "be routed to more experts than exist",
+            )
+        if self.n_group is not None and experts is not None and experts % self.n_group:
+            # DeepSeek-V3 group-limited routing splits the experts into n_group equal groups
+            raise FieldProblem(
+                "n_group",
+                f"n_routed_experts={experts} is not divisible by n_group={self.n_group}",
             )
         if (
             self.topk_group is not None
             and self.n_group is not None
             and (self.topk_group > self.n_group)
         ):
-            raise ValueError(f"topk_group={self.topk_group} exceeds n_group={self.n_group}")
+            raise FieldProblem(
+                "topk_group", f"topk_group={self.topk_group} exceeds n_group={self.n_group}"
+            )
+        if self.rough_params > MAX_PARAMS:
+            raise FieldProblem(
+                "num_hidden_layers",
+                f"the sizes give about {self.rough_params:.2g} parameters, beyond any real model "
+                f"(at most {MAX_PARAMS:.0e}); check num_hidden_layers, hidden_size and the "
+                "FFN and expert widths",
+            )
         return self
+
+    @property
+    def mla_dims_given(self) -> bool:
+        return self.qk_nope_head_dim is not None and self.qk_rope_head_dim is not None
+
+    @property
+    def rough_params(self) -> int:
+        """An upper-end estimate of the parameter count from the sizes alone, for the MAX_PARAMS
+        sanity bound (``tpcalc.calc.params`` counts exactly): q, k, v, o projections, a gated
+        FFN and every expert per layer, plus embedding and head."""
+        h, d = self.hidden_size, self.head_dim_resolved
+        attention = h * d * 2 * (self.num_attention_heads + self.kv_heads)
+        experts = (self.n_routed_experts or 0) + self.n_shared_experts
+        ffn = 3 * h * (self.intermediate_size + experts * (self.moe_intermediate_size or 0))
+        ffn += 3 * h * (self.shared_expert_intermediate_size or 0)
+        return self.num_hidden_layers * (attention + ffn) + 2 * self.vocab_size * h
 
     # ---- resolved views (derived, never stored) ----
     @property

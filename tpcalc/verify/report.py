@@ -198,7 +198,7 @@ def verify_report(
 ) -> Report:
     """The verification bench of seed 000 on ``cards`` simulated cards, priced for ``model``."""
     from tpcalc.catalog import load_model
-    from tpcalc.reports.inputs import parse_tp_list, positive
+    from tpcalc.reports.inputs import parse_tp_list, positive, seq_warnings
 
     spec = load_model(model) if isinstance(model, str) else model
     activation = Activation(activation)
@@ -206,6 +206,7 @@ def verify_report(
     if seed < 0:
         raise InputError(f"--seed must be a non-negative integer, got {seed}")
     model_tps = parse_tp_list(tp, 1) if tp is not None else [DEFAULT_MODEL_TP]
+    defaulted = seq_warnings(spec, seq)
     seq = positive(seq, "--seq") if seq is not None else spec.seq_length
     tokens = seq * positive(micro_batch, "--micro-batch")
 
@@ -224,7 +225,7 @@ def verify_report(
         "model": spec.name,
     }
     rows: list[Row] = []
-    warnings: list[str] = []
+    warnings: list[str] = defaulted
     for model_t in model_tps:
         base = {
             **toy,

@@ -9,7 +9,7 @@ hidden_size or intermediate_size), under both byte conventions.
 from __future__ import annotations
 
 from tpcalc.calc.links.collectives import BytesConvention, Collective
-from tpcalc.errors import DivisibilityError, InputError
+from tpcalc.errors import DivisibilityError, InputError, divisors
 from tpcalc.specs import ModelSpec
 from tpcalc.terms import Scalar, Term, Unit, term
 from tpcalc.units import Dtype
@@ -215,25 +215,27 @@ def phase_terms(tally: Tally) -> list[Term]:
     ]
 
 
-# The bench is a toy (a 5 x 4 sentence matrix): it allocates X·A of 5 x intermediate float64 per
-# card and lists the divisors of the intermediate size, so the size is bounded to keep every
-# answer under a second (issue 13 §2: `verify --intermediate 1000000001` ran for minutes).
+# The bench multiplies the toy matrices for real, once per simulated card. These bounds (256x and
+# 512x seed 000's 16-wide FFN on 2 cards; `--intermediate 1000000001` ran for minutes) keep a
+# run within a second.
 MAX_TOY_INTERMEDIATE = 4096
+MAX_TOY_CARDS = 2**10
 
 
 def check_cards(cards: int, intermediate: int) -> None:
     """--cards must divide --intermediate (column → row splits the intermediate evenly)."""
-    if intermediate <= 0:
-        raise InputError(f"--intermediate must be a positive integer, got {intermediate}")
-    if intermediate > MAX_TOY_INTERMEDIATE:
+    if not 0 < intermediate <= MAX_TOY_INTERMEDIATE:
         raise InputError(
-            f"--intermediate={intermediate} is too large for the toy bench: "
-            f"use at most {MAX_TOY_INTERMEDIATE:,}"
+            f"--intermediate must be a positive integer up to {MAX_TOY_INTERMEDIATE:,} (the toy "
+            f"FFN is simulated in full), got {intermediate}"
         )
-    if cards <= 0:
-        raise InputError(f"--cards must be a positive integer, got {cards}")
+    if not 0 < cards <= MAX_TOY_CARDS:
+        raise InputError(
+            f"--cards must be a positive integer up to {MAX_TOY_CARDS:,} (each card is "
+            f"simulated), got {cards}"
+        )
     if intermediate % cards:
-        valid = ", ".join(str(d) for d in range(1, intermediate + 1) if intermediate % d == 0)
+        valid = ", ".join(str(d) for d in divisors(intermediate))  # O(sqrt n)
         raise DivisibilityError(
             f"--cards={cards} does not divide --intermediate={intermediate}: use one of {valid}"
         )

@@ -20,7 +20,7 @@ from __future__ import annotations
 from enum import Enum
 
 from tpcalc.calc.params.counts import shared_expert_intermediate
-from tpcalc.errors import DivisibilityError, InputError
+from tpcalc.errors import DivisibilityError, InputError, divisors
 from tpcalc.specs import ModelSpec
 
 # Megatron-LM --make-vocab-size-divisible-by default (megatron/training/arguments.py).
@@ -97,7 +97,10 @@ def valid_tp_sizes(spec: ModelSpec, max_t: int) -> list[int]:
     lays KV heads out evenly (the vocabulary is padded, so it never blocks). Like calculon's
     ``Llm.get_all_tensor_parallelisms``, as a plain function."""
     require_t(max_t, "max_t")
-    return [t for t in range(1, max_t + 1) if tp_problem(spec, t) is None]
+    # Every valid t divides num_attention_heads (the first split size), so only its divisors,
+    # found in O(sqrt n), are tried: 10^9 heads take milliseconds, not minutes.
+    candidates = (t for t in divisors(spec.num_attention_heads) if t <= max_t)
+    return [t for t in candidates if tp_problem(spec, t) is None]
 
 
 def all_valid_tp_sizes(spec: ModelSpec) -> list[int]:
