@@ -4,7 +4,7 @@ The generator is tools/fuzz_cli.py's, shared with the longer out-of-process run
 (`python tools/fuzz_cli.py -n 10000`). Here hypothesis drives it in-process through the console
 entry point, with a bounded example count so the whole file stays well under a minute. The
 hostile files that can only be survived with a timeout (devices, FIFOs, a 25 MB YAML) are left to
-the tool; the ones that hang today have their own xfail test below, reproducer in the reason.
+the tool; the inputs that used to hang or crash have their own tests below, each with its story.
 """
 
 from __future__ import annotations
@@ -38,16 +38,8 @@ _spec.loader.exec_module(fuzz)
 MEMORY_CAP_BYTES = 4 * 2**30
 FUZZ_EXAMPLES = 400
 
-# Failures that belong to config reading and the schema (tpcalc/catalog.py, tpcalc/hf.py,
-# tpcalc/specs/), fixed on their own branch. The fuzz test tells them apart by their stderr and
-# leaves them to the xfail tests below; remove an entry when its xfail test passes.
-KNOWN: dict[str, str] = {
-    "name too long": "OSError: [Errno 36] File name too long",  # catalog._looks_like_path
-    "deep nesting": "RecursionError: maximum recursion depth exceeded",  # catalog parsing
-    "unbounded allocation": "MemoryError",  # catalog reads devices; specs layer lists
-    "object as model_type": "TypeError: unhashable type",  # hf.py
-    "seq_length from HF": "validation error for TpcalcBlock",  # hf.py, outside ConfigError
-}
+# Known failure signatures the fuzz test would leave to a pinned test (none left).
+KNOWN: dict[str, str] = {}  # all fixed: config reading is bounded (tpcalc/configfile.py)
 
 
 @pytest.fixture(scope="module")
@@ -272,12 +264,6 @@ def test_sizes_that_used_to_hang_or_crash_are_refused_in_one_line(args, message)
     assert (r.code, r.out, r.err) == (1, "", f"Error: {message}\n")
 
 
-CATALOG = (
-    "{name} files as tools/fuzz_cli.make_corpus writes them; config reading is "
-    "tpcalc/catalog.py, tpcalc/hf.py and tpcalc/specs (issue 12 §1), fixed on its own branch"
-)
-
-
 @pytest.mark.parametrize(
     ("args", "reason"),
     [
@@ -294,9 +280,7 @@ CATALOG = (
 def test_hostile_config_paths_are_one_line_errors(hostile_files, args, reason):
     argv = [hostile_files.get(a.strip("{}"), a) if a.startswith("{") else a for a in args]
     done = _run_bounded(argv, timeout_s=5.0)
-    if done is None or done.returncode == 3:
-        shown = " ".join("$(printf 'a%.0s' {1..300})" if a == "a" * 300 else a for a in args)
-        pytest.xfail(f"{reason}; reproduce: tpcalc {shown} ({CATALOG})")
+    assert done is not None, f"hang: {reason}"
     _assert_clean_error(done)
 
 
@@ -320,9 +304,5 @@ def test_wrong_typed_or_absurd_hf_fields_are_one_line_errors(tmp_path, field, va
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
     done = _run_bounded(["show", str(path)], timeout_s=5.0)
-    if done is None or done.returncode == 3:
-        pytest.xfail(
-            f"{reason}; reproduce: set {field} to {json.dumps(value)} in "
-            f"tests/fixtures/hf/qwen3-8b.json, then tpcalc show that file ({CATALOG})"
-        )
+    assert done is not None, f"hang: {reason}"
     _assert_clean_error(done)
