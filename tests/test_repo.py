@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,22 @@ def test_lint_clean():
         pytest.skip("ruff not installed (pip install '.[test]')")
     result = subprocess.run([ruff, "check", str(ROOT)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_lint_and_format_and_types_are_clean():
+    """ruff format --check and mypy over the package, as CI runs them (issue 8 §7)."""
+    ruff = shutil.which("ruff")
+    if ruff is None:
+        pytest.skip("ruff not installed (pip install '.[test]')")
+    fmt = subprocess.run([ruff, "format", "--check", str(ROOT)], capture_output=True, text=True)
+    assert fmt.returncode == 0, fmt.stdout + fmt.stderr
+    types = subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert types.returncode == 0, types.stdout[-3000:] + types.stderr[-1000:]
 
 
 def _function_defs() -> dict[str, list[str]]:

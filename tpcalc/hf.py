@@ -144,7 +144,8 @@ def model_from_hf_config(data: dict[str, Any], *, source_path: str) -> ModelSpec
         raise ConfigFieldError(
             source_path, ("model_type",), f"{problem}; supported: {', '.join(TYPES)}"
         )
-    text, prefix = data, ()
+    text: dict[str, Any] = data
+    prefix: tuple[str, ...] = ()
     if model_type == "qwen3_5" and isinstance(data.get("text_config"), dict):
         text, prefix = data["text_config"], ("text_config",)  # the top level is the VL wrapper
     extra, renamed, required = TYPES[model_type]

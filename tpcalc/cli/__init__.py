@@ -182,6 +182,12 @@ def main(argv: list[str] | None = None) -> None:
         internal_error(exc)
 
 
+def _message(exc: Exception) -> str:
+    """A click exception's own one-paragraph message (``format_message``), else its text."""
+    fmt = getattr(exc, "format_message", None)
+    return str(fmt()) if callable(fmt) else str(exc)
+
+
 def _run(args: list[str]) -> None:
     usage_error, click_exception = _click_exceptions()
     command = next((a for a in args if not a.startswith("-")), None)
@@ -195,19 +201,19 @@ def _run(args: list[str]) -> None:
         code = app(args=args, prog_name="tpcalc", standalone_mode=False)
     except usage_error as exc:
         if type(exc).__name__ == "NoArgsIsHelpError":  # bare 'tpcalc': help on stdout, exit 0
-            sys.stdout.write(exc.format_message() + "\n")
+            sys.stdout.write(_message(exc) + "\n")
             sys.exit(0)
         ctx = getattr(exc, "ctx", None)
         if ctx is not None and ctx.parent is not None:
             where = f"tpcalc {ctx.info_name}"
         else:  # errors raised while parsing a command's options carry the group's context
             where = f"tpcalc {command}" if command in COMMANDS else "tpcalc"
-        message = exc.format_message().replace("Value error, ", "")
+        message = _message(exc).replace("Value error, ", "")
         message = " ".join(message.split())
         sys.stderr.write(f"Error: {message} (see '{where} --help')\n")
         sys.exit(EXIT_USAGE)
     except click_exception as exc:
-        message = " ".join(exc.format_message().split())
+        message = " ".join(_message(exc).split())
         sys.stderr.write(f"Error: {message}\n")
         sys.exit(getattr(exc, "exit_code", EXIT_INPUT))
     except typer.Abort:
