@@ -193,3 +193,31 @@ def test_step_time_never_drops_when_a_collective_gets_bigger(case, run, grow):
     bigger = step_time(spec, H100, lay, run, TimeOptions(comm_scale=grow))
     assert bigger.step_time_s >= base.step_time_s * (1 - 1e-12)
     assert all(math.isfinite(v) and v >= 0 for v in bigger.parts_s.values())
+
+
+def test_mtp_runs_on_the_last_stage_only_when_counted():
+    # DeepSeek-V3 §2.2: one MTP module (projection, a layer, the shared head) on the last stage
+    from tpcalc.calc.layout.groups import MemoryTechniques
+
+    ds = load_model("deepseek-v3")
+    lay = ParallelLayout(pp=16, dp=128, ep=64, zero=ZeroStage.optimizer, gpus_per_node=8)
+    h800 = load_hardware("h800")
+
+    def last_stage(mtp: bool):
+        run = LayoutRun(seq=4096, microbatches=32, memory=MemoryTechniques(mtp=mtp))
+        return step_time(ds, h800, lay, run).stages[-1]
+
+    with_mtp, without = last_stage(True), last_stage(False)
+    assert with_mtp.forward.total_s > without.forward.total_s
+    first = step_time(ds, h800, lay, LayoutRun(seq=4096, microbatches=32)).stages[0]
+    no_mtp_first = step_time(
+        ds, h800, lay, LayoutRun(seq=4096, microbatches=32, memory=MemoryTechniques(mtp=False))
+    ).stages[0]
+    assert first.forward.total_s == no_mtp_first.forward.total_s
+
+
+def test_the_attention_flops_convention_moves_mfu_not_the_step():
+    causal = llama405_step(causal_model_flops=True)
+    full = llama405_step(causal_model_flops=False)
+    assert full.step_time_s == causal.step_time_s
+    assert full.model_flop_per_step > causal.model_flop_per_step

@@ -17,6 +17,7 @@ from tpcalc.calc.layout.groups import MemoryTechniques
 from tpcalc.calc.params.states import StateRecipe
 from tpcalc.calc.pipeline.schedule import Schedule
 from tpcalc.calc.time.model import TimeModel
+from tpcalc.calc.tp.flops import AttentionFlops
 from tpcalc.cli.common import emit
 from tpcalc.cli.options import (
     DEFAULT_HARDWARE,
@@ -58,6 +59,7 @@ from tpcalc.cli.parallel_options import recompute_modules as recompute_modules_l
 from tpcalc.cli.picture_options import BarsOpt, MapOpt, SaveSvgOpt, TimelineOpt
 from tpcalc.cli.pictures import draw
 from tpcalc.cli.time_options import (
+    AttentionFlopsOpt,
     CpOverlapOpt,
     DpOverlapOpt,
     EpOverlapOpt,
@@ -133,6 +135,7 @@ def layout(
     last_stage_layers: LastStageLayersOpt = None,
     recompute_layers: RecomputeLayersOpt = None,
     ops: OpsOpt = False,
+    attention_flops: AttentionFlopsOpt = AttentionFlops.causal,
 ) -> None:
     """A combined layout: checks world size and every divisibility, places groups on GPUs (TP
     innermost, PP outermost; a group wider than a node is priced on the inter-node link), and
@@ -188,6 +191,7 @@ def layout(
             time_model=time_model, tp_comm_overlap=tp_comm_overlap, dp_overlap=dp_overlap,
             ep_overlap=ep_overlap, cp_overlap=cp_overlap, first_stage_layers=first_stage_layers,
             last_stage_layers=last_stage_layers, recompute_layers=recompute_layers, ops=ops,
+            attention_flops=attention_flops,
         )  # fmt: skip
 
     report = emit(build, fmt, units=units, explain=explain)

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from tpcalc.calc.time.model import TimeModel
+from tpcalc.calc.tp.flops import AttentionFlops
 
 TimeModelOpt = Annotated[
     TimeModel,
@@ -82,5 +83,14 @@ OpsOpt = Annotated[
         "--ops",
         help="Instead of the layout table, list every operation of the slowest stage for one "
         "micro-batch: shape, FLOP, bytes, compute- or memory-bound, efficiency, time.",
+    ),
+]
+AttentionFlopsOpt = Annotated[
+    AttentionFlops,
+    typer.Option(
+        "--attention-flops",
+        help="How MFU counts the attention scores: 'causal' s²/2 (Megatron-LM, the default) or "
+        "'full' s² (the seeds, Narayanan et al. 2021 Eq. 3). The kernels' work is causal "
+        "either way.",
     ),
 ]

@@ -14,6 +14,7 @@ from tpcalc.calc.pipeline.schedule import Schedule
 from tpcalc.calc.time.model import TimeModel
 from tpcalc.calc.time.ops_table import ops_report
 from tpcalc.calc.time.step import Overlap, TimeOptions
+from tpcalc.calc.tp.flops import AttentionFlops
 from tpcalc.terms import Report
 from tpcalc.units import Dtype
 
@@ -53,6 +54,7 @@ def layout_report(
     ops: bool = False,
     etp: int = 1,
     memory: MemoryTechniques | None = None,
+    attention_flops: AttentionFlops = AttentionFlops.causal,
 ) -> Report:
     """Load the configs, build the layout and the run, price them; a published example with the
     same model and sizes contributes its cited MFU and a note on its workload. ``ops`` returns
@@ -83,6 +85,7 @@ def layout_report(
         ),
         first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
         recompute_layers=recompute_layers,
+        causal_model_flops=attention_flops is AttentionFlops.causal,
     )  # fmt: skip
     if ops:
         from tpcalc.calc.layout.groups import check_layout

@@ -124,7 +124,7 @@ def case_of(row: dict[str, Any]) -> Case | str:
         seq=row["seq_length"], microbatches=microbatches, micro_batch=mbs, vpp=vp,
         schedule=Schedule.interleaved if vp > 1 else Schedule.one_f_one_b,
         sp=tp > 1, recompute=Recompute.none, dtype=Dtype(row["dtype"]),
-        memory=MemoryTechniques(recompute_modules=modules),
+        memory=MemoryTechniques(recompute_modules=modules, mtp=_trains_mtp(row, recipe)),
     )  # fmt: skip
     overlap = Overlap(
         tp_comm=bool(recipe.get("tp_comm_overlap", True)) and tp > 1,
@@ -144,6 +144,14 @@ def case_of(row: dict[str, Any]) -> Case | str:
         measured_tokens_per_s_per_gpu=measured.get("tokens_per_s_per_gpu"),
         measured_tflop_per_s_per_gpu=measured.get("model_tflop_per_s_per_gpu"), source=where,
     )  # fmt: skip
+
+
+def _trains_mtp(row: dict[str, Any], recipe: dict[str, Any]) -> bool:
+    """Whether the run trains its MTP module: the table says "w/o MTP", or the recipe sets
+    mtp_num_layers (Megatron-Bridge's DeepSeek-V3 recipe: 1 by default)."""
+    if "w/o mtp" in str(row["model"].get("published", "")).lower():
+        return False
+    return bool(recipe.get("mtp_num_layers", 1))
 
 
 def recipe_options(row: dict[str, Any]) -> dict[str, Any]:

@@ -36,6 +36,7 @@ CP_CHUNKS_PER_RANK = 2  # zig-zag: each CP rank holds chunks i and 2·cp−1−i
 # first; the backward accumulates dQ, dK, dV the same way.
 CP_MERGE_BYTES = 3 * 4
 GDN_CHUNK = 64  # chunk length of the chunked delta rule (Yang et al. 2024, Gated DeltaNet §3.3)
+MTP_PRE_NORM_INPUTS = 2  # the embedding and the hidden state, normed and concatenated (2h)
 # Elements read + written per element, forward / backward (each backward reads the saved
 # input(s) and the output gradient and writes the input gradient(s)):
 NORM_RW = (2, 3)  # RMSNorm/LayerNorm: x -> y; x, dy -> dx
@@ -346,6 +347,22 @@ def layer_ops(spec: ModelSpec, shard: Shard, i: int) -> tuple[Op, ...]:
 def embedding_ops(spec: ModelSpec, shard: Shard) -> tuple[Op, ...]:
     """The input embedding of the first stage: a lookup (vocab-parallel, summed over TP)."""
     return elementwise("embedding", shard.sp_tokens * spec.hidden_size, EMBED_RW, shard.dtype)
+
+
+def mtp_ops(spec: ModelSpec, shard: Shard, padded_vocab: int) -> tuple[Op, ...]:
+    """One multi-token-prediction module on the last stage (DeepSeek-V3 report §2.2): the two
+    pre-norms, the 2h→h projection, one full-attention layer with the last layer's FFN, and
+    the shared LM head and loss once more."""
+    h, dt = spec.hidden_size, shard.dtype
+    last = spec.num_hidden_layers - 1
+    ffn = moe_ops(spec, shard) if spec.is_moe_layer(last) else dense_mlp_ops(spec, shard)
+    return (
+        *elementwise("mtp_norms", MTP_PRE_NORM_INPUTS * shard.sp_tokens * h, NORM_RW, dt),
+        *gemm("mtp_proj", shard.tokens, h, MTP_PRE_NORM_INPUTS * h, shard.gemm_dtype),
+        *attention_ops(spec, shard),
+        *ffn,
+        *head_ops(spec, shard, padded_vocab),
+    )
 
 
 def head_ops(spec: ModelSpec, shard: Shard, padded_vocab: int) -> tuple[Op, ...]:

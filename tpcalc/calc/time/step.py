@@ -61,6 +61,7 @@ from tpcalc.calc.time.ops import (
     embedding_ops,
     head_ops,
     layer_ops,
+    mtp_ops,
 )
 from tpcalc.calc.time.roofline import Rates, collective_time_s, op_time_s, rates
 from tpcalc.calc.tp.rules import DEFAULT_VOCAB_PAD_MULTIPLE, padded_vocab
@@ -104,7 +105,10 @@ class TimeOptions:
     """Modelling choices of the step-time model; every one is echoed in the output."""
 
     overlap: Overlap = field(default_factory=Overlap)
-    causal: bool = True
+    causal: bool = True  # the kernels skip the masked half of the scores (a decoder)
+    # MFU's model FLOPs count the attention scores causal (s²/2, Megatron-LM) or full (s², the
+    # seeds, Narayanan et al. 2021 Eq. 3): a counting convention, not work (--attention-flops)
+    causal_model_flops: bool = True
     vocab_pad_multiple: int = DEFAULT_VOCAB_PAD_MULTIPLE
     first_stage_layers: int | None = None
     last_stage_layers: int | None = None
@@ -524,6 +528,9 @@ def _stage_work(
         ends += embedding_ops(spec, ctx.shard)
     if stage == layout.pp - 1:
         ends += head_ops(spec, ctx.shard, padded)
+        if run.memory.mtp:
+            for _ in range(spec.mtp_layers):
+                ends += mtp_ops(spec, ctx.shard, padded)
     if ends:
         fwd = fwd + _pass_work(ends, Pass.forward, ctx.r, 1)
         bwd = bwd + _pass_work(ends, Pass.backward_input, ctx.r, 1)
@@ -694,7 +701,7 @@ def step_time(
     step_s = sum(parts.values())
     tokens = run.seq * run.micro_batch * m * layout.dp
     world = layout.world
-    model_flop = model_flop_per_token(spec, run.seq, opts.causal) * tokens
+    model_flop = model_flop_per_token(spec, run.seq, opts.causal_model_flops) * tokens
     peak = r.fp8_peak_flop_per_s if run.dtype is Dtype.fp8 else r.bf16_peak_flop_per_s
     hw_flop = _hardware_flop(stages, details) * m * layout.dp * layout.cp * layout.tp
     neck_ops = tuple(details[neck.stage])
