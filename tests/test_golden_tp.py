@@ -11,6 +11,7 @@ import pytest
 from tests.golden import expected
 from tpcalc.calc.activations.paper import Recompute, logits_terms, paper_model_terms
 from tpcalc.calc.params.counts import ParamConvention
+from tpcalc.calc.time.model import TimeModel
 from tpcalc.calc.tp.flops import flops_terms
 from tpcalc.reports.tp import tp_comm_row
 from tpcalc.terms import Row
@@ -34,6 +35,7 @@ def llama_tp8(llama70b, h100) -> Row:
     return tp_comm_row(
         llama70b,
         h100,
+        time_model=TimeModel.fixed,  # the seed's 6·N·tokens at 400 TFLOP/s
         t=8,
         seq=8192,
         micro_batch=1,

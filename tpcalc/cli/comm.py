@@ -6,6 +6,7 @@ import typer
 
 from tpcalc.calc.activations.paper import Recompute
 from tpcalc.calc.params.counts import ParamConvention
+from tpcalc.calc.time.model import TimeModel
 from tpcalc.cli.common import emit
 from tpcalc.cli.options import (
     DEFAULT_HARDWARE,
@@ -24,6 +25,7 @@ from tpcalc.cli.options import (
     TpOpt,
     UnitsOpt,
 )
+from tpcalc.cli.time_options import TimeModelOpt
 from tpcalc.render import Format
 from tpcalc.units import ByteUnits, Dtype
 
@@ -45,6 +47,7 @@ def comm(
     units: UnitsOpt = ByteUnits.GB,
     fmt: FormatOpt = Format.table,
     explain: ExplainOpt = False,
+    time_model: TimeModelOpt = TimeModel.roofline,
 ) -> None:
     """TP communication of one micro-batch (fwd + bwd): bytes per all-reduce, per layer, per
     step, and the time on NVLink and on the inter-node link, as a share of compute.
@@ -72,6 +75,7 @@ def comm(
             dtype=dtype,
             params=params,
             with_latency=latency,
+            time_model=time_model,
         )
 
     emit(build, fmt, units=units, explain=explain)

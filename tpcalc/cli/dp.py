@@ -7,6 +7,7 @@ import typer
 from tpcalc.calc.dp.gradients import DDP_BUCKET_MIB
 from tpcalc.calc.params.counts import ParamConvention
 from tpcalc.calc.params.states import StateRecipe
+from tpcalc.calc.time.model import TimeModel
 from tpcalc.cli.common import emit
 from tpcalc.cli.options import (
     DEFAULT_HARDWARE,
@@ -30,6 +31,7 @@ from tpcalc.cli.parallel_options import (
     StateRecipeOpt,
     TpIntOpt,
 )
+from tpcalc.cli.time_options import TimeModelOpt
 from tpcalc.render import Format
 from tpcalc.reports.inputs import LinkChoice
 from tpcalc.units import ByteUnits
@@ -55,6 +57,7 @@ def dp(
     units: UnitsOpt = ByteUnits.GB,
     fmt: FormatOpt = Format.table,
     explain: ExplainOpt = False,
+    time_model: TimeModelOpt = TimeModel.roofline,
 ) -> None:
     """Data parallelism: gradient bytes, ring all-reduce vs a naive gather to rank 0, time on
     the link the DP group crosses, DDP buckets, and whether it hides behind the backward pass.
@@ -83,6 +86,7 @@ def dp(
             gpus_per_node=gpus_per_node,
             link=link,
             with_latency=latency,
+            time_model=time_model,
         )
 
     emit(build, fmt, units=units, explain=explain)

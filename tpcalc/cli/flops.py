@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from tpcalc.calc.params.counts import ParamConvention
+from tpcalc.calc.time.model import TimeModel
 from tpcalc.calc.tp.flops import AttentionFlops
 from tpcalc.cli.common import emit
 from tpcalc.cli.options import (
@@ -22,6 +23,7 @@ from tpcalc.cli.options import (
     TpOpt,
     UnitsOpt,
 )
+from tpcalc.cli.time_options import TimeModelOpt
 from tpcalc.render import Format
 from tpcalc.units import ByteUnits
 
@@ -62,6 +64,7 @@ def flops(
     units: UnitsOpt = ByteUnits.GB,
     fmt: FormatOpt = Format.table,
     explain: ExplainOpt = False,
+    time_model: TimeModelOpt = TimeModel.roofline,
 ) -> None:
     """Per-rank FLOPs of one micro-batch (6·N·tokens/t) and compute time at the achieved FLOP/s.
 
@@ -90,6 +93,7 @@ def flops(
             attention=attention,
             attention_flops=attention_flops,
             mtp=mtp,
+            time_model=time_model,
         )
 
     emit(build, fmt, units=units, explain=explain)

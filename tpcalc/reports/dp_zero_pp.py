@@ -18,6 +18,7 @@ from tpcalc.calc.params.counts import ParamConvention, params_for, total_params
 from tpcalc.calc.params.states import StateRecipe, recipe_bytes
 from tpcalc.calc.pipeline.breakdown import pipeline_terms
 from tpcalc.calc.pipeline.schedule import Schedule
+from tpcalc.calc.time.model import TimeModel
 from tpcalc.reports.inputs import (
     Inputs,
     LinkChoice,
@@ -53,8 +54,11 @@ def dp_report(
     gpus_per_node: int | None = None,
     link: LinkChoice = LinkChoice.auto,
     with_latency: bool = True,
+    time_model: TimeModel = TimeModel.roofline,
 ) -> Report:
     """One row per DP size: gradient all-reduce per rank, link time, buckets, backward overlap.
+    The backward it hides behind is timed by the per-operation roofline (``TimeModel.fixed``:
+    4·N·tokens at the card's achieved FLOP/s, the seeds' convention).
 
     The DP group's ranks are ``tp`` apart (TP innermost), so it crosses nodes once dp·tp exceeds
     the GPUs per node. Tokens per rank per step = seq × micro_batch × microbatches.
@@ -65,6 +69,15 @@ def dp_report(
     grad_dtype = recipe_bytes(recipe).grad_dtype
     m = positive(microbatches, "--microbatches")
     tokens = inputs.seq * inputs.micro_batch * m
+    backward_s = None
+    if time_model is TimeModel.roofline:
+        from tpcalc.calc.time.step import micro_batch_compute
+
+        mb = micro_batch_compute(
+            inputs.spec, inputs.hw, tp=tp, seq=inputs.seq, micro_batch=inputs.micro_batch,
+            sp=tp > 1,
+        )  # fmt: skip
+        backward_s = mb.backward_s * m
     rows = []
     for n in int_list(dp, "--dp", [8]):
         lk = pick_link(link, n, tp, g)
@@ -73,9 +86,10 @@ def dp_report(
             flop_params=params_for(inputs.spec, params) // tp,
             tokens=tokens, n=n, hw=inputs.hw, link=lk, grad_dtype=grad_dtype,
             bucket_bytes=positive(bucket_mib, "--bucket-mib") * MiB, with_latency=with_latency,
-            nodes=pick_nodes(link, n, tp, g),
+            nodes=pick_nodes(link, n, tp, g), backward_time_s=backward_s,
         )  # fmt: skip
-        echo = {**base, "dp": n, "tp": tp, "seq": inputs.seq, "micro_batch": inputs.micro_batch,
+        echo = {**base, "time_model": time_model.value, "dp": n, "tp": tp, "seq": inputs.seq,
+                "micro_batch": inputs.micro_batch,
                 "microbatches": m, "tokens": tokens, "state_recipe": recipe.value,
                 "grad_dtype": grad_dtype.value, "link": lk.value, "bucket_mib": bucket_mib,
                 "params_convention": params.value, "latency": with_latency}  # fmt: skip

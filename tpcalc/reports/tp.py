@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from tpcalc.calc.activations.paper import Recompute
 from tpcalc.calc.params.counts import ParamConvention
+from tpcalc.calc.time.model import TimeModel
+from tpcalc.calc.time.step import micro_batch_compute
 from tpcalc.calc.tp.comm import tp_comm
 from tpcalc.calc.tp.comm_explain import tp_comm_terms
 from tpcalc.calc.tp.flops import AttentionFlops, flops_terms
 from tpcalc.calc.tp.rules import DEFAULT_VOCAB_PAD_MULTIPLE
 from tpcalc.reports.inputs import Inputs, parse_tp_list, resolve
 from tpcalc.specs import HardwareSpec, ModelSpec
-from tpcalc.terms import Report, Row, Scalar, Term
+from tpcalc.terms import Report, Row, Scalar, Term, Unit, term
 from tpcalc.units import Dtype
 
 COMPUTE_TIME_KEY = "compute_time_s"
@@ -30,6 +33,12 @@ def tp_warnings(inputs: Inputs) -> list[str]:
     return warnings
 
 
+SRC_ROOFLINE_COMPUTE = (
+    "tpcalc.calc.time.step.micro_batch_compute: every op of the model on one TP rank timed by "
+    "the roofline on the card's measured kernel rates (the model tpcalc validate checks)"
+)
+
+
 def compute_term(
     spec: ModelSpec,
     hw: HardwareSpec,
@@ -38,14 +47,30 @@ def compute_term(
     seq: int,
     micro_batch: int,
     params: ParamConvention,
+    time_model: TimeModel = TimeModel.roofline,
+    sp: bool = True,
+    recompute_full: bool = False,
 ) -> Term:
-    """The per-rank compute time of one micro-batch, as ``tpcalc flops`` prints it.
+    """The per-rank compute time of one micro-batch, as ``tpcalc flops`` prints it: the
+    per-operation roofline (default; issue 13 §5: one compute model in comm, flops, dp and
+    layout) or the seeds' 6·N·tokens at the card's achieved FLOP/s (``TimeModel.fixed``).
 
     The one place that picks a flops result by key: ``tpcalc.calc.tp.flops`` still returns
     terms; when it returns a typed result, read its ``compute_time_s`` here instead.
     """
-    flops = flops_terms(spec, hw, t=t, seq=seq, micro_batch=micro_batch, params=params)
-    return next(x for x in flops if x.key == COMPUTE_TIME_KEY)
+    if time_model is TimeModel.fixed:
+        flops = flops_terms(spec, hw, t=t, seq=seq, micro_batch=micro_batch, params=params)
+        return next(x for x in flops if x.key == COMPUTE_TIME_KEY)
+    recompute = Recompute.full if recompute_full else Recompute.none
+    mb = micro_batch_compute(
+        spec, hw, tp=t, seq=seq, micro_batch=micro_batch, sp=sp and t > 1, recompute=recompute
+    )
+    return term(
+        COMPUTE_TIME_KEY, "compute time", mb.total_s, Unit.seconds,
+        formula="Σ forward + backward op times of one micro-batch, roofline",
+        source=SRC_ROOFLINE_COMPUTE,
+        forward_s=mb.forward_s, backward_s=mb.backward_s, t=t,
+    )  # fmt: skip
 
 
 def tp_comm_row(
@@ -60,9 +85,13 @@ def tp_comm_row(
     recompute_full: bool = False,
     params: ParamConvention = ParamConvention.matmul,
     with_latency: bool = True,
+    time_model: TimeModel = TimeModel.roofline,
 ) -> Row:
     """One row of ``tpcalc comm``: ``tp_comm`` for one t, with its explanations and inputs."""
-    compute = compute_term(spec, hw, t=t, seq=seq, micro_batch=micro_batch, params=params)
+    compute = compute_term(
+        spec, hw, t=t, seq=seq, micro_batch=micro_batch, params=params, time_model=time_model,
+        sp=sp, recompute_full=recompute_full,
+    )  # fmt: skip
     c = tp_comm(
         spec, hw, t=t, seq=seq, micro_batch=micro_batch, dtype=dtype,
         recompute_full=recompute_full, with_latency=with_latency,
@@ -72,7 +101,7 @@ def tp_comm_row(
         "model": spec.name, "hardware": hw.name, "t": t, "seq": seq,
         "micro_batch": micro_batch, "dtype": dtype.value, "sp": sp,
         "recompute_full": recompute_full, "params_convention": params.value,
-        "latency": with_latency,
+        "latency": with_latency, "time_model": time_model.value,
     }  # fmt: skip
     terms = tp_comm_terms(
         c, sp=sp, seq=seq, micro_batch=micro_batch, hidden_size=spec.hidden_size,
@@ -93,6 +122,7 @@ def comm_report(
     dtype: Dtype = Dtype.bf16,
     params: ParamConvention = ParamConvention.matmul,
     with_latency: bool = True,
+    time_model: TimeModel = TimeModel.roofline,
 ) -> Report:
     """One row per t: TP bytes per collective / layer / step and link times (tpcalc comm)."""
     inputs = resolve(model, hardware, seq=seq, micro_batch=micro_batch, tp=tp)
@@ -109,6 +139,7 @@ def comm_report(
             recompute_full=recompute_full,
             params=params,
             with_latency=with_latency,
+            time_model=time_model,
         )
         for t in inputs.tps
     )
@@ -130,8 +161,10 @@ def flops_report(
     attention: bool = False,
     attention_flops: AttentionFlops = AttentionFlops.full,
     mtp: bool | None = None,
+    time_model: TimeModel = TimeModel.roofline,
 ) -> Report:
-    """One row per t: per-rank FLOPs of one micro-batch and compute time (tpcalc flops)."""
+    """One row per t: per-rank FLOPs of one micro-batch and compute time (tpcalc flops); the
+    time by the per-operation roofline, or at the achieved FLOP/s with ``TimeModel.fixed``."""
     inputs = resolve(model, hardware, seq=seq, micro_batch=micro_batch, tp=tp)
     warnings = tp_warnings(inputs)
     rows = []
@@ -147,6 +180,12 @@ def flops_report(
             mask=attention_flops,
             mtp=mtp,
         )
+        if time_model is TimeModel.roofline:
+            timed = compute_term(
+                inputs.spec, inputs.hw, t=t, seq=inputs.seq, micro_batch=inputs.micro_batch,
+                params=params,
+            )  # fmt: skip
+            terms = tuple(timed if x.key == COMPUTE_TIME_KEY else x for x in terms)
         rows.append(
             Row(
                 inputs={
@@ -160,6 +199,7 @@ def flops_report(
                     "attention_flops": attention_flops.value,
                     "active_params": inputs.spec.is_moe,
                     "mtp": (params is ParamConvention.all) if mtp is None else mtp,
+                    "time_model": time_model.value,
                 },
                 terms=terms,
             )

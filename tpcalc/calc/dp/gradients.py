@@ -136,6 +136,7 @@ def gradient_sync(
     bucket_bytes: int = DDP_BUCKET_BYTES,
     with_latency: bool = False,
     nodes: int | None = None,
+    backward_time_s: float | None = None,
 ) -> GradientSync:
     """Gradient bytes, ring vs naive bytes, link time, buckets, and the overlap check.
 
@@ -144,7 +145,9 @@ def gradient_sync(
     ``tokens`` the tokens each rank computes per step. At least the last bucket's all-reduce
     is always exposed (seed 000 §数据并行). ``nodes`` = nodes the group spans
     (``links.nodes_spanned``; default ``links.link_nodes``): each bucket's all-reduce pays NCCL's
-    ring latency, α_inter only on its node-crossing steps.
+    ring latency, α_inter only on its node-crossing steps. ``backward_time_s``, when given (the
+    per-operation roofline's), replaces 4·N·tokens at the card's achieved FLOP/s, and the
+    achieved rate becomes the one it implies.
     """
     check_group(n)
     G = gradient_bytes(params, grad_dtype)
@@ -159,8 +162,12 @@ def gradient_sync(
         ring_all_reduce_bytes(last, n), steps, hw, link, with_latency=with_latency
     )
     flop = backward_flop(flop_params, tokens)  # 4 · N · tokens
-    achieved = hw.achieved_flop_per_s.value
-    bwd_s = flop / achieved
+    if backward_time_s is None:
+        achieved = hw.achieved_flop_per_s.value
+        bwd_s = flop / achieved
+    else:
+        bwd_s = backward_time_s
+        achieved = flop / bwd_s
     return GradientSync(
         grad_bytes=G,
         ring_send_bytes_per_rank=ring,

@@ -103,11 +103,14 @@ def dp_terms(
     bucket_bytes: int = DDP_BUCKET_BYTES,
     with_latency: bool = False,
     nodes: int | None = None,
+    backward_time_s: float | None = None,
 ) -> tuple[Term, ...]:
-    """The rows of ``tpcalc dp`` for one group size: ``gradient_sync`` with its explanations."""
+    """The rows of ``tpcalc dp`` for one group size: ``gradient_sync`` with its explanations
+    (``backward_time_s``: the roofline's backward, see ``gradient_sync``)."""
     r: GradientSync = gradient_sync(
         params=params, flop_params=flop_params, tokens=tokens, n=n, hw=hw, link=link,
         grad_dtype=grad_dtype, bucket_bytes=bucket_bytes, with_latency=with_latency, nodes=nodes,
+        backward_time_s=backward_time_s,
     )  # fmt: skip
     link_src = f"{hw.name} {link.value} bandwidth: alpha-beta model (seed 003 table 7-7)"
     link_src = f"{link_src}; {latency_source(hw, with_latency)}"
@@ -133,4 +136,17 @@ def dp_terms(
         "hides_behind_backward": {**comm, **bwd},
     }  # fmt: skip
     table = explanations(link, link_src)
+    if backward_time_s is not None:  # timed by the roofline: the rate is the one it implies
+        table = {
+            **table,
+            "achieved_flop_per_s": Explanation(
+                "achieved (implied)", Unit.flop_per_s, "backward FLOP / roofline backward time",
+                "tpcalc.calc.time.step.micro_batch_compute (per-operation roofline)",
+            ),
+            "backward_time_s": Explanation(
+                "backward time", Unit.seconds,
+                "m · Σ backward op times of one micro-batch (per-operation roofline)",
+                "tpcalc.calc.time.step.micro_batch_compute",
+            ),
+        }  # fmt: skip
     return terms(r, {k: table[k] for k in ROW}, symbols=symbols)

@@ -747,3 +747,42 @@ def _pp_exposed(ctx: _Ctx, m: int, v: int, schedule: Schedule) -> tuple[float, f
     every = m * chunks + p - 1
     sends = (p - 1) if ctx.opts.overlap.pp_p2p else every
     return P2P_PASSES * sends * one, P2P_PASSES * every * one
+
+
+@dataclass(frozen=True, slots=True)
+class MicroBatchCompute:
+    """The compute of one micro-batch through the whole model on one TP rank (no pipeline, no
+    communication): what ``comm``, ``flops`` and ``dp`` compare their traffic against."""
+
+    forward_s: float
+    backward_s: float  # input and weight gradients, with any recomputation
+
+    @property
+    def total_s(self) -> float:
+        return self.forward_s + self.backward_s
+
+
+def _compute_only(w: Work) -> float:
+    return w.gemm_s + w.attention_s + w.memory_s + w.overhead_s
+
+
+def micro_batch_compute(
+    spec: ModelSpec,
+    hw: HardwareSpec,
+    *,
+    tp: int,
+    seq: int,
+    micro_batch: int,
+    sp: bool = True,
+    recompute: Recompute = Recompute.none,
+    dtype: Dtype = Dtype.bf16,
+) -> MicroBatchCompute:
+    """Forward and backward compute seconds of one micro-batch on one TP rank, every op timed
+    by the roofline (``step_time`` on a one-stage layout, its communication left out)."""
+    layout = ParallelLayout(gpus_per_node=hw.gpus_per_node.value, tp=tp)
+    run = LayoutRun(
+        seq=seq, microbatches=1, micro_batch=micro_batch, sp=sp, recompute=recompute, dtype=dtype
+    )
+    (stage,) = step_time(spec, hw, layout, run).stages
+    backward = stage.backward_input + stage.backward_weight + stage.recompute
+    return MicroBatchCompute(_compute_only(stage.forward), _compute_only(backward))
