@@ -221,3 +221,27 @@ def test_the_attention_flops_convention_moves_mfu_not_the_step():
     full = llama405_step(causal_model_flops=False)
     assert full.step_time_s == causal.step_time_s
     assert full.model_flop_per_step > causal.model_flop_per_step
+
+
+def test_comm_flops_and_dp_share_the_step_models_compute(cli):
+    """Issue 13 §5: one compute model everywhere. comm, flops and dp time one micro-batch with
+    the per-operation roofline by default; --time-model fixed is the seeds' 400 TFLOP/s."""
+    import json
+
+    from tpcalc.calc.time.step import micro_batch_compute
+
+    mb = micro_batch_compute(LLAMA70, H100, tp=8, seq=8192, micro_batch=1, sp=False)
+    comm = json.loads(cli("comm", "-m", "llama3-70b", "-t", "8", "-f", "json").out)[0]
+    flops = json.loads(cli("flops", "-m", "llama3-70b", "-t", "8", "-f", "json").out)[0]
+    assert comm["compute_time_s"] == pytest.approx(mb.total_s)
+    sp_mb = micro_batch_compute(LLAMA70, H100, tp=8, seq=8192, micro_batch=1, sp=True)
+    assert flops["compute_time_s"] == pytest.approx(sp_mb.total_s)
+    dp = json.loads(cli("dp", "-m", "llama3-70b", "--dp", "8", "-f", "json").out)[0]
+    one = micro_batch_compute(LLAMA70, H100, tp=1, seq=8192, micro_batch=1, sp=False)
+    assert dp["backward_time_s"] == pytest.approx(one.backward_s)
+    fixed = json.loads(
+        cli("comm", "-m", "llama3-70b", "-t", "8", "--params", "all", "--time-model", "fixed",
+            "-f", "json").out
+    )[0]  # fmt: skip
+    # seed 003 table 7-7: 6 · 70.55e9 · 8192 / (8 · 400 TFLOP/s) = 1.08 s
+    assert fixed["compute_time_s"] == pytest.approx(1.08, abs=0.005)
