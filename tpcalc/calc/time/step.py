@@ -703,7 +703,7 @@ def step_time(
     world = layout.world
     model_flop = model_flop_per_token(spec, run.seq, opts.causal_model_flops) * tokens
     peak = r.fp8_peak_flop_per_s if run.dtype is Dtype.fp8 else r.bf16_peak_flop_per_s
-    hw_flop = _hardware_flop(stages, details) * m * layout.dp * layout.cp * layout.tp
+    hw_flop = _hardware_flop(details) * m * layout.dp * layout.cp * layout.tp
     neck_ops = tuple(details[neck.stage])
     return StepTime(
         **parts,
@@ -729,8 +729,9 @@ def step_time(
     )
 
 
-def _hardware_flop(stages: tuple[StageWork, ...], details: tuple[list[OpTime], ...]) -> float:
-    """FLOP every stage's kernels execute per micro-batch (attention backward at 2.5×)."""
+def _hardware_flop(details: tuple[list[OpTime], ...]) -> float:
+    """FLOP every stage's kernels execute per micro-batch (attention backward at 2.5×;
+    recomputation is not counted)."""
     return sum(ot.op.flop * ot.count for d in details for ot in d)
 
 
