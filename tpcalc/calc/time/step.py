@@ -639,16 +639,9 @@ def _model_flop_per_token(spec: ModelSpec, seq: int, causal: bool) -> float:
     return FLOP_PER_PARAM_TOKEN * active_matmul_params(spec) + attn
 
 
-def step_time(
-    spec: ModelSpec,
-    hw: HardwareSpec,
-    layout: ParallelLayout,
-    run: LayoutRun,
-    opts: TimeOptions | None = None,
-) -> StepTime:
-    """The step of ``layout`` running ``run`` on ``hw`` (module docstring)."""
-    opts = opts or TimeOptions()
-    r = rates(hw, run.dtype, efficiency_scale=opts.efficiency_scale)
+def _context(spec: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, run: LayoutRun,
+             opts: TimeOptions) -> _Ctx:  # fmt: skip
+    """The rates, the micro-batch's shard and the groups every op and collective is timed on."""
     shard = Shard(
         seq=run.seq, micro_batch=run.micro_batch, tp=layout.tp, cp=layout.cp, ep=layout.ep,
         etp=layout.etp, sp=run.sp and layout.tp > 1, dtype=Dtype.bf16, gemm_dtype=run.dtype,
@@ -657,7 +650,51 @@ def step_time(
     ep_overlap = opts.overlap.ep_a2a
     if ep_overlap is None:
         ep_overlap = run.schedule is Schedule.dualpipe
-    ctx = _Ctx(spec, layout, shard, r, opts, groups(layout, layout.etp), ep_overlap)
+    r = rates(hw, run.dtype, efficiency_scale=opts.efficiency_scale)
+    return _Ctx(spec, layout, shard, r, opts, groups(layout, layout.etp), ep_overlap)
+
+
+def _bubble_s(stages: tuple[StageWork, ...], run: LayoutRun, p: int) -> float:
+    """The schedule's bubble over the mean stage F, B, W (``pipeline.bubble_time_s``)."""
+    if p == 1:
+        return 0.0
+    mean = StageTimes(
+        *(sum(getattr(st.times, f) for st in stages) / p
+          for f in ("forward_s", "backward_input_s", "backward_weight_s"))
+    )  # fmt: skip
+    return bubble_time_s(run.schedule, p, run.microbatches, mean, run.vpp)
+
+
+def _tail(
+    ctx: _Ctx, stages: tuple[StageWork, ...], neck: StageWork, vpp: int
+) -> tuple[float, float, float]:
+    """(exposed DP, optimizer, total DP) seconds after the last backward. The stage that
+    finishes last decides: in 1F1B stage s finishes its last backward s backward-steps before
+    stage 0, so its tail starts that much earlier."""
+    zero = ctx.layout.zero
+    step_back = neck.times.backward_input_s + neck.times.backward_weight_s
+    best = (-1.0, 0.0, 0.0)
+    for st in stages:
+        dp_exp, dp_total = _dp_exposed(ctx, st, zero, vpp)
+        tail = max(0.0, dp_exp + _optimizer_s(ctx, st, zero) - st.stage * step_back)
+        if tail > best[0]:
+            best = (tail, dp_exp, dp_total)
+    tail, dp_exp, dp_total = best
+    optimizer = max(0.0, tail - dp_exp)
+    return tail - optimizer, optimizer, dp_total
+
+
+def step_time(
+    spec: ModelSpec,
+    hw: HardwareSpec,
+    layout: ParallelLayout,
+    run: LayoutRun,
+    opts: TimeOptions | None = None,
+) -> StepTime:
+    """The step of ``layout`` running ``run`` on ``hw`` (module docstring):
+    m · (F + B + W) of the slowest stage + bubble + exposed p2p + DP tail + optimizer."""
+    opts = opts or TimeOptions()
+    ctx = _context(spec, hw, layout, run, opts)
     padded = padded_vocab(spec.vocab_size, layout.tp, opts.vocab_pad_multiple)
     split = stage_layers(
         spec.num_hidden_layers, layout.pp, run.vpp,
@@ -667,54 +704,38 @@ def step_time(
         *(_stage_work(ctx, s, layers, run, padded) for s, layers in enumerate(split)),
         strict=True,
     )
-    m, p, v = run.microbatches, layout.pp, run.vpp
+    m = run.microbatches
     neck = max(stages, key=lambda st: st.total_s)
-    mean = StageTimes(
-        *(sum(getattr(st.times, f) for st in stages) / p
-          for f in ("forward_s", "backward_input_s", "backward_weight_s"))
-    )  # fmt: skip
-    bubble = bubble_time_s(run.schedule, p, m, mean, v) if p > 1 else 0.0
-    pp_s, pp_total = _pp_exposed(ctx, m, v, run.schedule)
-    # The DP tail and optimizer of the stage that finishes last decide the end of the step;
-    # in 1F1B stage s finishes its last backward s backward-steps before stage 0.
-    tails = []
-    for st in stages:
-        dp_exp, dp_total = _dp_exposed(ctx, st, layout.zero, run.vpp)
-        ahead = st.stage * (neck.times.backward_input_s + neck.times.backward_weight_s)
-        tails.append(
-            (max(0.0, dp_exp + _optimizer_s(ctx, st, layout.zero) - ahead), dp_exp, dp_total, st)
-        )
-    tail, dp_exp, dp_total, tail_stage = max(tails, key=lambda x: x[0])
-    opt_s = max(0.0, tail - dp_exp)
-    dp_part = tail - opt_s
-    work = neck.work.scaled(m)
-    rec = neck.recompute.scaled(m)
+    pp_s, pp_total = _pp_exposed(ctx, m, run.vpp, run.schedule)
+    dp_s, opt_s, dp_total = _tail(ctx, stages, neck, run.vpp)
+    work, rec = neck.work.scaled(m), neck.recompute.scaled(m)
     parts = {
         "gemm_time_s": work.gemm_s, "attention_time_s": work.attention_s,
         "memory_bound_time_s": work.memory_s,
         "moe_overhead_time_s": work.overhead_s + rec.overhead_s,
         "recompute_time_s": rec.gemm_s + rec.attention_s + rec.memory_s,
         "tp_exposed_time_s": work.tp_s + rec.tp_s, "cp_exposed_time_s": work.cp_s + rec.cp_s,
-        "ep_exposed_time_s": work.ep_s + rec.ep_s, "bubble_time_s": bubble,
-        "pp_exposed_time_s": pp_s, "dp_exposed_time_s": dp_part, "optimizer_time_s": opt_s,
+        "ep_exposed_time_s": work.ep_s + rec.ep_s,
+        "bubble_time_s": _bubble_s(stages, run, layout.pp),
+        "pp_exposed_time_s": pp_s, "dp_exposed_time_s": dp_s, "optimizer_time_s": opt_s,
     }  # fmt: skip
     step_s = sum(parts.values())
     tokens = run.seq * run.micro_batch * m * layout.dp
-    world = layout.world
+    gpu_s = step_s * layout.world
     model_flop = model_flop_per_token(spec, run.seq, opts.causal_model_flops) * tokens
+    r = ctx.r
     peak = r.fp8_peak_flop_per_s if run.dtype is Dtype.fp8 else r.bf16_peak_flop_per_s
     hw_flop = _hardware_flop(details) * m * layout.dp * layout.cp * layout.tp
-    neck_ops = tuple(details[neck.stage])
     return StepTime(
         **parts,
         step_time_s=step_s,
         tokens_per_step=tokens,
-        tokens_per_s_per_gpu=tokens / step_s / world,
+        tokens_per_s_per_gpu=tokens / gpu_s,
         model_flop_per_step=model_flop,
-        model_flop_per_s_per_gpu=model_flop / step_s / world,
-        mfu_ratio=model_flop / step_s / world / peak,
+        model_flop_per_s_per_gpu=model_flop / gpu_s,
+        mfu_ratio=model_flop / gpu_s / peak,
         hardware_flop_per_step=hw_flop,
-        hfu_ratio=hw_flop / step_s / world / peak,
+        hfu_ratio=hw_flop / gpu_s / peak,
         tp_comm_time_s=work.tp_comm_s + rec.tp_comm_s,
         cp_comm_time_s=work.cp_comm_s + rec.cp_comm_s,
         ep_comm_time_s=work.ep_comm_s + rec.ep_comm_s,
@@ -725,7 +746,7 @@ def step_time(
         stage_backward_input_time_s=neck.times.backward_input_s,
         stage_backward_weight_time_s=neck.times.backward_weight_s,
         stages=tuple(stages),
-        bottleneck_ops=neck_ops,
+        bottleneck_ops=tuple(details[neck.stage]),
     )
 
 
