@@ -245,3 +245,17 @@ def test_comm_flops_and_dp_share_the_step_models_compute(cli):
     )[0]  # fmt: skip
     # seed 003 table 7-7: 6 · 70.55e9 · 8192 / (8 · 400 TFLOP/s) = 1.08 s
     assert fixed["compute_time_s"] == pytest.approx(1.08, abs=0.005)
+
+
+def test_unfused_sink_attention_materialises_every_score():
+    # Transformer Engine falls back to unfused attention for learnable sinks (TE issue #2318):
+    # Q·Kᵀ and P·V over all s² scores, the window notwithstanding, and a softmax over them
+    oss = load_model("gpt-oss-120b")
+    shard = Shard(seq=4096, micro_batch=1, fused_sinks=False)
+    ops = [o for o in layer_ops(oss, shard, 0) if o.name.startswith("core_attn")]
+    qk = next(o for o in ops if o.name == "core_attn_qk" and o.phase is Pass.forward)
+    assert qk.flop == 2 * 4096 * 4096 * 64 * 64  # 64 heads of d = 64, full square
+    fused = [
+        o for o in layer_ops(oss, replace(shard, fused_sinks=True), 0) if o.name == "core_attn"
+    ]
+    assert fused[0].flop == 2 * 64 * 4096 * 128 * (64 + 64)  # banded: 128 keys per query

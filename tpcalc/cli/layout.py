@@ -64,6 +64,7 @@ from tpcalc.cli.time_options import (
     DpOverlapOpt,
     EpOverlapOpt,
     FirstStageLayersOpt,
+    FusedSinksOpt,
     LastStageLayersOpt,
     OpsOpt,
     RecomputeLayersOpt,
@@ -136,6 +137,7 @@ def layout(
     recompute_layers: RecomputeLayersOpt = None,
     ops: OpsOpt = False,
     attention_flops: AttentionFlopsOpt = AttentionFlops.causal,
+    fused_sinks: FusedSinksOpt = True,
 ) -> None:
     """A combined layout: checks world size and every divisibility, places groups on GPUs (TP
     innermost, PP outermost; a group wider than a node is priced on the inter-node link), and
@@ -191,7 +193,7 @@ def layout(
             time_model=time_model, tp_comm_overlap=tp_comm_overlap, dp_overlap=dp_overlap,
             ep_overlap=ep_overlap, cp_overlap=cp_overlap, first_stage_layers=first_stage_layers,
             last_stage_layers=last_stage_layers, recompute_layers=recompute_layers, ops=ops,
-            attention_flops=attention_flops,
+            attention_flops=attention_flops, fused_sinks=fused_sinks,
         )  # fmt: skip
 
     report = emit(build, fmt, units=units, explain=explain)

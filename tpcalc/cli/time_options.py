@@ -94,3 +94,11 @@ AttentionFlopsOpt = Annotated[
         "either way.",
     ),
 ]
+FusedSinksOpt = Annotated[
+    bool,
+    typer.Option(
+        "--fused-sinks/--unfused-sinks",
+        help="Attention sinks (GPT-OSS) in a fused kernel, or the unfused fallback with the "
+        "scores materialised that Transformer Engine takes without one (TE issue #2318).",
+    ),
+]

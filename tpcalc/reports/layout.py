@@ -55,6 +55,7 @@ def layout_report(
     etp: int = 1,
     memory: MemoryTechniques | None = None,
     attention_flops: AttentionFlops = AttentionFlops.causal,
+    fused_sinks: bool = True,
 ) -> Report:
     """Load the configs, build the layout and the run, price them; a published example with the
     same model and sizes contributes its cited MFU and a note on its workload. ``ops`` returns
@@ -85,7 +86,7 @@ def layout_report(
         ),
         first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
         recompute_layers=recompute_layers,
-        causal_model_flops=attention_flops is AttentionFlops.causal,
+        causal_model_flops=attention_flops is AttentionFlops.causal, fused_sinks=fused_sinks,
     )  # fmt: skip
     if ops:
         from tpcalc.calc.layout.groups import check_layout

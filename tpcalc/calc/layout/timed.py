@@ -60,6 +60,7 @@ def time_inputs(hw: HardwareSpec, opts: TimeOptions) -> dict[str, Scalar]:
         "dp_overlap": ov.dp_grad_reduce and ov.dp_param_gather,
         "causal": opts.causal,
         "attention_flops": "causal" if opts.causal_model_flops else "full",
+        "fused_sinks": opts.fused_sinks,
         "first_stage_layers": opts.first_stage_layers,
         "last_stage_layers": opts.last_stage_layers,
         "recompute_layers": opts.recompute_layers,

@@ -47,6 +47,8 @@ ACT_PLAIN_RW = (2, 3)  # GeLU, fused with its bias (Megatron bias_gelu_fusion): 
 # forward (x -> r -> y), and their two backward kernels.
 ACT_RELU2_RW = (4, 6)
 ROPE_RW = (2, 2)  # q, k rotated in place; the backward rotates the gradient back
+# Materialised softmax: scores -> probabilities; probabilities, their gradient -> dscores
+UNFUSED_SOFTMAX_RW = (2, 3)
 GATE_RW = (3, 4)  # sigmoid output gate: o, g -> y; o, g, dy -> do, dg
 PERMUTE_RW = (2, 2)  # MoE token permute / unpermute: a gather and its scatter
 EMBED_RW = (1, 3)  # lookup writes T·h; the backward scatter-adds dy into the table
@@ -104,6 +106,9 @@ class Shard:
     dtype: Dtype = Dtype.bf16  # activations and communication
     gemm_dtype: Dtype = Dtype.bf16  # the transformer layers' GEMM operands (fp8 with TE)
     causal: bool = True
+    # A fused attention kernel for learnable softmax sinks (cuDNN / FlashAttention with sinks);
+    # False: the unfused fallback Transformer Engine takes without one (TE issue #2318).
+    fused_sinks: bool = True
 
     @property
     def tokens(self) -> int:
@@ -192,6 +197,22 @@ def attention_core(
     )
 
 
+def unfused_attention(name: str, shard: Shard, heads: int, d: int) -> tuple[Op, ...]:
+    """Attention with the scores materialised (Transformer Engine's UnfusedDotProductAttention,
+    which it falls back to for a learnable softmax sink: NVIDIA/TransformerEngine issue #2318):
+    Q·Kᵀ and P·V as batched GEMMs over every score, masked or not, and a softmax that reads and
+    writes each score (its backward: probabilities and their gradient in, score gradient out)."""
+    b, q_len, kv_len = shard.micro_batch, shard.seq // shard.cp, shard.seq
+    groups = b * heads
+    scores = groups * q_len * kv_len
+    dt = shard.dtype
+    return (
+        *gemm(f"{name}_qk", q_len, kv_len, d, dt, groups),
+        *elementwise(f"{name}_softmax", scores, UNFUSED_SOFTMAX_RW, dt),
+        *gemm(f"{name}_pv", q_len, d, kv_len, dt, groups),
+    )
+
+
 def _heads(spec: ModelSpec, shard: Shard) -> tuple[int, int]:
     """(query heads, KV heads) on one TP rank; KV heads are replicated when t > n_kv."""
     return spec.num_attention_heads // shard.tp, max(1, spec.kv_heads // shard.tp)
@@ -213,7 +234,10 @@ def attention_ops(spec: ModelSpec, shard: Shard, banded: bool = False) -> tuple[
         ops += elementwise("qk_norm", t_all * (nq + nkv) * d, NORM_RW, dt)
     ops += elementwise("rope", t_all * (nq + nkv) * d, ROPE_RW, dt)
     window = spec.sliding_window if banded else None
-    ops += attention_core("core_attn", shard, nq, nkv, d, d, window)
+    if spec.attention_sinks and not shard.fused_sinks:
+        ops += unfused_attention("core_attn", shard, nq, d)
+    else:
+        ops += attention_core("core_attn", shard, nq, nkv, d, d, window)
     if spec.attn_output_gate:
         ops += elementwise("attn_gate", t_all * nq * d, GATE_RW, dt)
     ops += gemm("out_proj", t_all, h, nq * d, shard.gemm_dtype)

@@ -106,6 +106,7 @@ class TimeOptions:
 
     overlap: Overlap = field(default_factory=Overlap)
     causal: bool = True  # the kernels skip the masked half of the scores (a decoder)
+    fused_sinks: bool = True  # attention sinks run in a fused kernel (else materialised scores)
     # MFU's model FLOPs count the attention scores causal (s²/2, Megatron-LM) or full (s², the
     # seeds, Narayanan et al. 2021 Eq. 3): a counting convention, not work (--attention-flops)
     causal_model_flops: bool = True
@@ -645,7 +646,7 @@ def _context(spec: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, run: Lay
     shard = Shard(
         seq=run.seq, micro_batch=run.micro_batch, tp=layout.tp, cp=layout.cp, ep=layout.ep,
         etp=layout.etp, sp=run.sp and layout.tp > 1, dtype=Dtype.bf16, gemm_dtype=run.dtype,
-        causal=opts.causal,
+        causal=opts.causal, fused_sinks=opts.fused_sinks,
     )  # fmt: skip
     ep_overlap = opts.overlap.ep_a2a
     if ep_overlap is None:
