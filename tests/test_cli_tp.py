@@ -61,7 +61,7 @@ def test_default_t_sweeps_powers_of_two_to_a_node(cli):
 
 
 def test_explain_prints_formula_source_and_numbers(cli):
-    r = cli("comm", "-m", "llama3-70b", "-t", "8", "--explain")
+    r = cli("comm", "-m", "llama3-70b", "-t", "8", "--no-sp", "--explain")
     assert "send_bytes_per_allreduce = 2(t-1)/t · M" in r.out
     assert "with t=8, M=134,217,728" in r.out
     assert "source: Patarasuk & Yuan 2009" in r.out

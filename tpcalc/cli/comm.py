@@ -39,7 +39,7 @@ def comm(
     seq: SeqOpt = None,
     micro_batch: MicroBatchOpt = 1,
     hardware: HardwareOpt = DEFAULT_HARDWARE,
-    sp: SpOpt = False,
+    sp: SpOpt = True,
     recompute: RecomputeOpt = Recompute.selective,
     dtype: DtypeOpt = Dtype.bf16,
     params: ParamsOpt = ParamConvention.matmul,
@@ -58,7 +58,8 @@ def comm(
 
       tpcalc comm -m qwen3.8 -s 4096 -t 1,2,4,8 --hardware h800 --format json
 
-      tpcalc comm -m llama3-70b -t 8 --params all --no-latency --explain
+      tpcalc comm -m llama3-70b -t 8 --params all --no-latency --no-sp --time-model fixed
+      --explain   # seed 003's table 7-7, its conventions
     """
 
     def build():

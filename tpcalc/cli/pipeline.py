@@ -62,7 +62,7 @@ def pipeline(
     micro_batch: MicroBatchOpt = 1,
     hardware: HardwareOpt = DEFAULT_HARDWARE,
     dtype: DtypeOpt = Dtype.bf16,
-    sp: SpOpt = False,
+    sp: SpOpt = True,
     recompute: RecomputeOpt = Recompute.selective,
     activations: ActivationsOpt = ActivationModel.exact,
     uneven: UnevenOpt = True,

@@ -52,7 +52,7 @@ def zero(
     micro_batch: MicroBatchOpt = 1,
     hardware: HardwareOpt = DEFAULT_HARDWARE,
     state_recipe: StateRecipeOpt = StateRecipe.zero16,
-    sp: SpOpt = False,
+    sp: SpOpt = True,
     recompute: RecomputeOpt = Recompute.selective,
     gpus_per_node: GpusPerNodeOpt = None,
     link: LinkOpt = LinkChoice.auto,

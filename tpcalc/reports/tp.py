@@ -117,7 +117,7 @@ def comm_report(
     tp: str | int | list[int] | None = None,
     seq: int | None = None,
     micro_batch: int = 1,
-    sp: bool = False,
+    sp: bool = True,
     recompute_full: bool = False,
     dtype: Dtype = Dtype.bf16,
     params: ParamConvention = ParamConvention.matmul,
