@@ -28,8 +28,33 @@ PpListOpt = Annotated[
     ),
 ]
 PpOpt = Annotated[int, typer.Option("--pp", help="Pipeline-parallel size.")]
+
+
+def one_tp(value: str) -> int:
+    """--tp as every command spells it ('8', or a list '1,2,4,8' where a command sweeps t),
+    here one value: a command that prices one layout says so instead of failing to parse."""
+    sizes = [part.strip() for part in str(value).split(",")]
+    if len(sizes) != 1:
+        raise typer.BadParameter(
+            f"{value!r}: this command prices one TP size, give one value such as 8 "
+            "(comm, memory, flops and check take a list such as 1,2,4,8, one row each)"
+        )
+    try:
+        return int(sizes[0])
+    except ValueError:
+        raise typer.BadParameter(f"{value!r} is not an integer; give one value such as 8") from None
+
+
 TpIntOpt = Annotated[
-    int, typer.Option("--tp", "-t", help="Tensor-parallel size (one value; TP is innermost).")
+    int,
+    typer.Option(
+        "--tp",
+        "-t",
+        parser=one_tp,
+        metavar="T",
+        help="Tensor-parallel size, TP innermost. The same option as in comm or memory; this "
+        "command prices one layout, so one value.",
+    ),
 ]
 ZeroOpt = Annotated[
     int | None,
