@@ -31,8 +31,6 @@ from tpcalc.specs import HardwareSpec
 from tpcalc.specs.performance import PerformanceSpec
 from tpcalc.units import Dtype
 
-GEMM_DIMS = 3
-
 
 @dataclass(frozen=True, slots=True)
 class Rates:
