@@ -5,7 +5,6 @@ from __future__ import annotations
 from tpcalc.calc.activations.paper import Recompute
 from tpcalc.calc.params.counts import ParamConvention
 from tpcalc.calc.time.model import TimeModel
-from tpcalc.calc.time.step import micro_batch_compute
 from tpcalc.calc.tp.comm import tp_comm
 from tpcalc.calc.tp.comm_explain import tp_comm_terms
 from tpcalc.calc.tp.flops import AttentionFlops, flops_terms
@@ -61,6 +60,8 @@ def compute_term(
     if time_model is TimeModel.fixed:
         flops = flops_terms(spec, hw, t=t, seq=seq, micro_batch=micro_batch, params=params)
         return next(x for x in flops if x.key == COMPUTE_TIME_KEY)
+    from tpcalc.calc.time.step import micro_batch_compute  # the step model, only when asked
+
     recompute = Recompute.full if recompute_full else Recompute.none
     mb = micro_batch_compute(
         spec, hw, tp=t, seq=seq, micro_batch=micro_batch, sp=sp and t > 1, recompute=recompute
