@@ -6,22 +6,12 @@ import json
 
 import pytest
 
-from tpcalc.calc.activations.paper import Recompute
 from tpcalc.calc.layout.compute import rank_flops
 from tpcalc.calc.layout.groups import ParallelLayout
-from tpcalc.calc.params.counts import (
-    ParamConvention,
-    active_layer_params,
-    active_params,
-    mtp_params,
-)
-from tpcalc.calc.tp.flops import (
-    AttentionFlops,
-    attention_score_flop,
-    counted_params,
-    deltanet_flop,
-)
+from tpcalc.calc.params.counts import active_layer_params, active_params, mtp_params
+from tpcalc.calc.tp.flops import attention_score_flop, counted_params, deltanet_flop
 from tpcalc.catalog import load_model
+from tpcalc.choices import AttentionFlops, ParamConvention, Recompute
 
 V_DS, H_DS = 129_280, 7_168  # DeepSeek-V3 config.json vocab_size, hidden_size
 

@@ -8,11 +8,11 @@ from hypothesis import strategies as st
 
 from tpcalc.calc.ep.all_to_all import ep_row
 from tpcalc.calc.ep.memory import experts_per_rank
-from tpcalc.calc.ep.routing import EpRouting, copies_per_token, max_nodes_per_token
+from tpcalc.calc.ep.routing import copies_per_token, max_nodes_per_token
 from tpcalc.calc.links.link import nodes_spanned
 from tpcalc.calc.params.counts import routed_expert_params
-from tpcalc.calc.params.states import StateRecipe
 from tpcalc.catalog import load_model
+from tpcalc.choices import EpRouting, StateRecipe
 from tpcalc.errors import DivisibilityError, InputError
 from tpcalc.units import Dtype
 

@@ -306,3 +306,20 @@ def test_wrong_typed_or_absurd_hf_fields_are_one_line_errors(tmp_path, field, va
     done = _run_bounded(["show", str(path)], timeout_s=5.0)
     assert done is not None, f"hang: {reason}"
     _assert_clean_error(done)
+
+
+HELP_COMMANDS = ["comm", "memory", "layout", "dp", "zero", "pipeline", "cp", "ep", "check",
+                 "flops", "validate", "show", "hardware"]  # fmt: skip
+
+
+@pytest.mark.parametrize("command", HELP_COMMANDS)
+def test_command_help_imports_no_calculator(command):
+    # issue 12 §6: `tpcalc CMD --help` reads its options from tpcalc.choices, never from calc/
+    code = (
+        f"import sys\nfrom tpcalc.cli import main\ntry:\n    main([{command!r}, '--help'])\n"
+        "except SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('tpcalc.calc', 'tpcalc.reports', "
+        "'tpcalc.specs', 'tpcalc.catalog', 'tpcalc.pictures'))))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout[-500:] + done.stderr[-500:]

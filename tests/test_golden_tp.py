@@ -9,10 +9,9 @@ from __future__ import annotations
 import pytest
 
 from tests.golden import expected
-from tpcalc.calc.activations.paper import Recompute, logits_terms, paper_model_terms
-from tpcalc.calc.params.counts import ParamConvention
-from tpcalc.calc.time.model import TimeModel
+from tpcalc.calc.activations.paper import logits_terms, paper_model_terms
 from tpcalc.calc.tp.flops import flops_terms
+from tpcalc.choices import ParamConvention, Recompute, TimeModel
 from tpcalc.reports.tp import tp_comm_row
 from tpcalc.terms import Row
 from tpcalc.units import Dtype

@@ -92,8 +92,8 @@ def test_explain_echoes_steps_and_both_alphas(cli):
 
 
 def test_layout_zero0_dp_all_reduce_has_2_n_minus_1_steps(h100):
-    from tpcalc.calc.time.model import TimeModel
     from tpcalc.catalog import load_model
+    from tpcalc.choices import TimeModel
 
     spec = load_model("llama3-70b")
     lay = ParallelLayout(tp=8, pp=4, dp=4, gpus_per_node=8)

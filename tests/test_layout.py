@@ -20,9 +20,8 @@ from tpcalc.calc.layout.memory import rank_layers
 from tpcalc.calc.layout.report import DIM_ORDER, layout_report
 from tpcalc.calc.links.link import Link
 from tpcalc.calc.params.counts import layer_params, total_params
-from tpcalc.calc.pipeline.schedule import Schedule
-from tpcalc.calc.time.model import TimeModel
 from tpcalc.catalog import load_hardware, load_model
+from tpcalc.choices import Schedule, TimeModel
 from tpcalc.errors import InputError
 from tpcalc.terms import Report
 
@@ -246,7 +245,7 @@ def test_memory_over_card_is_a_term_not_a_formatted_warning(llama70b, h100):
 
 
 def test_activation_source_names_the_model_used(llama70b, h100):
-    from tpcalc.calc.activations.paper import ActivationModel
+    from tpcalc.choices import ActivationModel
 
     lay = ParallelLayout(tp=8, pp=4, dp=2, gpus_per_node=8)
     for model, cited in (

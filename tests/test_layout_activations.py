@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 
-from tpcalc.calc.activations.paper import ActivationModel, Recompute, paper_layer_terms
+from tpcalc.calc.activations.paper import paper_layer_terms
 from tpcalc.calc.layout.groups import ParallelLayout
 from tpcalc.calc.layout.memory import layer_activation_bytes
 from tpcalc.catalog import load_model
+from tpcalc.choices import ActivationModel, Recompute
 
 
 def test_paper_is_uniform_and_equals_table2_on_s_over_cp():

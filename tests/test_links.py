@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from tpcalc.calc.layout.groups import ParallelLayout, place_groups
 from tpcalc.calc.links.link import Link, link_for_group
-from tpcalc.reports.inputs import LinkChoice, pick_link
+from tpcalc.choices import LinkChoice
+from tpcalc.reports.inputs import pick_link
 
 
 def crosses_a_node(size: int, stride: int, gpus_per_node: int) -> bool:

@@ -9,9 +9,9 @@ from tpcalc.calc.activations.exact.options import ActivationOptions
 from tpcalc.calc.activations.exact.techniques import check_recompute_modules
 from tpcalc.calc.layout.groups import ParallelLayout
 from tpcalc.calc.layout.memory import rank_activation_bytes
-from tpcalc.calc.params.states import StateRecipe, recipe_bytes
-from tpcalc.calc.pipeline.schedule import Schedule
+from tpcalc.calc.params.states import recipe_bytes
 from tpcalc.catalog import load_model
+from tpcalc.choices import Schedule, StateRecipe
 from tpcalc.errors import InputError
 
 S, H, K, F_MOE, E = 4096, 7168, 8, 2048, 256  # DeepSeek-V3 config.json, seq 4096 (§4.2)

@@ -8,7 +8,6 @@ from hypothesis import strategies as st
 
 from tpcalc.calc.params.breakdown import param_terms
 from tpcalc.calc.params.counts import (
-    ParamConvention,
     active_params,
     embedding_params,
     layer_params,
@@ -20,6 +19,7 @@ from tpcalc.calc.params.counts import (
     total_params,
 )
 from tpcalc.catalog import load_model, model_names
+from tpcalc.choices import ParamConvention
 from tpcalc.errors import InputError
 from tpcalc.specs import ModelSpec
 from tpcalc.terms import Row, Unit

@@ -24,7 +24,8 @@ from tpcalc.calc.pipeline.breakdown import (
     stage_matmul_params,
     stage_params,
 )
-from tpcalc.calc.pipeline.schedule import EQUAL_TIMES, Schedule, StageTimes
+from tpcalc.calc.pipeline.schedule import EQUAL_TIMES, StageTimes
+from tpcalc.choices import Schedule
 from tpcalc.errors import DivisibilityError, InputError
 from tpcalc.terms import Row
 from tpcalc.units import GB, MB, Dtype
@@ -228,11 +229,11 @@ def test_pipeline_rows_add_up(qwen38, h800, p, mult, schedule):
 def test_pipeline_activations_match_layout_and_name_their_model(cli):
     import json
 
-    from tpcalc.calc.activations.paper import ActivationModel, Recompute, paper_layer_terms
+    from tpcalc.calc.activations.paper import paper_layer_terms
     from tpcalc.calc.layout.groups import ParallelLayout
     from tpcalc.calc.layout.memory import rank_memory
-    from tpcalc.calc.params.states import StateRecipe
     from tpcalc.catalog import load_model
+    from tpcalc.choices import ActivationModel, Recompute, StateRecipe
 
     qwen = load_model("qwen3.8")
     args = ("pipeline", "-m", "qwen3.8", "--pp", "8", "-s", "4096", "-f", "json")

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpcalc.calc.activations.paper import FullRecomputeSharding, Recompute, paper_model_terms
+from tpcalc.calc.activations.paper import paper_model_terms
 from tpcalc.calc.links.collectives import Collective, ring_factor
-from tpcalc.calc.params.states import StateRecipe
 from tpcalc.catalog import load_hardware, load_model
+from tpcalc.choices import FullRecomputeSharding, Recompute, StateRecipe
 from tpcalc.reports.memory import memory_row
 from tpcalc.reports.tp import tp_comm_row
 from tpcalc.terms import Row

@@ -11,11 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tpcalc.calc.activations.paper import Recompute
 from tpcalc.calc.dp.zero import ZeroStage
 from tpcalc.calc.layout.groups import LayoutRun, ParallelLayout
 from tpcalc.calc.links.collectives import Collective
-from tpcalc.calc.pipeline.schedule import Schedule
 from tpcalc.calc.time.explain import STEP_EXPLANATIONS
 from tpcalc.calc.time.ops import Pass, Shard, attention_core, gemm, layer_ops
 from tpcalc.calc.time.roofline import collective_time_s, op_time_s, rates
@@ -28,6 +26,7 @@ from tpcalc.calc.time.step import (
     step_time,
 )
 from tpcalc.catalog import load_hardware, load_model
+from tpcalc.choices import Recompute, Schedule
 from tpcalc.errors import InputError
 from tpcalc.explain import unexplained
 from tpcalc.units import Dtype

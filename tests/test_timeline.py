@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from tpcalc.calc.pipeline import schedule as pp
-from tpcalc.calc.pipeline.schedule import EQUAL_TIMES, Schedule, StageTimes
+from tpcalc.calc.pipeline.schedule import EQUAL_TIMES, StageTimes
 from tpcalc.calc.pipeline.timeline import Kind, Timeline, simulate
+from tpcalc.choices import Schedule
 from tpcalc.errors import InputError
 from tpcalc.pictures.timeline import timeline_cells
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tpcalc.calc.activations.paper import Recompute, paper_model_terms
+from tpcalc.calc.activations.paper import paper_model_terms
 from tpcalc.calc.dp.zero import (
     ZeroStage,
     zero_comm_bytes,
@@ -16,7 +16,7 @@ from tpcalc.calc.dp.zero import (
 )
 from tpcalc.calc.links.link import Link
 from tpcalc.calc.params.counts import total_params
-from tpcalc.calc.params.states import StateRecipe
+from tpcalc.choices import Recompute, StateRecipe
 from tpcalc.errors import InputError
 from tpcalc.terms import Row
 from tpcalc.units import GB

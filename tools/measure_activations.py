@@ -28,8 +28,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.checkpoint import checkpoint
 
 from tpcalc.calc.activations.exact.layer import rope_dim, saved_tensors, shared_tensors
-from tpcalc.calc.activations.exact.options import ActivationOptions, AttentionKernel, SoftmaxDtype
-from tpcalc.calc.activations.paper import Recompute
+from tpcalc.calc.activations.exact.options import ActivationOptions
+from tpcalc.choices import AttentionKernel, Recompute, SoftmaxDtype
 from tpcalc.specs import ModelSpec
 
 EPS = 1e-5

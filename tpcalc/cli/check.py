@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from tpcalc.calc.tp.rules import DEFAULT_VOCAB_PAD_MULTIPLE
+from tpcalc.choices import DEFAULT_VOCAB_PAD_MULTIPLE
 from tpcalc.cli.common import emit
 from tpcalc.cli.options import DEFAULT_MODEL, ExplainOpt, FormatOpt, ModelOpt, TpOpt, UnitsOpt
 from tpcalc.render import Format

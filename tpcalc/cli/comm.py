@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from tpcalc.calc.activations.paper import Recompute
-from tpcalc.calc.params.counts import ParamConvention
-from tpcalc.calc.time.model import TimeModel
+from tpcalc.choices import ParamConvention, Recompute, TimeModel
 from tpcalc.cli.common import emit
 from tpcalc.cli.options import (
     DEFAULT_HARDWARE,

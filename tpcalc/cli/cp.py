@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from tpcalc.choices import LinkChoice
 from tpcalc.cli.common import emit
 from tpcalc.cli.options import (
     DEFAULT_HARDWARE,
@@ -25,7 +26,6 @@ from tpcalc.cli.options import (
 )
 from tpcalc.cli.parallel_options import GpusPerNodeOpt, LinkOpt, TpIntOpt
 from tpcalc.render import Format
-from tpcalc.reports.inputs import LinkChoice
 from tpcalc.units import ByteUnits, Dtype
 
 app = typer.Typer()

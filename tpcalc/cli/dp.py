@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from tpcalc.calc.dp.gradients import DDP_BUCKET_MIB
-from tpcalc.calc.params.counts import ParamConvention
-from tpcalc.calc.params.states import StateRecipe
-from tpcalc.calc.time.model import TimeModel
+from tpcalc.choices import DDP_BUCKET_MIB, LinkChoice, ParamConvention, StateRecipe, TimeModel
 from tpcalc.cli.common import emit
 from tpcalc.cli.options import (
     DEFAULT_HARDWARE,
@@ -33,7 +30,6 @@ from tpcalc.cli.parallel_options import (
 )
 from tpcalc.cli.time_options import TimeModelOpt
 from tpcalc.render import Format
-from tpcalc.reports.inputs import LinkChoice
 from tpcalc.units import ByteUnits
 
 app = typer.Typer()

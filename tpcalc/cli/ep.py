@@ -9,9 +9,7 @@ from typing import Annotated
 
 import typer
 
-from tpcalc.calc.ep.all_to_all import MoeDispatcher
-from tpcalc.calc.ep.routing import EpRouting
-from tpcalc.calc.params.states import StateRecipe
+from tpcalc.choices import DEFAULT_EP, EpRouting, MoeDispatcher, StateRecipe
 from tpcalc.cli.common import emit
 from tpcalc.cli.options import (
     DEFAULT_HARDWARE,
@@ -34,7 +32,6 @@ from tpcalc.cli.parallel_options import (
     TpIntOpt,
 )
 from tpcalc.render import Format
-from tpcalc.reports.cp_ep import DEFAULT_EP
 from tpcalc.units import ByteUnits, Dtype
 
 app = typer.Typer()

@@ -6,9 +6,7 @@ from typing import Annotated
 
 import typer
 
-from tpcalc.calc.params.counts import ParamConvention
-from tpcalc.calc.time.model import TimeModel
-from tpcalc.calc.tp.flops import AttentionFlops
+from tpcalc.choices import AttentionFlops, ParamConvention, TimeModel
 from tpcalc.cli.common import emit
 from tpcalc.cli.options import (
     DEFAULT_HARDWARE,

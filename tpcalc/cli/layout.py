@@ -10,14 +10,16 @@ from typing import Annotated
 
 import typer
 
-from tpcalc.calc.activations.exact.options import RouterDtype
-from tpcalc.calc.activations.paper import ActivationModel, Recompute
-from tpcalc.calc.ep.all_to_all import MoeDispatcher
-from tpcalc.calc.layout.groups import MemoryTechniques
-from tpcalc.calc.params.states import StateRecipe
-from tpcalc.calc.pipeline.schedule import Schedule
-from tpcalc.calc.time.model import TimeModel
-from tpcalc.calc.tp.flops import AttentionFlops
+from tpcalc.choices import (
+    ActivationModel,
+    AttentionFlops,
+    MoeDispatcher,
+    Recompute,
+    RouterDtype,
+    Schedule,
+    StateRecipe,
+    TimeModel,
+)
 from tpcalc.cli.common import emit
 from tpcalc.cli.options import (
     DEFAULT_HARDWARE,
@@ -176,6 +178,7 @@ def layout(
     """
 
     def build():
+        from tpcalc.calc.layout.groups import MemoryTechniques
         from tpcalc.reports.layout import layout_report
 
         return layout_report(

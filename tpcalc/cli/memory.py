@@ -6,9 +6,15 @@ from typing import Annotated
 
 import typer
 
-from tpcalc.calc.activations.exact.options import AttentionKernel, RouterDtype, SoftmaxDtype
-from tpcalc.calc.activations.paper import ActivationModel, FullRecomputeSharding, Recompute
-from tpcalc.calc.params.states import StateRecipe
+from tpcalc.choices import (
+    ActivationModel,
+    AttentionKernel,
+    FullRecomputeSharding,
+    Recompute,
+    RouterDtype,
+    SoftmaxDtype,
+    StateRecipe,
+)
 from tpcalc.cli.common import emit
 from tpcalc.cli.options import (
     DEFAULT_HARDWARE,

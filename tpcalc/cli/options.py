@@ -11,8 +11,7 @@ from typing import Annotated
 
 import typer
 
-from tpcalc.calc.activations.paper import Recompute
-from tpcalc.calc.params.counts import ParamConvention
+from tpcalc.choices import ParamConvention, Recompute
 from tpcalc.render import Format
 from tpcalc.units import ByteUnits, Dtype
 

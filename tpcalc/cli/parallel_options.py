@@ -9,12 +9,14 @@ from typing import Annotated
 
 import typer
 
-from tpcalc.calc.activations.exact.options import RouterDtype
-from tpcalc.calc.activations.paper import ActivationModel
-from tpcalc.calc.ep.all_to_all import MoeDispatcher
-from tpcalc.calc.params.states import StateRecipe
-from tpcalc.calc.pipeline.schedule import Schedule
-from tpcalc.reports.dp_zero_pp import LinkChoice
+from tpcalc.choices import (
+    ActivationModel,
+    LinkChoice,
+    MoeDispatcher,
+    RouterDtype,
+    Schedule,
+    StateRecipe,
+)
 
 DpListOpt = Annotated[
     str | None,

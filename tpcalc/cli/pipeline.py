@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from tpcalc.calc.activations.paper import ActivationModel, Recompute
-from tpcalc.calc.layout.groups import MemoryTechniques
-from tpcalc.calc.pipeline.schedule import Schedule
+from tpcalc.choices import ActivationModel, LinkChoice, Recompute, Schedule
 from tpcalc.cli.common import emit
 from tpcalc.cli.options import (
     DEFAULT_HARDWARE,
@@ -43,7 +41,6 @@ from tpcalc.cli.parallel_options import recompute_modules as recompute_modules_l
 from tpcalc.cli.picture_options import SaveSvgOpt, TimelineOpt
 from tpcalc.cli.pictures import draw
 from tpcalc.render import Format
-from tpcalc.reports.dp_zero_pp import LinkChoice
 from tpcalc.units import ByteUnits, Dtype
 
 app = typer.Typer()
@@ -97,6 +94,7 @@ def pipeline(
     """
 
     def build():
+        from tpcalc.calc.layout.groups import MemoryTechniques
         from tpcalc.reports.dp_zero_pp import pipeline_report
 
         return pipeline_report(

@@ -6,8 +6,7 @@ from typing import Annotated
 
 import typer
 
-from tpcalc.calc.time.model import TimeModel
-from tpcalc.calc.tp.flops import AttentionFlops
+from tpcalc.choices import AttentionFlops, TimeModel
 
 TimeModelOpt = Annotated[
     TimeModel,

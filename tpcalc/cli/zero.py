@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from tpcalc.calc.activations.paper import ActivationModel, Recompute
-from tpcalc.calc.layout.groups import MemoryTechniques
-from tpcalc.calc.params.states import StateRecipe
+from tpcalc.choices import ActivationModel, LinkChoice, Recompute, StateRecipe
 from tpcalc.cli.common import emit
 from tpcalc.cli.options import (
     DEFAULT_HARDWARE,
@@ -36,7 +34,6 @@ from tpcalc.cli.parallel_options import (
 )
 from tpcalc.cli.parallel_options import recompute_modules as recompute_modules_list
 from tpcalc.render import Format
-from tpcalc.reports.dp_zero_pp import LinkChoice
 from tpcalc.units import ByteUnits
 
 app = typer.Typer()
@@ -78,6 +75,7 @@ def zero(
     """
 
     def build():
+        from tpcalc.calc.layout.groups import MemoryTechniques
         from tpcalc.reports.dp_zero_pp import zero_report
 
         return zero_report(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tpcalc.calc.activations.paper import Recompute, paper_model_terms
+from tpcalc.calc.activations.paper import paper_model_terms
 from tpcalc.calc.cp.causal import CausalSplit, causal_work_per_rank
 from tpcalc.calc.cp.shapes import kv_block_bytes
 from tpcalc.calc.dp.gradients import (
@@ -15,11 +15,10 @@ from tpcalc.calc.dp.zero import ZeroStage, zero_comm_bytes, zero_states_bytes
 from tpcalc.calc.ep.memory import experts_per_rank
 from tpcalc.calc.ep.routing import max_nodes_per_token
 from tpcalc.calc.links.collectives import BytesConvention, Collective, send_bytes_per_rank
-from tpcalc.calc.params.counts import ParamConvention, routed_expert_params, total_params
-from tpcalc.calc.params.states import StateRecipe, model_states_bytes
+from tpcalc.calc.params.counts import routed_expert_params, total_params
+from tpcalc.calc.params.states import model_states_bytes
 from tpcalc.calc.pipeline.schedule import (
     EQUAL_TIMES,
-    Schedule,
     bubble_ratio,
     bubble_share,
     bubble_time_s,
@@ -29,6 +28,7 @@ from tpcalc.calc.pipeline.schedule import (
 from tpcalc.calc.tp.comm import TpComm, tp_comm
 from tpcalc.calc.tp.flops import flops_terms
 from tpcalc.calc.tp.rules import kv_split
+from tpcalc.choices import ParamConvention, Recompute, Schedule, StateRecipe
 from tpcalc.errors import divide
 from tpcalc.figures import context as c
 from tpcalc.figures.context import deepseek, h800, qwen

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from tpcalc.calc.activations.paper import Recompute, logits_terms, paper_layer_terms
-from tpcalc.calc.params.counts import ParamConvention, layer_params, total_params
-from tpcalc.calc.params.states import StateRecipe, model_states_bytes
+from tpcalc.calc.activations.paper import logits_terms, paper_layer_terms
+from tpcalc.calc.params.counts import layer_params, total_params
+from tpcalc.calc.params.states import model_states_bytes
 from tpcalc.calc.tp.comm import TpComm, tp_comm
 from tpcalc.calc.tp.flops import flops_terms
 from tpcalc.calc.tp.rules import kv_split, max_t_without_replication
 from tpcalc.calc.tp.table import shard_shapes
+from tpcalc.choices import ParamConvention, Recompute, StateRecipe
 from tpcalc.figures.context import L_B, L_SEQ, L_T, h100, llama70b
 from tpcalc.figures.model import Figure, gb, mb, num, pct, sec, shape
 from tpcalc.units import GB, Dtype

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from tpcalc.calc.pipeline.schedule import Schedule
+from tpcalc.choices import Schedule
 from tpcalc.errors import TpcalcError
 from tpcalc.terms import Report, Row
 from tpcalc.units import ByteUnits
@@ -108,11 +108,10 @@ def pipeline_pictures(report: Report, width: int) -> list[Any]:
 
 def layout_objects(report: Report, model: str, hardware: str):
     """(spec, hw, layout, run) as the report priced them, rebuilt from its echoed inputs."""
-    from tpcalc.calc.activations.paper import ActivationModel, Recompute
     from tpcalc.calc.dp.zero import zero_stage
     from tpcalc.calc.layout.groups import LayoutRun, MemoryTechniques, ParallelLayout
-    from tpcalc.calc.params.states import StateRecipe
     from tpcalc.catalog import load_hardware, load_model
+    from tpcalc.choices import ActivationModel, Recompute, StateRecipe
     from tpcalc.units import Dtype
 
     i: dict[str, Any] = {k: v for k, v in report.rows[-1].inputs.items() if k != "dimension"}

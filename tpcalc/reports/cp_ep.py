@@ -7,15 +7,12 @@ Each loads the configs, then calls ``tpcalc.calc.cp.ring.cp_ring`` /
 
 from __future__ import annotations
 
-from tpcalc.calc.ep.routing import EpRouting
-from tpcalc.calc.params.states import StateRecipe
+from tpcalc.choices import DEFAULT_EP, EpRouting, LinkChoice, StateRecipe
 from tpcalc.errors import InputError
-from tpcalc.reports.inputs import LinkChoice
 from tpcalc.terms import Report
 from tpcalc.units import Dtype
 
 DEFAULT_CP = "2,4,8"
-DEFAULT_EP = "8,64"  # inside one 8-GPU node, and seed 000's DeepSeek-V3 EP 64
 # The causal-balance count lists the work of every chunk, so the chunk count is bounded to keep
 # every answer under a second (issue 13 §2). Zig-zag uses 2·cp chunks; seed 000 uses 16 on 4
 # cards; no CP group of today's clusters needs more than a few thousand.
@@ -107,7 +104,8 @@ def ep_report(
 ) -> Report:
     """One row per ep: experts and expert memory per rank, the four all-to-alls of an MoE layer
     with their IB and NVLink shares, and all-to-all time against expert compute."""
-    from tpcalc.calc.ep.all_to_all import MoeDispatcher, ep_row
+    from tpcalc.calc.ep.all_to_all import ep_row
+    from tpcalc.choices import MoeDispatcher
     from tpcalc.errors import divide
     from tpcalc.reports.inputs import int_list, node_size, positive, resolve
     from tpcalc.reports.tp import tp_warnings

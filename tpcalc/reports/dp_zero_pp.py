@@ -4,24 +4,26 @@ from __future__ import annotations
 
 import itertools
 
-from tpcalc.calc.activations.paper import (
-    ActivationModel,
-    Recompute,
-    require_sp_seq,
-)
-from tpcalc.calc.dp.gradients import DDP_BUCKET_MIB
+from tpcalc.calc.activations.paper import require_sp_seq
 from tpcalc.calc.dp.gradients_explain import dp_terms
 from tpcalc.calc.dp.zero import ZeroStage, zero_stage, zero_terms
 from tpcalc.calc.layout.groups import MemoryTechniques, ParallelLayout
 from tpcalc.calc.layout.memory import layer_activation_bytes
-from tpcalc.calc.params.counts import ParamConvention, params_for, total_params
-from tpcalc.calc.params.states import StateRecipe, recipe_bytes
+from tpcalc.calc.params.counts import params_for, total_params
+from tpcalc.calc.params.states import recipe_bytes
 from tpcalc.calc.pipeline.breakdown import pipeline_terms
-from tpcalc.calc.pipeline.schedule import Schedule
-from tpcalc.calc.time.model import TimeModel
+from tpcalc.choices import (
+    DDP_BUCKET_MIB,
+    ActivationModel,
+    LinkChoice,
+    ParamConvention,
+    Recompute,
+    Schedule,
+    StateRecipe,
+    TimeModel,
+)
 from tpcalc.reports.inputs import (
     Inputs,
-    LinkChoice,
     int_list,
     node_size,
     pick_link,

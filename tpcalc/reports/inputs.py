@@ -4,10 +4,10 @@ lists (one parser for every --tp/--dp/--pp/--cp/--ep) and the link a group is pr
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 
 from tpcalc.calc.links.link import Link, link_for_group, link_nodes, nodes_spanned
 from tpcalc.catalog import load_hardware, load_model
+from tpcalc.choices import LinkChoice
 from tpcalc.errors import InputError
 from tpcalc.specs import HardwareSpec, ModelSpec
 
@@ -67,14 +67,6 @@ def powers_of_two_up_to(limit: int) -> list[int]:
 def parse_tp_list(tp: str | int | list[int] | None, gpus_per_node: int) -> list[int]:
     """A t sweep: the values given ('8', '1,2,4,8', [1, 8]) or powers of two up to a node."""
     return int_list(tp, "--tp", powers_of_two_up_to(gpus_per_node), example="1,2,4,8")
-
-
-class LinkChoice(str, Enum):
-    """Which link a group's collectives are priced on: placed by rank order, or forced."""
-
-    auto = "auto"  # the slowest link the group crosses (tpcalc.calc.links.link.link_for_group)
-    nvlink = "nvlink"
-    ib = "ib"
 
 
 def pick_link(choice: LinkChoice, group: int, stride: int, gpus_per_node: int) -> Link:

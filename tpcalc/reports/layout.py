@@ -7,14 +7,17 @@ contributes its cited MFU and a note on its workload.
 
 from __future__ import annotations
 
-from tpcalc.calc.activations.paper import ActivationModel, Recompute
 from tpcalc.calc.layout.groups import MemoryTechniques
-from tpcalc.calc.params.states import StateRecipe
-from tpcalc.calc.pipeline.schedule import Schedule
-from tpcalc.calc.time.model import TimeModel
 from tpcalc.calc.time.ops_table import ops_report
 from tpcalc.calc.time.step import Overlap, TimeOptions
-from tpcalc.calc.tp.flops import AttentionFlops
+from tpcalc.choices import (
+    ActivationModel,
+    AttentionFlops,
+    Recompute,
+    Schedule,
+    StateRecipe,
+    TimeModel,
+)
 from tpcalc.terms import Report
 from tpcalc.units import Dtype
 

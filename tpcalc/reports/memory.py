@@ -4,15 +4,10 @@ from __future__ import annotations
 
 import re
 
-from tpcalc.calc.activations.paper import (
-    ActivationModel,
-    FullRecomputeSharding,
-    Recompute,
-    logits_terms,
-    paper_model_terms,
-)
+from tpcalc.calc.activations.paper import logits_terms, paper_model_terms
 from tpcalc.calc.params.counts import total_params
-from tpcalc.calc.params.states import StateRecipe, model_states_terms
+from tpcalc.calc.params.states import model_states_terms
+from tpcalc.choices import ActivationModel, FullRecomputeSharding, Recompute, StateRecipe
 from tpcalc.reports.inputs import resolve
 from tpcalc.reports.tp import tp_warnings
 from tpcalc.specs import HardwareSpec, ModelSpec

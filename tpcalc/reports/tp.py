@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from tpcalc.calc.activations.paper import Recompute
-from tpcalc.calc.params.counts import ParamConvention
-from tpcalc.calc.time.model import TimeModel
 from tpcalc.calc.tp.comm import tp_comm
 from tpcalc.calc.tp.comm_explain import tp_comm_terms
-from tpcalc.calc.tp.flops import AttentionFlops, flops_terms
-from tpcalc.calc.tp.rules import DEFAULT_VOCAB_PAD_MULTIPLE
+from tpcalc.calc.tp.flops import flops_terms
+from tpcalc.choices import (
+    DEFAULT_VOCAB_PAD_MULTIPLE,
+    AttentionFlops,
+    ParamConvention,
+    Recompute,
+    TimeModel,
+)
 from tpcalc.reports.inputs import Inputs, parse_tp_list, resolve
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.terms import Report, Row, Scalar, Term, Unit, term

@@ -77,10 +77,8 @@ def published_layouts() -> list[PublishedLayout]:
 
 def price_published(entry: PublishedLayout) -> Report:
     """``tpcalc layout`` on one published entry, with every option its source states."""
-    from tpcalc.calc.activations.paper import Recompute
     from tpcalc.calc.layout.groups import MemoryTechniques
-    from tpcalc.calc.params.states import StateRecipe
-    from tpcalc.calc.pipeline.schedule import Schedule
+    from tpcalc.choices import Recompute, Schedule, StateRecipe
     from tpcalc.reports.layout import layout_report
 
     lay, run = entry.layout, entry.run

@@ -17,12 +17,11 @@ from typing import Any
 
 import yaml
 
-from tpcalc.calc.activations.paper import Recompute
 from tpcalc.calc.dp.zero import ZeroStage
 from tpcalc.calc.layout.groups import LayoutRun, MemoryTechniques, ParallelLayout
-from tpcalc.calc.pipeline.schedule import Schedule
 from tpcalc.calc.time.step import Overlap, StepTime, TimeOptions, step_time
 from tpcalc.catalog import hardware_names, load_hardware, load_model, model_names
+from tpcalc.choices import Recompute, Schedule
 from tpcalc.configfile import parse, read_text
 from tpcalc.errors import ConfigError, InputError
 from tpcalc.terms import Report, Row, Scalar, Term, Unit, term

@@ -13,8 +13,7 @@ The "10" is what TP does not split (layer-norm inputs, dropout masks, residual: 
 
 from __future__ import annotations
 
-from enum import Enum
-
+from tpcalc.choices import FullRecomputeSharding, Recompute
 from tpcalc.errors import DivisibilityError
 from tpcalc.specs import ModelSpec
 from tpcalc.terms import Term, Unit, term
@@ -25,28 +24,6 @@ UNSPLIT_COEFF = 10  # s·b·h multiples TP leaves whole: norm inputs, dropout ma
 SPLIT_COEFF = 24  # s·b·h multiples TP divides by t: Q, K, V, attention out, MLP 4h (§4.2.1)
 SCORES_COEFF = 5  # a·s²·b multiples: QKᵀ (2), softmax out (2), its dropout mask (1) (§4.1)
 FULL_RECOMPUTE_COEFF = 2  # the 16-bit layer input, 2·s·b·h bytes (§5)
-
-
-class Recompute(str, Enum):
-    """Activation recomputation (Korthikanti et al. 2022 §5)."""
-
-    none = "none"
-    selective = "selective"
-    full = "full"
-
-
-class ActivationModel(str, Enum):
-    """Which activation count a result uses (the other is shown beside it where it fits)."""
-
-    paper = "paper"  # Korthikanti et al. 2022 Table 2, the seeds' formula (a GPT-3 layer)
-    exact = "exact"  # per-tensor inventory of what autograd saves (tpcalc.calc.activations.exact)
-
-
-class FullRecomputeSharding(str, Enum):
-    """Whether the kept layer input under full recompute is divided by t when SP is on."""
-
-    paper = "paper"  # Table 2: 2sbh per layer, not divided by t
-    sp = "sp"  # with SP the layer input is sharded along s: 2sbh/t
 
 
 def sp_seq_problem(seq: int, t: int, cp: int = 1) -> str | None:

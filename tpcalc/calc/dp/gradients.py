@@ -22,13 +22,11 @@ from tpcalc.calc.links.link import (
 )
 from tpcalc.calc.params.states import check_params
 from tpcalc.calc.tp.flops import FLOP_PER_PARAM_TOKEN_BWD, FLOP_PER_PARAM_TOKEN_FWD
+from tpcalc.choices import DDP_BUCKET_MIB
 from tpcalc.errors import InputError
 from tpcalc.specs import HardwareSpec
 from tpcalc.units import Dtype, MiB
 
-# PyTorch DistributedDataParallel(bucket_cap_mb=25): gradients are all-reduced in 25 MiB buckets
-# as the backward pass fills them (Li et al. 2020, "PyTorch Distributed", §3.2.3; seed 000).
-DDP_BUCKET_MIB = 25
 DDP_BUCKET_BYTES = DDP_BUCKET_MIB * MiB
 
 # Matmul FLOP per parameter per token (forward 2, backward 4) live in tpcalc.calc.tp.flops; the

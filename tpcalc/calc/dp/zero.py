@@ -23,7 +23,8 @@ from tpcalc.calc.links.link import (
     ring_steps,
     steps_time_s,
 )
-from tpcalc.calc.params.states import StateRecipe, check_params, recipe_bytes, state_part_terms
+from tpcalc.calc.params.states import check_params, recipe_bytes, state_part_terms
+from tpcalc.choices import StateRecipe
 from tpcalc.errors import InputError
 from tpcalc.specs import HardwareSpec
 from tpcalc.terms import Term, Unit, term

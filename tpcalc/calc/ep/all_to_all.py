@@ -9,13 +9,10 @@ memory per rank in ``tpcalc.calc.ep.memory``.
 
 from __future__ import annotations
 
-from enum import Enum
-
 from tpcalc.calc.ep.memory import memory_terms, require_moe
 from tpcalc.calc.ep.routing import (
     SRC_A2A,
     SRC_NODE,
-    EpRouting,
     a2a_terms,
     copies_per_token,
     max_nodes_per_token,
@@ -31,8 +28,8 @@ from tpcalc.calc.links.link import (
     ring_steps,
 )
 from tpcalc.calc.params.counts import mlp_params
-from tpcalc.calc.params.states import StateRecipe
 from tpcalc.calc.tp.flops import FLOP_PER_PARAM_TOKEN_FWD
+from tpcalc.choices import EpRouting, MoeDispatcher, StateRecipe
 from tpcalc.errors import InputError
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.terms import Row, Scalar, Term, Unit, term
@@ -49,14 +46,6 @@ SRC_CAPACITY = (
     "Lepikhin et al. 2020 §2.2): each expert takes capacity_factor·T·k/E tokens, the rest are "
     "dropped, the buffers padded to capacity"
 )
-
-
-class MoeDispatcher(str, Enum):
-    """Megatron-Core --moe-token-dispatcher-type: ``alltoall`` sends each token copy to the rank
-    of its expert; ``allgather`` gathers every token of the group on every rank."""
-
-    alltoall = "alltoall"
-    allgather = "allgather"
 
 
 def routed_copies(k: int, capacity_factor: float | None) -> float:

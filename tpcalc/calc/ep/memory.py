@@ -9,7 +9,8 @@ side is in ``tpcalc.calc.ep.all_to_all``.
 from __future__ import annotations
 
 from tpcalc.calc.params.counts import mlp_params, routed_expert_params
-from tpcalc.calc.params.states import StateRecipe, recipe_bytes
+from tpcalc.calc.params.states import recipe_bytes
+from tpcalc.choices import StateRecipe
 from tpcalc.errors import InputError, divide
 from tpcalc.specs import ModelSpec
 from tpcalc.terms import Term, Unit, term

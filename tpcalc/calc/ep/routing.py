@@ -12,10 +12,9 @@ all) travels over NVLink.
 
 from __future__ import annotations
 
-from enum import Enum
-
 from tpcalc.calc.links.collectives import Collective
 from tpcalc.calc.links.link import Link, bandwidth_bytes_per_s, ring_steps
+from tpcalc.choices import EpRouting
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.terms import Term, Unit, term
 from tpcalc.units import Dtype
@@ -25,13 +24,6 @@ SRC_A2A = (
     "one all-to-all before and one after the FFN"
 )
 SRC_NODE = "DeepSeek-V3 (arXiv 2412.19437) §2.1.2 node-limited routing; §3.2.2 IB then NVLink"
-
-
-class EpRouting(str, Enum):
-    """How a token's k expert copies are spread over nodes (see the module docstring)."""
-
-    uniform = "uniform"
-    node_limited = "node-limited"
 
 
 def max_nodes_per_token(spec: ModelSpec) -> int | None:

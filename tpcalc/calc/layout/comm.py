@@ -16,11 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tpcalc.calc.activations.paper import Recompute
 from tpcalc.calc.cp.ring import ring_latency_steps_per_layer
 from tpcalc.calc.cp.ring_explain import cp_row
 from tpcalc.calc.dp.zero import COMM_LABELS, zero_comm_parts, zero_latency_steps
-from tpcalc.calc.ep.all_to_all import A2A_KINDS, MoeDispatcher, ep_row
+from tpcalc.calc.ep.all_to_all import A2A_KINDS, ep_row
 from tpcalc.calc.layout.groups import SRC_ORDER, Group, LayoutRun, ParallelLayout
 from tpcalc.calc.links.collectives import Collective, ring_factor
 from tpcalc.calc.links.link import (
@@ -31,8 +30,9 @@ from tpcalc.calc.links.link import (
     ring_steps,
     steps_time_s,
 )
-from tpcalc.calc.pipeline.schedule import Schedule, p2p_bytes, p2p_sends_per_rank
+from tpcalc.calc.pipeline.schedule import p2p_bytes, p2p_sends_per_rank
 from tpcalc.calc.tp.comm import collectives_per_layer, message_bytes
+from tpcalc.choices import MoeDispatcher, Recompute, Schedule
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.terms import Row, Scalar, Term, Unit, term
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tpcalc.calc.activations.paper import Recompute
 from tpcalc.calc.layout.groups import ParallelLayout
 from tpcalc.calc.layout.memory import rank_layers
 from tpcalc.calc.params.counts import active_layer_params, lm_head_matmul_params
@@ -24,6 +23,7 @@ from tpcalc.calc.tp.flops import (
     FLOP_PER_PARAM_TOKEN_FWD,
     attention_score_flop,
 )
+from tpcalc.choices import Recompute
 from tpcalc.errors import InputError
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.units import Dtype

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tpcalc.calc.activations.paper import ActivationModel, Recompute, sp_seq_problem
+from tpcalc.calc.activations.paper import sp_seq_problem
 from tpcalc.calc.dp.zero import ZeroStage
 from tpcalc.calc.links.link import Link, link_for_group, nodes_spanned
-from tpcalc.calc.params.states import StateRecipe
-from tpcalc.calc.pipeline.schedule import Schedule, check_pipeline
+from tpcalc.calc.pipeline.schedule import check_pipeline
 from tpcalc.calc.tp.rules import tp_problem
+from tpcalc.choices import ActivationModel, Recompute, Schedule, StateRecipe
 from tpcalc.errors import InputError, TpcalcError
 from tpcalc.specs import ModelSpec
 from tpcalc.terms import Scalar

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tpcalc.calc.activations.exact.options import ActivationOptions, RouterDtype
-from tpcalc.calc.activations.paper import ActivationModel, Recompute, paper_layer_terms
+from tpcalc.calc.activations.exact.options import ActivationOptions
+from tpcalc.calc.activations.paper import paper_layer_terms
 from tpcalc.calc.dp.zero import zero_states_bytes
 from tpcalc.calc.ep.all_to_all import routed_copies
 from tpcalc.calc.layout.groups import MemoryTechniques, ParallelLayout
@@ -30,14 +30,13 @@ from tpcalc.calc.params.counts import (
     tp_replicated_layer_params,
     tp_replicated_mtp_params,
 )
-from tpcalc.calc.params.states import StateRecipe
 from tpcalc.calc.pipeline.schedule import (
-    Schedule,
     chunk_layer_counts,
     in_flight_chunks,
     rank_chunks,
     rank_params,
 )
+from tpcalc.choices import ActivationModel, Recompute, RouterDtype, Schedule, StateRecipe
 from tpcalc.errors import InputError
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.terms import Term, Unit, term

@@ -45,8 +45,8 @@ from tpcalc.calc.layout.timed import (
     with_overlap,
 )
 from tpcalc.calc.pipeline.schedule import bubble_time_s
-from tpcalc.calc.time.model import TimeModel
 from tpcalc.calc.time.step import TimeOptions, step_time
+from tpcalc.choices import TimeModel
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.terms import Report, Row, Scalar, Term, Unit, term
 

@@ -8,8 +8,7 @@ against an independent count) follows nanoGPT ``transformer_sizing.ipynb``.
 
 from __future__ import annotations
 
-from enum import Enum
-
+from tpcalc.choices import ParamConvention
 from tpcalc.errors import InputError
 from tpcalc.specs import ModelSpec
 
@@ -27,19 +26,6 @@ MTP_FC_INPUTS = 2  # MTP fc / eh_proj maps [norm(embedding); norm(hidden)] (2h) 
 MTP_PRE_NORMS = 2  # enorm + hnorm (DeepSeek) = pre_fc_norm_embedding + pre_fc_norm_hidden (Qwen3.5)
 LAYER_PARTS = ("full_attention", "linear_attention", "dense_mlp", "routed_expert", "shared_expert",
                "router", "norm")  # fmt: skip
-
-
-class ParamConvention(str, Enum):
-    """Which parameter count N goes into 6·N·tokens and 16 B/param model states.
-
-    - ``all``: every parameter of the checkpoint (embedding, vision tower, MTP included);
-      seed 003 §7.3.5 uses 6 × 705.5 亿 × 8,192.
-    - ``matmul``: decoder layers + final norm + LM head only (seed 000, 6 × 25,624,600,064 × 4,096):
-      the input embedding is a lookup, not a matmul; the vision tower and MTP are left out.
-    """
-
-    all = "all"
-    matmul = "matmul"
 
 
 def _norm(spec: ModelSpec, width: int) -> int:

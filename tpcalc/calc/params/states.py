@@ -14,8 +14,8 @@ Two recipes are in use and the sources disagree, so the recipe is an explicit op
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 
+from tpcalc.choices import StateRecipe
 from tpcalc.errors import InputError
 from tpcalc.terms import Term, Unit, term
 from tpcalc.units import Dtype
@@ -27,18 +27,6 @@ ZERO_SOURCE = "Rajbhandari et al. 2020 (ZeRO) §3.1: 2Ψ + 2Ψ + 12Ψ with mixed
 MEGATRON_SOURCE = (
     "Megatron-LM docs, distributed optimizer: bf16 params + fp32 grads = 18 bytes/param"
 )
-
-
-class StateRecipe(str, Enum):
-    """How many bytes each parameter's model states take (see the module docstring)."""
-
-    zero16 = "zero16"
-    megatron18 = "megatron18"
-    # Megatron --use-precision-aware-optimizer variants and TE FP8 parameters (sources below)
-    bf16_moments = "bf16-moments"
-    bf16_grads_moments = "bf16-grads-moments"
-    fp8_params = "fp8-params"
-    fp8_params_bf16_moments = "fp8-params-bf16-moments"
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,8 @@ from tpcalc.calc.params.counts import (
     mtp_params,
 )
 from tpcalc.calc.pipeline import schedule as pp
-from tpcalc.calc.pipeline.schedule import Schedule, StageTimes
+from tpcalc.calc.pipeline.schedule import StageTimes
+from tpcalc.choices import Schedule
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.terms import Term, Unit, term
 from tpcalc.units import Dtype

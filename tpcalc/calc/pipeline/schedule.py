@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import Enum
 
+from tpcalc.choices import Schedule
 from tpcalc.errors import DivisibilityError, InputError, divide
 from tpcalc.units import Dtype
 
@@ -32,16 +32,6 @@ DUALPIPE_PARAM_COPIES = 2
 DUALPIPE_EXTRA_IN_FLIGHT = 1  # Table 2: activation PP+1 micro-batches
 DUALPIPE_DIRECTIONS = 2  # micro-batches split evenly between the two directions
 P2P_SENDS_PER_MICROBATCH = 2  # its activation forward and its gradient backward (seed 000)
-
-
-class Schedule(str, Enum):
-    """Pipeline schedules tpcalc prices."""
-
-    one_f_one_b = "1f1b"
-    interleaved = "interleaved"
-    zb_h1 = "zb-h1"
-    dualpipe = "dualpipe"
-    gpipe = "gpipe"
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from tpcalc.calc.pipeline.schedule import DUALPIPE_DIRECTIONS, Schedule, check_pipeline
+from tpcalc.calc.pipeline.schedule import DUALPIPE_DIRECTIONS, check_pipeline
+from tpcalc.choices import Schedule
 from tpcalc.errors import InputError
 
 SRC_TIMELINE = (

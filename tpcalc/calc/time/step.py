@@ -34,7 +34,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from functools import cache
 
-from tpcalc.calc.activations.paper import Recompute
 from tpcalc.calc.dp.zero import ZeroStage
 from tpcalc.calc.layout.groups import LayoutRun, ParallelLayout
 from tpcalc.calc.links.collectives import Collective
@@ -46,13 +45,7 @@ from tpcalc.calc.params.counts import (
     lm_head_params,
     routed_layer_params,
 )
-from tpcalc.calc.pipeline.schedule import (
-    Schedule,
-    StageTimes,
-    bubble_time_s,
-    chunk_layer_counts,
-    rank_chunks,
-)
+from tpcalc.calc.pipeline.schedule import StageTimes, bubble_time_s, chunk_layer_counts, rank_chunks
 from tpcalc.calc.time.ops import (
     Op,
     OpKind,
@@ -64,7 +57,8 @@ from tpcalc.calc.time.ops import (
     mtp_ops,
 )
 from tpcalc.calc.time.roofline import Rates, collective_time_s, op_time_s, rates
-from tpcalc.calc.tp.rules import DEFAULT_VOCAB_PAD_MULTIPLE, padded_vocab
+from tpcalc.calc.tp.rules import padded_vocab
+from tpcalc.choices import DEFAULT_VOCAB_PAD_MULTIPLE, Recompute, Schedule
 from tpcalc.errors import InputError
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.units import Dtype

@@ -10,11 +10,8 @@ as Megatron-LM training.py num_floating_point_operations counts it (the s/h term
 
 from __future__ import annotations
 
-from enum import Enum
-
 from tpcalc.calc.activations.exact.linear_attention import FLA_CHUNK_SIZE
 from tpcalc.calc.params.counts import (
-    ParamConvention,
     active_mtp_params,
     active_params,
     declared_params,
@@ -24,6 +21,7 @@ from tpcalc.calc.params.counts import (
     mtp_params,
     total_params,
 )
+from tpcalc.choices import AttentionFlops, ParamConvention
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.terms import Term, Unit, term
 
@@ -57,14 +55,6 @@ SRC_DELTANET = (
     "tokens, state matmuls 3·2·C·d_k·d_v, intra-chunk 3·2·C²·d_k + 2·2·C²·d_v and the UT "
     "inverse 2·C³/3, per value head; fla chunk size C = 64; backward = 2 × forward"
 )
-
-
-class AttentionFlops(str, Enum):
-    """Which attention-score FLOPs convention: ``full`` s² (Narayanan et al. 2021 Eq. 3, the
-    seeds) or ``causal`` s²/2 (Megatron-LM's count: the masked half is skipped)."""
-
-    full = "full"
-    causal = "causal"
 
 
 CAUSAL_SHARE = 0.5  # a causal mask keeps half the s x s scores

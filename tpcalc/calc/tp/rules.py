@@ -20,11 +20,9 @@ from __future__ import annotations
 from enum import Enum
 
 from tpcalc.calc.params.counts import shared_expert_intermediate
+from tpcalc.choices import DEFAULT_VOCAB_PAD_MULTIPLE
 from tpcalc.errors import DivisibilityError, InputError, divisors
 from tpcalc.specs import ModelSpec
-
-# Megatron-LM --make-vocab-size-divisible-by default (megatron/training/arguments.py).
-DEFAULT_VOCAB_PAD_MULTIPLE = 128
 
 
 class Split(str, Enum):

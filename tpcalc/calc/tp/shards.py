@@ -21,16 +21,10 @@ from fractions import Fraction
 from pydantic import BaseModel, ConfigDict
 
 from tpcalc.calc.params.counts import KV_PROJECTIONS
-from tpcalc.calc.tp.rules import (
-    DEFAULT_VOCAB_PAD_MULTIPLE,
-    kv_split,
-    kv_warning,
-    padded_vocab,
-    split_sizes,
-    uses_kv_heads,
-)
+from tpcalc.calc.tp.rules import kv_split, kv_warning, padded_vocab, split_sizes, uses_kv_heads
 from tpcalc.calc.tp.table import SRC_KV, SRC_VOCAB, exact, row_inputs, total_term
 from tpcalc.calc.tp.weights import ShardedWeight, model_weights
+from tpcalc.choices import DEFAULT_VOCAB_PAD_MULTIPLE
 from tpcalc.specs import ModelSpec
 from tpcalc.terms import Row, Term, Unit, term
 from tpcalc.units import Dtype

@@ -11,8 +11,9 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
-from tpcalc.calc.tp.rules import DEFAULT_VOCAB_PAD_MULTIPLE, Split
+from tpcalc.calc.tp.rules import Split
 from tpcalc.calc.tp.weights import ShardedWeight, layer_weights, model_weights
+from tpcalc.choices import DEFAULT_VOCAB_PAD_MULTIPLE
 from tpcalc.specs import ModelSpec
 from tpcalc.terms import Row, Scalar, Term, Unit, term
 

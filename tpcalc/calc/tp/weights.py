@@ -19,13 +19,8 @@ from collections import Counter
 from dataclasses import dataclass, replace
 
 from tpcalc.calc.params.counts import shared_expert_intermediate
-from tpcalc.calc.tp.rules import (
-    DEFAULT_VOCAB_PAD_MULTIPLE,
-    Split,
-    kv_split,
-    padded_vocab,
-    require_tp,
-)
+from tpcalc.calc.tp.rules import Split, kv_split, padded_vocab, require_tp
+from tpcalc.choices import DEFAULT_VOCAB_PAD_MULTIPLE
 from tpcalc.errors import InputError, divide
 from tpcalc.specs import ModelSpec
 

@@ -22,9 +22,9 @@ output O (kept by the output projection) remain.
 
 from __future__ import annotations
 
-from tpcalc.calc.activations.exact.options import ActivationOptions, AttentionKernel, SoftmaxDtype
+from tpcalc.calc.activations.exact.options import ActivationOptions
 from tpcalc.calc.activations.exact.records import Layout, SavedDtype, TensorRecord, rec
-from tpcalc.calc.activations.paper import Recompute
+from tpcalc.choices import AttentionKernel, Recompute, SoftmaxDtype
 from tpcalc.errors import InputError
 
 RNG_STATE_ELEMENTS = 2  # philox seed and offset, int64 each (flash attention with dropout)

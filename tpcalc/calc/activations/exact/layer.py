@@ -16,7 +16,7 @@ from tpcalc.calc.activations.exact.norms import layer_norm_records
 from tpcalc.calc.activations.exact.options import ActivationOptions
 from tpcalc.calc.activations.exact.records import Layout, SavedDtype, TensorRecord, rec
 from tpcalc.calc.activations.exact.techniques import apply_techniques
-from tpcalc.calc.activations.paper import Recompute
+from tpcalc.choices import Recompute
 from tpcalc.errors import InputError
 from tpcalc.specs import ModelSpec
 

@@ -7,57 +7,14 @@ The resolved values are echoed into every result row, so a number always says wh
 
 from __future__ import annotations
 
-from enum import Enum
-
 from pydantic import BaseModel, ConfigDict, PositiveInt
 
-from tpcalc.calc.activations.paper import Recompute
+from tpcalc.choices import AttentionKernel, Recompute, RouterDtype, SoftmaxDtype
 from tpcalc.specs import ModelSpec
 from tpcalc.terms import Scalar
 from tpcalc.units import Dtype
 
-__all__ = ["ActivationOptions", "AttentionKernel", "RouterDtype", "SoftmaxDtype"]
-
-
-class AttentionKernel(str, Enum):
-    """How core attention (scores, softmax, weighted sum of V) is computed.
-
-    - ``flash``: a fused kernel that never stores the s x s scores and keeps q, k, v, the output
-      and the fp32 row log-sum-exp (FlashAttention-2/3, cuDNN fused attention via TE on GPU;
-      ``F.scaled_dot_product_attention`` on CPU, which picks PyTorch's CPU flash kernel and saves
-      exactly that set: it is measured, see tools/measure_activations.py).
-    - ``eager``: Megatron's unfused path: QKᵀ, a fused scale-mask-softmax that keeps its output,
-      dropout on the probabilities, then probabilities x V (Korthikanti et al. 2022 §4.1).
-    - ``sdpa_math``: PyTorch's reference math kernel for SDPA, as it runs on CPU: it up-casts q, k
-      and v to fp32 (k and v repeated to all query heads for GQA) and keeps fp32 probabilities
-      (and an fp32 dropout mask and output when dropout is on). Measured on CPU.
-    """
-
-    flash = "flash"
-    eager = "eager"
-    sdpa_math = "sdpa-math"
-
-
-class SoftmaxDtype(str, Enum):
-    """dtype of the materialised attention probabilities (eager attention only).
-
-    ``bf16``: Megatron's fused scale-mask-softmax kernel computes in fp32 but stores bf16 output.
-    ``fp32``: the unfused path with ``attention_softmax_in_fp32`` (and Hugging Face eager
-    attention) stores fp32 probabilities, plus a bf16 copy for probabilities x V when no dropout
-    follows (dropout's output is that copy otherwise).
-    """
-
-    bf16 = "bf16"
-    fp32 = "fp32"
-
-
-class RouterDtype(str, Enum):
-    """dtype of the router logits/scores the MoE router keeps (Megatron --moe-router-dtype:
-    fp32 or fp64; without it the router runs in the model's bf16)."""
-
-    fp32 = "fp32"
-    fp64 = "fp64"
-    bf16 = "bf16"
+__all__ = ["ActivationOptions"]
 
 
 class ActivationOptions(BaseModel):

@@ -13,7 +13,7 @@ from collections import Counter
 from tpcalc.calc.activations.exact.layer import layer_kind, saved_tensors, shared_tensors
 from tpcalc.calc.activations.exact.options import ActivationOptions
 from tpcalc.calc.activations.exact.records import TensorRecord
-from tpcalc.calc.activations.paper import Recompute
+from tpcalc.choices import Recompute
 from tpcalc.specs import ModelSpec
 from tpcalc.terms import Term, Unit, term
 
