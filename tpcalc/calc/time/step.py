@@ -373,6 +373,29 @@ class _Ctx:
     opts: TimeOptions
     links: Groups
     ep_overlap: bool
+    # One layer kind's work and parameters, computed once per step for every stage holding it.
+    kinds: dict[tuple[str, bool], _LayerKind] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class _LayerKind:
+    forward: Work
+    backward_input: Work
+    backward_weight: Work
+    ops: tuple[Op, ...]
+    params: int
+    routed_params: int
+
+
+def _layer_kind(ctx: _Ctx, i: int) -> tuple[tuple[str, bool], _LayerKind]:
+    """Layer i's kind (its mixer type, MoE or not) and that kind's work, computed once."""
+    key = (ctx.spec.resolved_layer_types[i], ctx.spec.is_moe_layer(i))
+    if key not in ctx.kinds:
+        f, b, w, ops = _layer_work(ctx, i)
+        ctx.kinds[key] = _LayerKind(
+            f, b, w, ops, layer_params(ctx.spec, i), routed_layer_params(ctx.spec, i)
+        )
+    return key, ctx.kinds[key]
 
 
 def _layer_work(ctx: _Ctx, i: int) -> tuple[Work, Work, Work, tuple[Op, ...]]:
@@ -498,26 +521,24 @@ def _stage_work(
     spec, layout = ctx.spec, ctx.layout
     full = _full_share(run.recompute, len(layers), run.vpp, ctx.opts.recompute_layers)
     names = _recompute_names(run.recompute, run.memory.recompute_modules)
-    kinds: dict[tuple[str, bool], tuple[Work, Work, Work, Work, tuple[Op, ...], int]] = {}
+    counts: dict[tuple[str, bool], int] = {}
     for i in layers:
-        key = (spec.resolved_layer_types[i], spec.is_moe_layer(i))
-        if key in kinds:
-            f, b, w, rc, ops, n = kinds[key]
-            kinds[key] = (f, b, w, rc, ops, n + 1)
-        else:
-            f, b, w, ops = _layer_work(ctx, i)
-            rc = f.scaled(full) + _partial_recompute(ops, ctx.r, names).scaled(1 - full)
-            kinds[key] = (f, b, w, rc, ops, 1)
+        key, _ = _layer_kind(ctx, i)
+        counts[key] = counts.get(key, 0) + 1
     fwd = bwd = wgt = rec = ZERO_WORK
     detail: list[OpTime] = []
-    for f, b, w, rc, ops, n in kinds.values():
+    params = routed = 0
+    for key, n in counts.items():
+        k = ctx.kinds[key]
+        rc = k.forward.scaled(full) + _partial_recompute(k.ops, ctx.r, names).scaled(1 - full)
         fwd, bwd, wgt, rec = (
-            fwd + f.scaled(n),
-            bwd + b.scaled(n),
-            wgt + w.scaled(n),
+            fwd + k.forward.scaled(n),
+            bwd + k.backward_input.scaled(n),
+            wgt + k.backward_weight.scaled(n),
             rec + rc.scaled(n),
         )
-        detail += _op_times(ops, ctx.r, n)
+        params, routed = params + n * k.params, routed + n * k.routed_params
+        detail += _op_times(k.ops, ctx.r, n)
     ends: tuple[Op, ...] = ()
     if stage == 0:
         ends += embedding_ops(spec, ctx.shard)
@@ -531,7 +552,7 @@ def _stage_work(
         bwd = bwd + _pass_work(ends, Pass.backward_input, ctx.r, 1)
         wgt = wgt + _pass_work(ends, Pass.backward_weight, ctx.r, 1)
         detail += _op_times(ends, ctx.r, 1)
-    dense, experts = _stage_params(spec, layout, ctx.layout.etp, stage, layers)
+    dense, experts = _stage_params(spec, layout, stage, params, routed)
     return StageWork(stage, len(layers), fwd, bwd, wgt, rec, dense, experts), detail
 
 
@@ -546,17 +567,17 @@ def _op_times(ops: Iterable[Op], r: Rates, count: int) -> list[OpTime]:
 
 
 def _stage_params(
-    spec: ModelSpec, layout: ParallelLayout, etp: int, stage: int, layers: list[int]
+    spec: ModelSpec, layout: ParallelLayout, stage: int, params: int, routed: int
 ) -> tuple[int, int]:
-    """(dense, routed-expert) parameters one rank of ``stage`` holds: dense split over TP,
-    experts over EP·ETP; the embedding on the first stage, final norm and head on the last."""
-    routed = sum(routed_layer_params(spec, i) for i in layers)
-    dense = sum(layer_params(spec, i) for i in layers) - routed
+    """(dense, routed-expert) parameters one rank of ``stage`` holds, from its layers' ``params``
+    of which ``routed`` are routed experts: dense split over TP, experts over EP·ETP; the
+    embedding on the first stage, final norm and head on the last."""
+    dense = params - routed
     if stage == 0:
         dense += embedding_params(spec)
     if stage == layout.pp - 1:
         dense += lm_head_params(spec) + final_norm_params(spec)
-    return dense // layout.tp, routed // (layout.ep * etp)
+    return dense // layout.tp, routed // (layout.ep * layout.etp)
 
 
 # ---- data parallel tail and optimizer ----
