@@ -7,7 +7,7 @@ and the error; the rows that fitted a card's constants are marked, from the card
 from __future__ import annotations
 
 from tpcalc.catalog import load_hardware
-from tpcalc.reports.validate_time import _layout_text, load_runs, outcomes
+from tpcalc.reports.validate_time import layout_text, load_runs, outcomes
 
 
 def fitted_rows() -> dict[str, str]:
@@ -33,7 +33,7 @@ def main() -> None:
         err = f"{o.error:+.1%}" if o.error is not None else "–"
         meas = f"{measured:,.0f}" if measured else "–"
         print(
-            f"| {c.id} | {c.kind} | {c.dtype.value} | {c.gpus:,} | {_layout_text(c)} | {meas} "
+            f"| {c.id} | {c.kind} | {c.dtype.value} | {c.gpus:,} | {layout_text(c)} | {meas} "
             f"| {st.tokens_per_s_per_gpu:,.0f} | {err} | {marks.get(c.id, '')} |"
         )
 

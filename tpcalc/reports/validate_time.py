@@ -224,7 +224,7 @@ def validate_report(path: Path | None = None, hardware: str | None = None) -> Re
     )
 
 
-def _layout_text(c: Case) -> str:
+def layout_text(c: Case) -> str:
     lay = c.layout
     return (
         f"TP{lay.tp} PP{lay.pp} CP{lay.cp} VP{c.run.vpp} EP{lay.ep} DP{lay.dp} "
@@ -236,7 +236,7 @@ def _row(o: Outcome) -> Row:
     c, st = o.case, o.step
     inputs: dict[str, Scalar] = {
         "id": c.id, "model": c.model, "hardware": c.hardware, "kind": c.kind,
-        "dtype": c.dtype.value, "gpus": c.gpus, "seq": c.run.seq, "layout": _layout_text(c),
+        "dtype": c.dtype.value, "gpus": c.gpus, "seq": c.run.seq, "layout": layout_text(c),
     }  # fmt: skip
     terms: list[Term] = [
         term(

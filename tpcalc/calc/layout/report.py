@@ -145,7 +145,7 @@ def layout_report(
             dimension_row(groups[d], costs[d], inputs, hw, run.with_latency, ROOFLINE_COMM)
             for d in DIM_ORDER
         ]
-        summary = roofline_summary(st, costs, hw, run, cited)
+        summary = roofline_summary(st, costs, cited)
     else:
         inputs = {**inputs, "time_model": TimeModel.fixed.value}
         rows = [dimension_row(groups[d], costs[d], inputs, hw, run.with_latency) for d in DIM_ORDER]

@@ -8,14 +8,17 @@ breakdown, come from ``calc.time.step`` instead, and every modelling choice is e
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from tpcalc.calc.layout.comm import DimCost
-from tpcalc.calc.layout.groups import LayoutRun
 from tpcalc.calc.time.explain import STEP_EXPLANATIONS
 from tpcalc.calc.time.step import StepTime, TimeOptions
 from tpcalc.explain import terms
 from tpcalc.specs import HardwareSpec
 from tpcalc.terms import Scalar, Term, Unit, term
+
+if TYPE_CHECKING:  # report.py imports this module
+    from tpcalc.calc.layout.report import Cited
 
 ROOFLINE_COMM = (
     "Σ collectives: NCCL base + ring steps · α + bytes sent / busbw (k NICs across nodes)",
@@ -86,9 +89,7 @@ def with_overlap(costs: dict[str, DimCost], opts: TimeOptions) -> dict[str, DimC
     return {d: replace(c, overlap=text[d]) for d, c in costs.items()}
 
 
-def roofline_summary(
-    st: StepTime, costs: dict[str, DimCost], hw: HardwareSpec, run: LayoutRun, cited: object
-) -> list[Term]:
+def roofline_summary(st: StepTime, costs: dict[str, DimCost], cited: Cited | None) -> list[Term]:
     """The summary row: the step breakdown (parts add up to step_time_s), throughput, MFU,
     HFU, bytes per dimension, and a cited measured MFU when a source gives one."""
     out = list(terms(st, STEP_EXPLANATIONS))
@@ -106,11 +107,9 @@ def roofline_summary(
              Unit.ratio, formula="bubble_time / step_time", source=STEP_EXPLANATIONS[
                  "bubble_time_s"].source),
     ]  # fmt: skip
-    mfu = getattr(cited, "mfu", None)
-    if mfu is not None:
+    if cited is not None:
         out.append(
-            term("mfu_cited_ratio", "MFU (cited, measured)", mfu, Unit.ratio,
-                 formula="measured, as cited", source=str(getattr(cited, "source", "")))
+            term("mfu_cited_ratio", "MFU (cited, measured)", cited.mfu, Unit.ratio,
+                 formula="measured, as cited", source=cited.source)
         )  # fmt: skip
-    _ = run
     return out

@@ -35,9 +35,14 @@ from dataclasses import dataclass, field, fields
 from functools import cache
 
 from tpcalc.calc.dp.zero import ZeroStage
-from tpcalc.calc.layout.groups import LayoutRun, ParallelLayout
+from tpcalc.calc.layout.groups import (
+    Group,
+    LayoutRun,
+    ParallelLayout,
+    expert_dp_group,
+    place_groups,
+)
 from tpcalc.calc.links.collectives import Collective
-from tpcalc.calc.links.link import nodes_spanned
 from tpcalc.calc.params.counts import (
     embedding_params,
     final_norm_params,
@@ -324,46 +329,6 @@ TP_GEMMS = ("qkv_proj", "out_proj", "q_proj", "q_up_proj", "kv_up_proj", "fc1", 
             "shared_fc1", "shared_fc2", "in_proj")  # fmt: skip
 
 
-@dataclass(frozen=True, slots=True)
-class Span:
-    """A process group as a collective sees it: its ranks and the nodes they sit on."""
-
-    size: int
-    nodes: int
-
-
-@dataclass(frozen=True, slots=True)
-class Groups:
-    """Every process group one rank belongs to (Megatron-Core parallel_state: dense order
-    tp-cp-dp-pp, TP innermost; expert order etp-ep-edp-pp, so an EP group is ep blocks of etp
-    consecutive ranks and its expert-data-parallel group is the rest)."""
-
-    tp: Span
-    cp: Span
-    dp: Span
-    pp: Span
-    ep: Span
-    edp: Span
-
-
-def groups(layout: ParallelLayout, etp: int) -> Groups:
-    """Each group's size and the nodes it spans (``links.nodes_spanned``, Megatron order)."""
-    g, tp, cp, dp, ep = layout.gpus_per_node, layout.tp, layout.cp, layout.dp, layout.ep
-    edp = max(1, tp * cp * dp // (ep * etp))
-
-    def span(size: int, stride: int) -> Span:
-        return Span(size, nodes_spanned(size, stride, g) if size > 1 else 1)
-
-    return Groups(
-        tp=span(tp, 1),
-        cp=span(cp, tp),
-        dp=span(dp * cp, tp),
-        pp=span(layout.pp, tp * cp * dp),
-        ep=span(ep, etp),
-        edp=span(edp, ep * etp),
-    )
-
-
 @dataclass(frozen=True)
 class _Ctx:
     spec: ModelSpec
@@ -371,7 +336,7 @@ class _Ctx:
     shard: Shard
     r: Rates
     opts: TimeOptions
-    links: Groups
+    links: dict[str, Group]  # place_groups' tp, cp, dp, pp, ep, and the expert-DP group edp
     ep_overlap: bool
     # One layer kind's work and parameters, computed once per step for every stage holding it.
     kinds: dict[tuple[str, bool], _LayerKind] = field(default_factory=dict)
@@ -415,10 +380,10 @@ def _layer_work(ctx: _Ctx, i: int) -> tuple[Work, Work, Work, tuple[Op, ...]]:
     moe = spec.is_moe_layer(i)
     blocks = 1 if moe and not _shared_width(spec) else TP_FWD_COLLECTIVES
     if shard.sp:
-        one = collective_time_s(r, Collective.all_gather, h_bytes, tp, ctx.links.tp.nodes)
-        one += collective_time_s(r, Collective.reduce_scatter, h_bytes, tp, ctx.links.tp.nodes)
+        one = collective_time_s(r, Collective.all_gather, h_bytes, tp, ctx.links["tp"].nodes)
+        one += collective_time_s(r, Collective.reduce_scatter, h_bytes, tp, ctx.links["tp"].nodes)
     else:
-        one = collective_time_s(r, Collective.all_reduce, h_bytes, tp, ctx.links.tp.nodes)
+        one = collective_time_s(r, Collective.all_reduce, h_bytes, tp, ctx.links["tp"].nodes)
     tp_pass = blocks * one
     tp_f = _exposed(tp_pass, _gemm_s(ops, Pass.forward, r, TP_GEMMS), ov.tp_comm, tp_pass / tp)
     tp_b = _exposed(
@@ -428,7 +393,7 @@ def _layer_work(ctx: _Ctx, i: int) -> tuple[Work, Work, Work, tuple[Op, ...]]:
     cp_f = cp_b = cp_comm = 0.0
     if ctx.layout.cp > 1 and spec.resolved_layer_types[i] != "linear_attention":
         kv = shard.tokens * _kv_width(spec, tp) * shard.dtype.bytes * scale
-        step = collective_time_s(r, Collective.p2p, kv, 2, min(2, ctx.links.cp.nodes))
+        step = collective_time_s(r, Collective.p2p, kv, 2, min(2, ctx.links["cp"].nodes))
         cp_comm = (ctx.layout.cp - 1) * step
         cp_f = _exposed(cp_comm, _attn_s(ops, Pass.forward, r), ov.cp_ring)
         cp_b = _exposed(KV_TENSORS * cp_comm, _attn_s(ops, Pass.backward_input, r), ov.cp_ring)
@@ -438,7 +403,7 @@ def _layer_work(ctx: _Ctx, i: int) -> tuple[Work, Work, Work, tuple[Op, ...]]:
         routed = shard.tokens // tp * (spec.num_experts_per_tok or 1)
         msg = routed * spec.hidden_size * shard.dtype.bytes * scale
         a2a = A2A_PER_PASS * collective_time_s(
-            r, Collective.all_to_all, msg, ctx.layout.ep, ctx.links.ep.nodes
+            r, Collective.all_to_all, msg, ctx.layout.ep, ctx.links["ep"].nodes
         )
         # Overlapped, a micro-batch's forward all-to-alls run under another micro-batch's
         # backward of the same layer and vice versa (DeepSeek-V3 §3.2.1 DualPipe; Megatron-Core
@@ -599,8 +564,8 @@ def _dp_exposed(ctx: _Ctx, st: StageWork, zero: ZeroStage, vpp: int) -> tuple[fl
     exposed = total = 0.0
     links = ctx.links
     for params, size, nodes in (
-        (st.dense_params, links.dp.size, links.dp.nodes),
-        (st.expert_params, links.edp.size, links.edp.nodes),
+        (st.dense_params, links["dp"].size, links["dp"].nodes),
+        (st.expert_params, links["edp"].size, links["edp"].nodes),
     ):
         if params == 0 or size == 1:
             continue
@@ -624,7 +589,7 @@ def _optimizer_s(ctx: _Ctx, st: StageWork, zero: ZeroStage) -> float:
     """Adam over the rank's optimizer shard, memory-bound (ADAM_BYTES_PER_PARAM)."""
     lay = ctx.layout
     dense_shard = lay.grad_group if zero >= ZeroStage.optimizer else 1
-    expert_shard = ctx.links.edp.size if zero >= ZeroStage.optimizer else 1
+    expert_shard = ctx.links["edp"].size if zero >= ZeroStage.optimizer else 1
     params = st.dense_params / dense_shard + st.expert_params / max(1, expert_shard)
     return params * ADAM_BYTES_PER_PARAM / ctx.r.hbm_bytes_per_s
 
@@ -667,7 +632,8 @@ def _context(spec: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, run: Lay
     if ep_overlap is None:
         ep_overlap = run.schedule is Schedule.dualpipe
     r = rates(hw, run.dtype, efficiency_scale=opts.efficiency_scale)
-    return _Ctx(spec, layout, shard, r, opts, groups(layout, layout.etp), ep_overlap)
+    links = {**place_groups(layout), "edp": expert_dp_group(layout)}
+    return _Ctx(spec, layout, shard, r, opts, links, ep_overlap)
 
 
 def _bubble_s(stages: tuple[StageWork, ...], run: LayoutRun, p: int) -> float:
@@ -780,7 +746,7 @@ def _pp_exposed(ctx: _Ctx, m: int, v: int, schedule: Schedule) -> tuple[float, f
     if p == 1:
         return 0.0, 0.0
     msg = ctx.shard.sp_tokens * ctx.spec.hidden_size * ctx.shard.dtype.bytes * ctx.opts.comm_scale
-    one = collective_time_s(ctx.r, Collective.p2p, msg, 2, min(2, ctx.links.pp.nodes))
+    one = collective_time_s(ctx.r, Collective.p2p, msg, 2, min(2, ctx.links["pp"].nodes))
     chunks = v if schedule is Schedule.interleaved else 1
     every = m * chunks + p - 1
     sends = (p - 1) if ctx.opts.overlap.pp_p2p else every
