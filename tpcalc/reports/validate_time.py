@@ -225,6 +225,7 @@ def validate_report(path: Path | None = None, hardware: str | None = None) -> Re
 
 
 def layout_text(c: Case) -> str:
+    """A run's layout in one line: TP PP CP VP EP DP, micro-batch and micro-batches."""
     lay = c.layout
     return (
         f"TP{lay.tp} PP{lay.pp} CP{lay.cp} VP{c.run.vpp} EP{lay.ep} DP{lay.dp} "
