@@ -67,9 +67,12 @@ def test_generated_invocations_keep_the_contract(generator, rng: random.Random):
         Path(path).write_bytes(content if isinstance(content, bytes) else content.encode())
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP_BYTES, hard))
+    cwd = Path.cwd()
+    os.chdir(root)  # a relative output path the generator picks (--save-svg 8) lands in root
     try:
         r = run_cli(*case.argv)
     finally:
+        os.chdir(cwd)
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
         for path in case.files:
             Path(path).unlink(missing_ok=True)

@@ -486,6 +486,7 @@ def run_case(case: Case, timeout_s: float, memory_bytes: int) -> Result:
             timeout=timeout_s,
             stdin=subprocess.DEVNULL,
             env=env,
+            cwd=tempfile.gettempdir(),  # a relative output path (--save-svg 8) lands there
             preexec_fn=_limit_memory(memory_bytes),
         )
         code: int | None = done.returncode
