@@ -124,3 +124,20 @@ def test_pyproject_lists_every_package():
     listed = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
     found = set(find_packages(str(root), include=["tpcalc*"])) | {"tpcalc.configs"}
     assert set(listed) == found
+
+
+TOP_LEVEL = {
+    ".ci", ".gitignore", "LICENSE", "README.md", "benchmarks", "configs", "docs", "pyproject.toml",
+    "tests", "tools", "tpcalc",
+}  # fmt: skip
+
+
+def test_top_level_holds_only_the_project():
+    """The design card's top level (issue 8 §8). A stray output (a fuzz case's '--save-svg 8'
+    once committed files named '8' and 'inf') fails here."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    listed = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert {name.split("/")[0] for name in listed} <= TOP_LEVEL
