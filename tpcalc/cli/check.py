@@ -8,7 +8,15 @@ import typer
 
 from tpcalc.choices import DEFAULT_VOCAB_PAD_MULTIPLE
 from tpcalc.cli.common import emit
-from tpcalc.cli.options import DEFAULT_MODEL, ExplainOpt, FormatOpt, ModelOpt, TpOpt, UnitsOpt
+from tpcalc.cli.options import (
+    DEFAULT_HARDWARE,
+    DEFAULT_MODEL,
+    ExplainOpt,
+    FormatOpt,
+    ModelOpt,
+    TpOpt,
+    UnitsOpt,
+)
 from tpcalc.render import Format
 from tpcalc.units import ByteUnits
 
@@ -52,8 +60,11 @@ def check(
     """
 
     def build():
+        from tpcalc.reports.request import Workload
         from tpcalc.reports.tp import check_report
 
-        return check_report(model, tp=tp, vocab_pad_multiple=vocab_pad_multiple, shards=shards)
+        # check reads only the model; the card is the default one, never priced
+        work = Workload.load(model, DEFAULT_HARDWARE)
+        return check_report(work, tp, vocab_pad_multiple=vocab_pad_multiple, shards=shards)
 
     emit(build, fmt, units=units, explain=explain)

@@ -61,20 +61,13 @@ def comm(
     """
 
     def build():
+        from tpcalc.reports.request import Workload
         from tpcalc.reports.tp import comm_report
 
-        return comm_report(
-            model,
-            hardware,
-            tp=tp,
-            seq=seq,
-            micro_batch=micro_batch,
-            sp=sp,
-            recompute_full=recompute is Recompute.full,
-            dtype=dtype,
-            params=params,
-            with_latency=latency,
-            time_model=time_model,
-        )
+        work = Workload.load(
+            model, hardware, seq=seq, micro_batch=micro_batch, dtype=dtype, sp=sp,
+            recompute=recompute,
+        )  # fmt: skip
+        return comm_report(work, tp, params=params, with_latency=latency, time_model=time_model)
 
     emit(build, fmt, units=units, explain=explain)

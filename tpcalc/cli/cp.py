@@ -86,11 +86,12 @@ def cp(
 
     def build():
         from tpcalc.reports.cp_ep import cp_report
+        from tpcalc.reports.request import Layout, Workload
 
+        work = Workload.load(model, hardware, seq=seq, micro_batch=micro_batch, dtype=dtype)
         return cp_report(
-            model, hardware, cp=cp, tp=tp, seq=seq, micro_batch=micro_batch, dtype=dtype,
-            grad_dtype=grad_dtype, chunks=chunks, gpus_per_node=gpus_per_node, link=link,
-            with_latency=latency,
+            work, Layout(tp=tp, gpus_per_node=gpus_per_node), cp, grad_dtype=grad_dtype,
+            chunks=chunks, link=link, with_latency=latency,
         )  # fmt: skip
 
     emit(build, fmt, units=units, explain=explain)

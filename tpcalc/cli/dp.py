@@ -67,22 +67,13 @@ def dp(
 
     def build():
         from tpcalc.reports.dp_zero_pp import dp_report
+        from tpcalc.reports.request import Layout, Workload
 
+        work = Workload.load(model, hardware, seq=seq, micro_batch=micro_batch, recipe=state_recipe)
+        base = Layout(tp=tp, microbatches=microbatches, gpus_per_node=gpus_per_node)
         return dp_report(
-            model,
-            hardware,
-            dp=dp,
-            tp=tp,
-            seq=seq,
-            micro_batch=micro_batch,
-            microbatches=microbatches,
-            recipe=state_recipe,
-            bucket_mib=bucket_mib,
-            params=params,
-            gpus_per_node=gpus_per_node,
-            link=link,
-            with_latency=latency,
-            time_model=time_model,
-        )
+            work, base, dp, bucket_mib=bucket_mib, params=params, link=link,
+            with_latency=latency, time_model=time_model,
+        )  # fmt: skip
 
     emit(build, fmt, units=units, explain=explain)

@@ -30,6 +30,7 @@ from tpcalc.cli.parallel_options import (
     GpusPerNodeOpt,
     StateRecipeOpt,
     TpIntOpt,
+    memory_techniques,
 )
 from tpcalc.render import Format
 from tpcalc.units import ByteUnits, Dtype
@@ -103,12 +104,17 @@ def ep(
 
     def build():
         from tpcalc.reports.cp_ep import ep_report
+        from tpcalc.reports.request import Layout, Workload
 
-        return ep_report(
-            model, hardware, ep=ep, tp=tp, cp=cp, seq=seq, micro_batch=micro_batch,
-            routing=routing, dtype=dtype, combine_dtype=combine_dtype, recipe=recipe,
-            gpus_per_node=gpus_per_node, with_latency=latency, etp=etp,
-            dispatcher=dispatcher.value, capacity_factor=capacity_factor,
+        work = Workload.load(
+            model, hardware, seq=seq, micro_batch=micro_batch, dtype=dtype, recipe=recipe,
+            memory=memory_techniques(
+                None, moe_dispatcher=dispatcher.value, capacity_factor=capacity_factor
+            ),
         )  # fmt: skip
+        base = Layout(tp=tp, cp=cp, etp=etp, gpus_per_node=gpus_per_node)
+        return ep_report(
+            work, base, ep, routing=routing, combine_dtype=combine_dtype, with_latency=latency
+        )
 
     emit(build, fmt, units=units, explain=explain)

@@ -79,14 +79,12 @@ def flops(
     """
 
     def build():
+        from tpcalc.reports.request import Workload
         from tpcalc.reports.tp import flops_report
 
         return flops_report(
-            model,
-            hardware,
-            tp=tp,
-            seq=seq,
-            micro_batch=micro_batch,
+            Workload.load(model, hardware, seq=seq, micro_batch=micro_batch),
+            tp,
             params=params,
             attention=attention,
             attention_flops=attention_flops,

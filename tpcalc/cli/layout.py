@@ -56,8 +56,8 @@ from tpcalc.cli.parallel_options import (
     TpIntOpt,
     UnevenOpt,
     VppOpt,
+    memory_techniques,
 )
-from tpcalc.cli.parallel_options import recompute_modules as recompute_modules_list
 from tpcalc.cli.picture_options import BarsOpt, MapOpt, SaveSvgOpt, TimelineOpt
 from tpcalc.cli.pictures import draw
 from tpcalc.cli.time_options import (
@@ -178,25 +178,35 @@ def layout(
     """
 
     def build():
-        from tpcalc.calc.layout.groups import MemoryTechniques
+        from tpcalc.calc.time.step import Overlap, TimeOptions
         from tpcalc.reports.layout import layout_report
+        from tpcalc.reports.request import Layout, Workload
 
-        return layout_report(
-            model, hardware, tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, zero=zero,
-            world_size=world_size, gpus_per_node=gpus_per_node, seq=seq,
-            micro_batch=micro_batch, microbatches=microbatches, vpp=vpp, schedule=schedule,
-            recipe=recipe, sp=sp, recompute=recompute, activations=activations, dtype=dtype,
-            allow_uneven=uneven, with_latency=latency, etp=etp,
-            memory=MemoryTechniques(
-                recompute_modules=recompute_modules_list(recompute_modules), fp8_cache=fp8_cache,
-                moe_probs_in_act=moe_probs_in_act, mtp=mtp, offload_layers=offload_layers,
-                moe_dispatcher=moe_dispatcher.value, capacity_factor=capacity_factor,
-                router_dtype=router_dtype.value,
+        work = Workload.load(
+            model, hardware, seq=seq, micro_batch=micro_batch, dtype=dtype, sp=sp,
+            recompute=recompute, activations=activations, recipe=recipe,
+            memory=memory_techniques(
+                recompute_modules, fp8_cache=fp8_cache, moe_probs_in_act=moe_probs_in_act,
+                mtp=mtp, offload_layers=offload_layers, moe_dispatcher=moe_dispatcher.value,
+                capacity_factor=capacity_factor, router_dtype=router_dtype.value,
             ),
-            time_model=time_model, tp_comm_overlap=tp_comm_overlap, dp_overlap=dp_overlap,
-            ep_overlap=ep_overlap, cp_overlap=cp_overlap, first_stage_layers=first_stage_layers,
-            last_stage_layers=last_stage_layers, recompute_layers=recompute_layers, ops=ops,
-            attention_flops=attention_flops, fused_sinks=fused_sinks,
+        )  # fmt: skip
+        split = Layout(
+            tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, etp=etp, zero=zero, vpp=vpp, schedule=schedule,
+            microbatches=microbatches, gpus_per_node=gpus_per_node, world_size=world_size,
+        )  # fmt: skip
+        options = TimeOptions(
+            overlap=Overlap(
+                tp_comm=tp_comm_overlap, dp_grad_reduce=dp_overlap, dp_param_gather=dp_overlap,
+                ep_a2a=ep_overlap, cp_ring=cp_overlap,
+            ),
+            first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
+            recompute_layers=recompute_layers,
+            causal_model_flops=attention_flops is AttentionFlops.causal, fused_sinks=fused_sinks,
+        )  # fmt: skip
+        return layout_report(
+            work, split, allow_uneven=uneven, with_latency=latency, time_model=time_model,
+            time_options=options, ops=ops,
         )  # fmt: skip
 
     report = emit(build, fmt, units=units, explain=explain)

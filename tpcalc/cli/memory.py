@@ -36,8 +36,8 @@ from tpcalc.cli.parallel_options import (
     ProbsInActOpt,
     RecomputeModulesOpt,
     RouterDtypeOpt,
+    memory_techniques,
 )
-from tpcalc.cli.parallel_options import recompute_modules as recompute_modules_list
 from tpcalc.cli.picture_options import BarsOpt, SaveSvgOpt
 from tpcalc.cli.pictures import draw
 from tpcalc.render import Format
@@ -135,32 +135,22 @@ def memory(
     def build():
         from tpcalc.calc.activations.exact.options import ActivationOptions
         from tpcalc.reports.memory import memory_report
+        from tpcalc.reports.request import Workload
 
-        options = ActivationOptions(
-            attention=attention,
-            softmax_dtype=softmax_dtype,
-            dropout=dropout,
-            fused_norm=fused_norm,
-            fused_swiglu=fused_swiglu,
-            recompute_modules=recompute_modules_list(recompute_modules),
-            fp8_cache=fp8_cache,
-            moe_probs_in_act=moe_probs_in_act,
-            router_dtype=router_dtype,
-            capacity_factor=capacity_factor,
-        )
+        work = Workload.load(
+            model, hardware, seq=seq, micro_batch=micro_batch, sp=sp, recompute=recompute,
+            activations=activations, recipe=state_recipe,
+            memory=memory_techniques(
+                recompute_modules, fp8_cache=fp8_cache, moe_probs_in_act=moe_probs_in_act,
+                router_dtype=router_dtype.value, capacity_factor=capacity_factor,
+            ),
+        )  # fmt: skip
+        kernels = ActivationOptions(
+            attention=attention, softmax_dtype=softmax_dtype, dropout=dropout,
+            fused_norm=fused_norm, fused_swiglu=fused_swiglu,
+        )  # fmt: skip
         return memory_report(
-            model,
-            hardware,
-            tp=tp,
-            seq=seq,
-            micro_batch=micro_batch,
-            sp=sp,
-            recompute=recompute,
-            full_sharding=full_sharding,
-            recipe=state_recipe,
-            activations=activations,
-            exact_options=options,
-            explain_tensors=explain,
+            work, tp, full_sharding=full_sharding, kernels=kernels, explain_tensors=explain
         )
 
     report = emit(build, fmt, units=units, explain=explain)

@@ -5,7 +5,7 @@ Same style as ``tpcalc.cli.options``: one ``Annotated`` type per option, choices
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -17,6 +17,9 @@ from tpcalc.choices import (
     Schedule,
     StateRecipe,
 )
+
+if TYPE_CHECKING:
+    from tpcalc.calc.layout.groups import MemoryTechniques
 
 DpListOpt = Annotated[
     str | None,
@@ -183,6 +186,14 @@ def recompute_modules(value: str | None) -> tuple[str, ...]:
     modules = tuple(m.strip() for m in value.split(",") if m.strip())
     check_recompute_modules(modules)
     return modules
+
+
+def memory_techniques(modules: str | None, **techniques: Any) -> MemoryTechniques:
+    """The run's memory techniques (``Workload.memory``) from the shared options, with the
+    --recompute-modules list checked; the rest keep ``MemoryTechniques``' defaults."""
+    from tpcalc.calc.layout.groups import MemoryTechniques
+
+    return MemoryTechniques(recompute_modules=recompute_modules(modules), **techniques)
 
 
 DispatcherOpt = Annotated[

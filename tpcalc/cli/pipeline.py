@@ -36,8 +36,8 @@ from tpcalc.cli.parallel_options import (
     TpIntOpt,
     UnevenOpt,
     VppOpt,
+    memory_techniques,
 )
-from tpcalc.cli.parallel_options import recompute_modules as recompute_modules_list
 from tpcalc.cli.picture_options import SaveSvgOpt, TimelineOpt
 from tpcalc.cli.pictures import draw
 from tpcalc.render import Format
@@ -94,35 +94,24 @@ def pipeline(
     """
 
     def build():
-        from tpcalc.calc.layout.groups import MemoryTechniques
         from tpcalc.reports.dp_zero_pp import pipeline_report
+        from tpcalc.reports.request import Layout, Workload
 
-        return pipeline_report(
-            model,
-            hardware,
-            pp=pp,
-            microbatches=microbatches,
-            vpp=vpp,
-            schedule=schedule,
-            tp=tp,
-            dp=dp,
-            seq=seq,
-            micro_batch=micro_batch,
-            dtype=dtype,
-            sp=sp,
-            recompute=recompute,
-            activations=activations,
-            allow_uneven=uneven,
-            scatter_gather=scatter_gather,
-            gpus_per_node=gpus_per_node,
-            link=link,
-            with_latency=latency,
-            memory=MemoryTechniques(
-                recompute_modules=recompute_modules_list(recompute_modules),
-                fp8_cache=fp8_cache,
-                moe_probs_in_act=moe_probs_in_act,
+        work = Workload.load(
+            model, hardware, seq=seq, micro_batch=micro_batch, dtype=dtype, sp=sp,
+            recompute=recompute, activations=activations,
+            memory=memory_techniques(
+                recompute_modules, fp8_cache=fp8_cache, moe_probs_in_act=moe_probs_in_act
             ),
-        )
+        )  # fmt: skip
+        base = Layout(
+            tp=tp, dp=dp, vpp=vpp, schedule=schedule, microbatches=microbatches,
+            gpus_per_node=gpus_per_node,
+        )  # fmt: skip
+        return pipeline_report(
+            work, base, pp, allow_uneven=uneven, scatter_gather=scatter_gather, link=link,
+            with_latency=latency,
+        )  # fmt: skip
 
     report = emit(build, fmt, units=units, explain=explain)
 

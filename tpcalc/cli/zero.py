@@ -31,8 +31,8 @@ from tpcalc.cli.parallel_options import (
     StateRecipeOpt,
     TpIntOpt,
     ZeroOpt,
+    memory_techniques,
 )
-from tpcalc.cli.parallel_options import recompute_modules as recompute_modules_list
 from tpcalc.render import Format
 from tpcalc.units import ByteUnits
 
@@ -75,29 +75,17 @@ def zero(
     """
 
     def build():
-        from tpcalc.calc.layout.groups import MemoryTechniques
         from tpcalc.reports.dp_zero_pp import zero_report
+        from tpcalc.reports.request import Layout, Workload
 
-        return zero_report(
-            model,
-            hardware,
-            dp=dp,
-            zero=zero,
-            tp=tp,
-            seq=seq,
-            micro_batch=micro_batch,
-            recipe=state_recipe,
-            sp=sp,
-            recompute=recompute,
-            gpus_per_node=gpus_per_node,
-            link=link,
-            with_latency=latency,
-            activations=activations,
-            memory=MemoryTechniques(
-                recompute_modules=recompute_modules_list(recompute_modules),
-                fp8_cache=fp8_cache,
-                moe_probs_in_act=moe_probs_in_act,
+        work = Workload.load(
+            model, hardware, seq=seq, micro_batch=micro_batch, sp=sp, recompute=recompute,
+            activations=activations, recipe=state_recipe,
+            memory=memory_techniques(
+                recompute_modules, fp8_cache=fp8_cache, moe_probs_in_act=moe_probs_in_act
             ),
-        )
+        )  # fmt: skip
+        base = Layout(tp=tp, gpus_per_node=gpus_per_node)
+        return zero_report(work, base, dp, zero, link=link, with_latency=latency)
 
     emit(build, fmt, units=units, explain=explain)
