@@ -9,7 +9,6 @@ import typer
 from tpcalc.choices import DEFAULT_VOCAB_PAD_MULTIPLE
 from tpcalc.cli.common import emit
 from tpcalc.cli.options import (
-    DEFAULT_HARDWARE,
     DEFAULT_MODEL,
     ExplainOpt,
     FormatOpt,
@@ -17,6 +16,7 @@ from tpcalc.cli.options import (
     TpOpt,
     UnitsOpt,
 )
+from tpcalc.cli.request import workload_of
 from tpcalc.render import Format
 from tpcalc.units import ByteUnits
 
@@ -38,6 +38,7 @@ ShardsOpt = Annotated[
 
 @app.command()
 def check(
+    ctx: typer.Context,
     model: ModelOpt = DEFAULT_MODEL,
     tp: TpOpt = None,
     vocab_pad_multiple: VocabPadOpt = DEFAULT_VOCAB_PAD_MULTIPLE,
@@ -60,11 +61,9 @@ def check(
     """
 
     def build():
-        from tpcalc.reports.request import Workload
         from tpcalc.reports.tp import check_report
 
-        # check reads only the model; the card is the default one, never priced
-        work = Workload.load(model, DEFAULT_HARDWARE)
+        work = workload_of(ctx.params)  # check reads only the model (the card is never priced)
         return check_report(work, tp, vocab_pad_multiple=vocab_pad_multiple, shards=shards)
 
     emit(build, fmt, units=units, explain=explain)

@@ -28,6 +28,7 @@ from tpcalc.cli.parallel_options import (
     StateRecipeOpt,
     TpIntOpt,
 )
+from tpcalc.cli.request import layout_of, workload_of
 from tpcalc.cli.time_options import TimeModelOpt
 from tpcalc.render import Format
 from tpcalc.units import ByteUnits
@@ -37,6 +38,7 @@ app = typer.Typer()
 
 @app.command()
 def dp(
+    ctx: typer.Context,
     model: ModelOpt = DEFAULT_MODEL,
     dp: DpListOpt = None,
     tp: TpIntOpt = 1,
@@ -67,10 +69,8 @@ def dp(
 
     def build():
         from tpcalc.reports.dp_zero_pp import dp_report
-        from tpcalc.reports.request import Layout, Workload
 
-        work = Workload.load(model, hardware, seq=seq, micro_batch=micro_batch, recipe=state_recipe)
-        base = Layout(tp=tp, microbatches=microbatches, gpus_per_node=gpus_per_node)
+        work, base = workload_of(ctx.params), layout_of(ctx.params, sweep=("dp",))
         return dp_report(
             work, base, dp, bucket_mib=bucket_mib, params=params, link=link,
             with_latency=latency, time_model=time_model,

@@ -21,6 +21,7 @@ from tpcalc.cli.options import (
     TpOpt,
     UnitsOpt,
 )
+from tpcalc.cli.request import workload_of
 from tpcalc.cli.time_options import TimeModelOpt
 from tpcalc.render import Format
 from tpcalc.units import ByteUnits
@@ -30,6 +31,7 @@ app = typer.Typer()
 
 @app.command()
 def flops(
+    ctx: typer.Context,
     model: ModelOpt = DEFAULT_MODEL,
     tp: TpOpt = None,
     seq: SeqOpt = None,
@@ -79,11 +81,10 @@ def flops(
     """
 
     def build():
-        from tpcalc.reports.request import Workload
         from tpcalc.reports.tp import flops_report
 
         return flops_report(
-            Workload.load(model, hardware, seq=seq, micro_batch=micro_batch),
+            workload_of(ctx.params),
             tp,
             params=params,
             attention=attention,

@@ -31,15 +31,17 @@ from tpcalc.cli.options import (
     UnitsOpt,
 )
 from tpcalc.cli.parallel_options import (
+    ActivationsOpt,
     CapacityFactorOpt,
     Fp8CacheOpt,
     ProbsInActOpt,
     RecomputeModulesOpt,
     RouterDtypeOpt,
-    memory_techniques,
+    StateRecipeOpt,
 )
 from tpcalc.cli.picture_options import BarsOpt, SaveSvgOpt
 from tpcalc.cli.pictures import draw
+from tpcalc.cli.request import workload_of
 from tpcalc.render import Format
 from tpcalc.units import ByteUnits
 
@@ -48,6 +50,7 @@ app = typer.Typer()
 
 @app.command()
 def memory(
+    ctx: typer.Context,
     model: ModelOpt = DEFAULT_MODEL,
     tp: TpOpt = None,
     seq: SeqOpt = None,
@@ -62,22 +65,8 @@ def memory(
             help="Full recompute keeps 2sbh per layer: 'paper' (Table 2, not /t) or 'sp' (/t).",
         ),
     ] = FullRecomputeSharding.paper,
-    state_recipe: Annotated[
-        StateRecipe,
-        typer.Option(
-            "--state-recipe",
-            help="Model states: zero16 (2+2+12 B/param) or megatron18 (fp32 grads, 18 B/param).",
-        ),
-    ] = StateRecipe.zero16,
-    activations: Annotated[
-        ActivationModel,
-        typer.Option(
-            "--activations",
-            help="Which activation count enters the total: 'exact' (the tensors autograd saves "
-            "for this architecture) or 'paper' (Korthikanti Table 2, the seeds' formula). "
-            "Both are shown, with their difference.",
-        ),
-    ] = ActivationModel.exact,
+    state_recipe: StateRecipeOpt = StateRecipe.zero16,
+    activations: ActivationsOpt = ActivationModel.exact,
     attention: Annotated[
         AttentionKernel,
         typer.Option("--attention", help="Attention kernel of the exact model."),
@@ -135,16 +124,8 @@ def memory(
     def build():
         from tpcalc.calc.activations.exact.options import ActivationOptions
         from tpcalc.reports.memory import memory_report
-        from tpcalc.reports.request import Workload
 
-        work = Workload.load(
-            model, hardware, seq=seq, micro_batch=micro_batch, sp=sp, recompute=recompute,
-            activations=activations, recipe=state_recipe,
-            memory=memory_techniques(
-                recompute_modules, fp8_cache=fp8_cache, moe_probs_in_act=moe_probs_in_act,
-                router_dtype=router_dtype.value, capacity_factor=capacity_factor,
-            ),
-        )  # fmt: skip
+        work = workload_of(ctx.params)
         kernels = ActivationOptions(
             attention=attention, softmax_dtype=softmax_dtype, dropout=dropout,
             fused_norm=fused_norm, fused_swiglu=fused_swiglu,

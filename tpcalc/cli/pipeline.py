@@ -36,10 +36,10 @@ from tpcalc.cli.parallel_options import (
     TpIntOpt,
     UnevenOpt,
     VppOpt,
-    memory_techniques,
 )
 from tpcalc.cli.picture_options import SaveSvgOpt, TimelineOpt
 from tpcalc.cli.pictures import draw
+from tpcalc.cli.request import layout_of, workload_of
 from tpcalc.render import Format
 from tpcalc.units import ByteUnits, Dtype
 
@@ -48,6 +48,7 @@ app = typer.Typer()
 
 @app.command()
 def pipeline(
+    ctx: typer.Context,
     model: ModelOpt = DEFAULT_MODEL,
     pp: PpListOpt = None,
     microbatches: MicrobatchesOpt = 32,
@@ -95,19 +96,8 @@ def pipeline(
 
     def build():
         from tpcalc.reports.dp_zero_pp import pipeline_report
-        from tpcalc.reports.request import Layout, Workload
 
-        work = Workload.load(
-            model, hardware, seq=seq, micro_batch=micro_batch, dtype=dtype, sp=sp,
-            recompute=recompute, activations=activations,
-            memory=memory_techniques(
-                recompute_modules, fp8_cache=fp8_cache, moe_probs_in_act=moe_probs_in_act
-            ),
-        )  # fmt: skip
-        base = Layout(
-            tp=tp, dp=dp, vpp=vpp, schedule=schedule, microbatches=microbatches,
-            gpus_per_node=gpus_per_node,
-        )  # fmt: skip
+        work, base = workload_of(ctx.params), layout_of(ctx.params, sweep=("pp",))
         return pipeline_report(
             work, base, pp, allow_uneven=uneven, scatter_gather=scatter_gather, link=link,
             with_latency=latency,

@@ -31,8 +31,8 @@ from tpcalc.cli.parallel_options import (
     StateRecipeOpt,
     TpIntOpt,
     ZeroOpt,
-    memory_techniques,
 )
+from tpcalc.cli.request import layout_of, workload_of
 from tpcalc.render import Format
 from tpcalc.units import ByteUnits
 
@@ -41,6 +41,7 @@ app = typer.Typer()
 
 @app.command()
 def zero(
+    ctx: typer.Context,
     model: ModelOpt = DEFAULT_MODEL,
     dp: DpListOpt = None,
     zero: ZeroOpt = None,
@@ -76,16 +77,8 @@ def zero(
 
     def build():
         from tpcalc.reports.dp_zero_pp import zero_report
-        from tpcalc.reports.request import Layout, Workload
 
-        work = Workload.load(
-            model, hardware, seq=seq, micro_batch=micro_batch, sp=sp, recompute=recompute,
-            activations=activations, recipe=state_recipe,
-            memory=memory_techniques(
-                recompute_modules, fp8_cache=fp8_cache, moe_probs_in_act=moe_probs_in_act
-            ),
-        )  # fmt: skip
-        base = Layout(tp=tp, gpus_per_node=gpus_per_node)
+        work, base = workload_of(ctx.params), layout_of(ctx.params, sweep=("dp", "zero"))
         return zero_report(work, base, dp, zero, link=link, with_latency=latency)
 
     emit(build, fmt, units=units, explain=explain)
