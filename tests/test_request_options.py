@@ -143,3 +143,30 @@ def test_one_layout_commands_take_one_size_in_the_list_syntax(cli, command, opti
     assert r.code == 2
     assert "this command prices one" in r.err and "one row each" in r.err
     assert len(r.err.strip().splitlines()) == 1
+
+
+def test_the_one_conversion_to_the_calculators_inputs() -> None:
+    from tpcalc.calc.dp.zero import ZeroStage
+    from tpcalc.calc.layout.groups import LayoutRun, ParallelLayout
+    from tpcalc.reports.request import Workload
+
+    work = Workload.load(
+        "llama3-70b", "h100-sxm", seq=8192, micro_batch=2, dtype=Dtype.fp8,
+        recompute=Recompute.full, recipe=StateRecipe.megatron18,
+    )  # fmt: skip
+    lay = Layout(
+        tp=8, cp=2, pp=4, dp=2, zero=1, vpp=2, schedule=Schedule.interleaved, microbatches=16,
+        world_size=128,
+    )  # fmt: skip
+    assert lay.parallel(8) == ParallelLayout(
+        tp=8, cp=2, pp=4, dp=2, zero=ZeroStage.optimizer, world_size=128, gpus_per_node=8
+    )
+    assert work.run(lay, with_latency=True) == LayoutRun(
+        seq=8192, microbatches=16, micro_batch=2, vpp=2, schedule=Schedule.interleaved,
+        recipe=StateRecipe.megatron18, dtype=Dtype.fp8, recompute=Recompute.full,
+        with_latency=True,
+    )  # fmt: skip
+    assert work.node(lay) == 8  # the card's (h100-sxm: 8 per node)
+    assert work.node(Layout(gpus_per_node=4)) == 4
+    with pytest.raises(InputError, match="--gpus-per-node must be a positive integer, got 0"):
+        work.node(Layout(gpus_per_node=0))

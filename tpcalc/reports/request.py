@@ -26,6 +26,12 @@ Decisions:
   the swept dimension beside the request; the base ``Layout`` gives every other dimension.
 - Pricing choices that are not part of the run (``with_latency``, ``link``, ``time_model``,
   ``params``, the overlaps of the step model) stay keyword arguments of the reports.
+- One type and one default per flag in every command (``tpcalc.cli.request`` maps each option
+  to its field; tests/test_request_options.py checks the definitions): ``--sp`` is on
+  everywhere; a size (``--tp``, ``--dp``, ``--pp``, ``--cp``, ``--ep``) has one syntax, a list
+  where the command sweeps it and one value where it prices one layout (a list there is refused
+  by name). Two defaults differ on purpose: ``--microbatches`` (1 in ``dp``, 32 in ``pipeline``
+  and ``layout``) and flops' tri-state ``--mtp`` (it follows ``--params``).
 - Calc keeps its own inputs: ``Layout.parallel`` builds ``calc.layout.groups.ParallelLayout``
   and ``Workload.run`` builds ``LayoutRun``: the one conversion, shared by every report.
 """
