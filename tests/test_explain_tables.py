@@ -15,7 +15,9 @@ from tpcalc.calc.links.breakdown import LinkTime, link_time_explanations
 from tpcalc.calc.links.link import Link
 from tpcalc.calc.tp.comm import TpComm
 from tpcalc.calc.tp.comm_explain import EXPLANATIONS as TP_COMM
+from tpcalc.choices import Recompute
 from tpcalc.explain import Explanation, unexplained
+from tpcalc.reports.request import Workload
 from tpcalc.reports.tp import tp_comm_row
 
 
@@ -37,7 +39,8 @@ def test_every_field_is_explained(result_type: type, table: dict[str, Explanatio
 
 @pytest.mark.parametrize("sp", [False, True])
 def test_comm_row_shows_every_byte_and_time_of_the_result(qwen38, h800, sp: bool) -> None:
-    row = tp_comm_row(qwen38, h800, t=8, seq=4096, sp=sp, recompute_full=True)
+    work = Workload(spec=qwen38, hw=h800, seq=4096, sp=sp, recompute=Recompute.full)
+    row = tp_comm_row(work, 8)
     keys = [x.key for x in row.terms]
     assert len(keys) == len(set(keys))
     for name in ("nvlink", "ib"):

@@ -12,6 +12,7 @@ from tests.golden import expected
 from tpcalc.calc.activations.paper import logits_terms, paper_model_terms
 from tpcalc.calc.tp.flops import flops_terms
 from tpcalc.choices import ParamConvention, Recompute, TimeModel
+from tpcalc.reports.request import Workload
 from tpcalc.reports.tp import tp_comm_row
 from tpcalc.terms import Row
 from tpcalc.units import Dtype
@@ -25,19 +26,16 @@ def close(fid: str, value: float) -> bool:
 @pytest.fixture(scope="module")
 def qwen_tp8(qwen38, h800) -> Row:
     # seed 000: Qwen3.8, t = 8, 4,096 tokens, H800 links, bandwidth only
-    return tp_comm_row(qwen38, h800, t=8, seq=4096, micro_batch=1, with_latency=False)
+    return tp_comm_row(Workload(spec=qwen38, hw=h800, seq=4096, sp=False), 8, with_latency=False)
 
 
 @pytest.fixture(scope="module")
 def llama_tp8(llama70b, h100) -> Row:
     # seed 003 §7.3.5: Llama 3 70B, b = 1, s = 8192, t = 8, H100 links, 6N with all params
     return tp_comm_row(
-        llama70b,
-        h100,
+        Workload(spec=llama70b, hw=h100, seq=8192, micro_batch=1, sp=False),
+        8,
         time_model=TimeModel.fixed,  # the seed's 6·N·tokens at 400 TFLOP/s
-        t=8,
-        seq=8192,
-        micro_batch=1,
         params=ParamConvention.all,
         with_latency=False,
     )
@@ -114,7 +112,8 @@ def test_l_link_times(llama_tp8):
 
 def test_latency_only_adds(llama70b, h100):
     # the seeds price bandwidth only; with latency on, the bandwidth term is unchanged
-    row = tp_comm_row(llama70b, h100, t=8, seq=8192, params=ParamConvention.all)
+    work = Workload(spec=llama70b, hw=h100, seq=8192, sp=False)
+    row = tp_comm_row(work, 8, params=ParamConvention.all)
     assert row.value("nvlink_bandwidth_time_s") == pytest.approx(0.167, abs=0.0005)
     assert row.value("nvlink_latency_time_s") > 0
     assert row.check_breakdowns() == []

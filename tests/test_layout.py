@@ -300,12 +300,15 @@ def test_fp8_mfu_without_an_fp8_peak_is_an_error(llama70b):
 
 def test_a_cited_mfu_needs_the_cited_hardware():
     from tpcalc.reports.layout import layout_report as run_layout
+    from tpcalc.reports.request import Layout, Workload
 
-    sizes = dict(tp=8, pp=16, dp=128, zero=1, microbatches=16, seq=8192)
-    on_h100 = rows_by_dim(run_layout("llama3-405b", "h100-sxm", **sizes))["total"]
+    sizes = Layout(tp=8, pp=16, dp=128, zero=1, microbatches=16)
+    on_h100 = rows_by_dim(run_layout(Workload.load("llama3-405b", "h100-sxm", seq=8192), sizes))
+    on_h100 = on_h100["total"]
     # Llama 3 paper Table 4: 41% BF16 MFU, measured on 16,384 H100
     assert on_h100.value("mfu_cited_ratio") == 0.41
-    on_h800 = rows_by_dim(run_layout("llama3-405b", "h800", **sizes))["total"]
+    on_h800 = rows_by_dim(run_layout(Workload.load("llama3-405b", "h800", seq=8192), sizes))
+    on_h800 = on_h800["total"]
     assert "mfu_cited_ratio" not in {t.key for t in on_h800.terms}
     lay = ParallelLayout(tp=8, cp=1, pp=16, dp=128, gpus_per_node=8)
     assert matching_example("llama3-405b", lay, "h800") is None

@@ -17,6 +17,7 @@ from tpcalc.pictures.layout_map import gpus_to_show, group_members, layout_map
 from tpcalc.pictures.show import layout_objects
 from tpcalc.reports.layout import layout_report
 from tpcalc.reports.memory import memory_report
+from tpcalc.reports.request import Layout, Workload
 
 BAR_CHARS = ("█", "░", "▒")
 LAYOUT_70B = ["-m", "llama3-70b", "--tp", "8", "--pp", "4", "--dp", "2", "--microbatches", "8"]
@@ -24,7 +25,7 @@ LAYOUT_70B = ["-m", "llama3-70b", "--tp", "8", "--pp", "4", "--dp", "2", "--micr
 
 @pytest.fixture(scope="module")
 def qwen_memory():
-    return memory_report("qwen3.8", "h100-sxm", tp="1,8", seq=4096)
+    return memory_report(Workload.load("qwen3.8", "h100-sxm", seq=4096), "1,8")
 
 
 def test_memory_bar_segments_sum_to_the_printed_total(qwen_memory):
@@ -57,7 +58,8 @@ def test_memory_bars_cli(cli):
 
 
 def test_layout_bars_sum_to_the_summary_row():
-    rep = layout_report("llama3-70b", "h100-sxm", tp=8, pp=4, dp=2, microbatches=8)
+    work = Workload.load("llama3-70b", "h100-sxm")
+    rep = layout_report(work, Layout(tp=8, pp=4, dp=2, microbatches=8))
     spec, hw, lay, run = layout_objects(rep, "llama3-70b", "h100-sxm")
     bars = layout_bars(spec, hw, lay, run)
     assert len(bars) == 4  # one per pipeline stage

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -11,6 +13,7 @@ from tpcalc.calc.links.collectives import Collective, ring_factor
 from tpcalc.catalog import load_hardware, load_model
 from tpcalc.choices import FullRecomputeSharding, Recompute, StateRecipe
 from tpcalc.reports.memory import memory_row
+from tpcalc.reports.request import Workload
 from tpcalc.reports.tp import tp_comm_row
 from tpcalc.terms import Row
 
@@ -30,14 +33,15 @@ def test_all_reduce_is_reduce_scatter_plus_all_gather(n):
 @settings(max_examples=60, deadline=None)
 @given(model=st.sampled_from(MODELS), s=seqs, b=batches, recompute_full=st.booleans())
 def test_t1_moves_no_tp_bytes(model, s, b, recompute_full):
-    row = tp_comm_row(
-        load_model(model),
-        load_hardware("h100-sxm"),
-        t=1,
+    work = Workload(
+        spec=load_model(model),
+        hw=load_hardware("h100-sxm"),
         seq=s,
         micro_batch=b,
-        recompute_full=recompute_full,
+        sp=False,
+        recompute=Recompute.full if recompute_full else Recompute.none,
     )
+    row = tp_comm_row(work, 1)
     assert row.value("send_bytes_per_step") == 0
     assert row.value("nvlink_time_s") == 0
     assert row.value("message_bytes_per_step") == 0
@@ -57,8 +61,10 @@ def test_sp_pairs_add_up_to_the_step(model, s, b, t, recompute_full):
     # layers, must give the step total the TP row computes from the all-reduce (two different
     # ring factors, (t-1)/t twice against 2(t-1)/t once), and the SP row must name AG + RS.
     spec, hw = load_model(model), load_hardware("h100-sxm")
-    tp = tp_comm_row(spec, hw, t=t, seq=s, micro_batch=b, sp=False, recompute_full=recompute_full)
-    sp = tp_comm_row(spec, hw, t=t, seq=s, micro_batch=b, sp=True, recompute_full=recompute_full)
+    recompute = Recompute.full if recompute_full else Recompute.none
+    work = Workload(spec=spec, hw=hw, seq=s, micro_batch=b, sp=False, recompute=recompute)
+    tp = tp_comm_row(work, t)
+    sp = tp_comm_row(replace(work, sp=True), t)
     per_layer = 6 if recompute_full else 4  # 2 fwd + 2 bwd (+ 2 recomputed fwd): Shoeybi §3
     pair = sp.value("send_bytes_per_allgather") + sp.value("send_bytes_per_reduce_scatter")
     expected = pair * per_layer * spec.num_hidden_layers
@@ -81,17 +87,16 @@ def test_per_rank_memory_never_grows_with_t(model, s, b, sp, recompute, sharding
     spec, hw = load_model(model), load_hardware("h100-sxm")
     previous = None
     for t in (1, 2, 4, 8):
-        row = memory_row(
-            spec,
-            hw,
-            t=t,
+        work = Workload(
+            spec=spec,
+            hw=hw,
             seq=s,
             micro_batch=b,
             sp=sp,
             recompute=recompute,
-            full_sharding=sharding,
             recipe=StateRecipe.zero16,
         )
+        row = memory_row(work, t, full_sharding=sharding)
         assert row.check_breakdowns() == []
         current = (
             row.value("activation_bytes"),

@@ -8,7 +8,15 @@ import typer
 
 from tpcalc.choices import DEFAULT_VOCAB_PAD_MULTIPLE
 from tpcalc.cli.common import emit
-from tpcalc.cli.options import DEFAULT_MODEL, ExplainOpt, FormatOpt, ModelOpt, TpOpt, UnitsOpt
+from tpcalc.cli.options import (
+    DEFAULT_MODEL,
+    ExplainOpt,
+    FormatOpt,
+    ModelOpt,
+    TpOpt,
+    UnitsOpt,
+)
+from tpcalc.cli.request import workload_of
 from tpcalc.render import Format
 from tpcalc.units import ByteUnits
 
@@ -30,6 +38,7 @@ ShardsOpt = Annotated[
 
 @app.command()
 def check(
+    ctx: typer.Context,
     model: ModelOpt = DEFAULT_MODEL,
     tp: TpOpt = None,
     vocab_pad_multiple: VocabPadOpt = DEFAULT_VOCAB_PAD_MULTIPLE,
@@ -54,6 +63,7 @@ def check(
     def build():
         from tpcalc.reports.tp import check_report
 
-        return check_report(model, tp=tp, vocab_pad_multiple=vocab_pad_multiple, shards=shards)
+        work = workload_of(ctx.params)  # check reads only the model (the card is never priced)
+        return check_report(work, tp, vocab_pad_multiple=vocab_pad_multiple, shards=shards)
 
     emit(build, fmt, units=units, explain=explain)

@@ -23,6 +23,7 @@ from tpcalc.cli.options import (
     TpOpt,
     UnitsOpt,
 )
+from tpcalc.cli.request import workload_of
 from tpcalc.cli.time_options import TimeModelOpt
 from tpcalc.render import Format
 from tpcalc.units import ByteUnits, Dtype
@@ -32,6 +33,7 @@ app = typer.Typer()
 
 @app.command()
 def comm(
+    ctx: typer.Context,
     model: ModelOpt = DEFAULT_MODEL,
     tp: TpOpt = None,
     seq: SeqOpt = None,
@@ -63,18 +65,7 @@ def comm(
     def build():
         from tpcalc.reports.tp import comm_report
 
-        return comm_report(
-            model,
-            hardware,
-            tp=tp,
-            seq=seq,
-            micro_batch=micro_batch,
-            sp=sp,
-            recompute_full=recompute is Recompute.full,
-            dtype=dtype,
-            params=params,
-            with_latency=latency,
-            time_model=time_model,
-        )
+        work = workload_of(ctx.params)
+        return comm_report(work, tp, params=params, with_latency=latency, time_model=time_model)
 
     emit(build, fmt, units=units, explain=explain)

@@ -24,16 +24,13 @@ from tpcalc.cli.options import (
     SeqOpt,
     UnitsOpt,
 )
-from tpcalc.cli.parallel_options import GpusPerNodeOpt, LinkOpt, TpIntOpt
+from tpcalc.cli.parallel_options import CpListOpt, GpusPerNodeOpt, LinkOpt, TpIntOpt
+from tpcalc.cli.request import layout_of, workload_of
 from tpcalc.render import Format
 from tpcalc.units import ByteUnits, Dtype
 
 app = typer.Typer()
 
-CpListOpt = Annotated[
-    str | None,
-    typer.Option("--cp", help="Context-parallel size: one value or a list '2,4,8' (one row each)."),
-]
 ChunksOpt = Annotated[
     int | None,
     typer.Option(
@@ -55,6 +52,7 @@ GradDtypeOpt = Annotated[
 
 @app.command()
 def cp(
+    ctx: typer.Context,
     model: ModelOpt = DEFAULT_MODEL,
     cp: CpListOpt = None,
     tp: TpIntOpt = 1,
@@ -87,10 +85,9 @@ def cp(
     def build():
         from tpcalc.reports.cp_ep import cp_report
 
+        work, base = workload_of(ctx.params), layout_of(ctx.params, sweep=("cp",))
         return cp_report(
-            model, hardware, cp=cp, tp=tp, seq=seq, micro_batch=micro_batch, dtype=dtype,
-            grad_dtype=grad_dtype, chunks=chunks, gpus_per_node=gpus_per_node, link=link,
-            with_latency=latency,
-        )  # fmt: skip
+            work, base, cp, grad_dtype=grad_dtype, chunks=chunks, link=link, with_latency=latency
+        )
 
     emit(build, fmt, units=units, explain=explain)

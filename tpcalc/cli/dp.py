@@ -28,6 +28,7 @@ from tpcalc.cli.parallel_options import (
     StateRecipeOpt,
     TpIntOpt,
 )
+from tpcalc.cli.request import layout_of, workload_of
 from tpcalc.cli.time_options import TimeModelOpt
 from tpcalc.render import Format
 from tpcalc.units import ByteUnits
@@ -37,6 +38,7 @@ app = typer.Typer()
 
 @app.command()
 def dp(
+    ctx: typer.Context,
     model: ModelOpt = DEFAULT_MODEL,
     dp: DpListOpt = None,
     tp: TpIntOpt = 1,
@@ -68,21 +70,10 @@ def dp(
     def build():
         from tpcalc.reports.dp_zero_pp import dp_report
 
+        work, base = workload_of(ctx.params), layout_of(ctx.params, sweep=("dp",))
         return dp_report(
-            model,
-            hardware,
-            dp=dp,
-            tp=tp,
-            seq=seq,
-            micro_batch=micro_batch,
-            microbatches=microbatches,
-            recipe=state_recipe,
-            bucket_mib=bucket_mib,
-            params=params,
-            gpus_per_node=gpus_per_node,
-            link=link,
-            with_latency=latency,
-            time_model=time_model,
-        )
+            work, base, dp, bucket_mib=bucket_mib, params=params, link=link,
+            with_latency=latency, time_model=time_model,
+        )  # fmt: skip
 
     emit(build, fmt, units=units, explain=explain)

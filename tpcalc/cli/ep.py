@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from tpcalc.choices import DEFAULT_EP, EpRouting, MoeDispatcher, StateRecipe
+from tpcalc.choices import EpRouting, MoeDispatcher, StateRecipe
 from tpcalc.cli.common import emit
 from tpcalc.cli.options import (
     DEFAULT_HARDWARE,
@@ -25,12 +25,15 @@ from tpcalc.cli.options import (
 )
 from tpcalc.cli.parallel_options import (
     CapacityFactorOpt,
+    CpOpt,
     DispatcherOpt,
+    EpListOpt,
     EtpOpt,
     GpusPerNodeOpt,
     StateRecipeOpt,
     TpIntOpt,
 )
+from tpcalc.cli.request import layout_of, workload_of
 from tpcalc.render import Format
 from tpcalc.units import ByteUnits, Dtype
 
@@ -38,13 +41,6 @@ app = typer.Typer()
 
 DEFAULT_MOE_MODEL = "deepseek-v3"  # the default model of the other commands has no experts
 
-EpListOpt = Annotated[
-    str | None,
-    typer.Option("--ep", help=f"Expert-parallel size: one value or a list (default {DEFAULT_EP})."),
-]
-CpIntOpt = Annotated[
-    int, typer.Option("--cp", help="Context-parallel size (each rank dispatches s/cp tokens).")
-]
 RoutingOpt = Annotated[
     EpRouting | None,
     typer.Option(
@@ -66,19 +62,20 @@ CombineDtypeOpt = Annotated[
 
 @app.command()
 def ep(
+    ctx: typer.Context,
     model: ModelOpt = DEFAULT_MOE_MODEL,
     ep: EpListOpt = None,
     tp: TpIntOpt = 1,
     etp: EtpOpt = 1,
-    cp: CpIntOpt = 1,
+    cp: CpOpt = 1,
     seq: SeqOpt = None,
     micro_batch: MicroBatchOpt = 1,
     hardware: HardwareOpt = DEFAULT_HARDWARE,
     routing: RoutingOpt = None,
     dtype: DtypeOpt = Dtype.bf16,
     combine_dtype: CombineDtypeOpt = None,
-    recipe: StateRecipeOpt = StateRecipe.zero16,
-    dispatcher: DispatcherOpt = MoeDispatcher.alltoall,
+    state_recipe: StateRecipeOpt = StateRecipe.zero16,
+    moe_dispatcher: DispatcherOpt = MoeDispatcher.alltoall,
     capacity_factor: CapacityFactorOpt = None,
     gpus_per_node: GpusPerNodeOpt = None,
     latency: LatencyOpt = True,
@@ -104,11 +101,9 @@ def ep(
     def build():
         from tpcalc.reports.cp_ep import ep_report
 
+        work, base = workload_of(ctx.params), layout_of(ctx.params, sweep=("ep",))
         return ep_report(
-            model, hardware, ep=ep, tp=tp, cp=cp, seq=seq, micro_batch=micro_batch,
-            routing=routing, dtype=dtype, combine_dtype=combine_dtype, recipe=recipe,
-            gpus_per_node=gpus_per_node, with_latency=latency, etp=etp,
-            dispatcher=dispatcher.value, capacity_factor=capacity_factor,
-        )  # fmt: skip
+            work, base, ep, routing=routing, combine_dtype=combine_dtype, with_latency=latency
+        )
 
     emit(build, fmt, units=units, explain=explain)

@@ -21,6 +21,7 @@ from tpcalc.cli.options import (
     TpOpt,
     UnitsOpt,
 )
+from tpcalc.cli.request import workload_of
 from tpcalc.cli.time_options import TimeModelOpt
 from tpcalc.render import Format
 from tpcalc.units import ByteUnits
@@ -30,6 +31,7 @@ app = typer.Typer()
 
 @app.command()
 def flops(
+    ctx: typer.Context,
     model: ModelOpt = DEFAULT_MODEL,
     tp: TpOpt = None,
     seq: SeqOpt = None,
@@ -82,11 +84,8 @@ def flops(
         from tpcalc.reports.tp import flops_report
 
         return flops_report(
-            model,
-            hardware,
-            tp=tp,
-            seq=seq,
-            micro_batch=micro_batch,
+            workload_of(ctx.params),
+            tp,
             params=params,
             attention=attention,
             attention_flops=attention_flops,

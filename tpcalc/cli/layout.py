@@ -6,8 +6,6 @@ The command's Python twin is ``tpcalc.reports.layout.layout_report``.
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 
 from tpcalc.choices import (
@@ -39,8 +37,10 @@ from tpcalc.cli.options import (
 from tpcalc.cli.parallel_options import (
     ActivationsOpt,
     CapacityFactorOpt,
+    CpOpt,
     DispatcherOpt,
     DpOpt,
+    EpOpt,
     EtpOpt,
     Fp8CacheOpt,
     GpusPerNodeOpt,
@@ -56,10 +56,12 @@ from tpcalc.cli.parallel_options import (
     TpIntOpt,
     UnevenOpt,
     VppOpt,
+    WorldSizeOpt,
+    ZeroStageOpt,
 )
-from tpcalc.cli.parallel_options import recompute_modules as recompute_modules_list
 from tpcalc.cli.picture_options import BarsOpt, MapOpt, SaveSvgOpt, TimelineOpt
 from tpcalc.cli.pictures import draw
+from tpcalc.cli.request import layout_of, workload_of
 from tpcalc.cli.time_options import (
     AttentionFlopsOpt,
     CpOverlapOpt,
@@ -78,19 +80,10 @@ from tpcalc.units import ByteUnits, Dtype
 
 app = typer.Typer()
 
-CpOpt = Annotated[int, typer.Option("--cp", help="Context-parallel size.")]
-EpOpt = Annotated[
-    int, typer.Option("--ep", help="Expert-parallel size (taken from the dp·cp ranks).")
-]
-ZeroStageOpt = Annotated[int, typer.Option("--zero", help="ZeRO stage 0|1|2|3 over the DP ranks.")]
-WorldSizeOpt = Annotated[
-    int | None,
-    typer.Option("--world-size", help="GPUs in the job; must equal tp·cp·pp·dp (default: that)."),
-]
-
 
 @app.command()
 def layout(
+    ctx: typer.Context,
     model: ModelOpt = DEFAULT_MODEL,
     tp: TpIntOpt = 1,
     cp: CpOpt = 1,
@@ -106,7 +99,7 @@ def layout(
     microbatches: MicrobatchesOpt = 32,
     vpp: VppOpt = 1,
     schedule: ScheduleOpt = Schedule.one_f_one_b,
-    recipe: StateRecipeOpt = StateRecipe.zero16,
+    state_recipe: StateRecipeOpt = StateRecipe.zero16,
     sp: SpOpt = True,
     recompute: RecomputeOpt = Recompute.selective,
     activations: ActivationsOpt = ActivationModel.exact,
@@ -178,25 +171,21 @@ def layout(
     """
 
     def build():
-        from tpcalc.calc.layout.groups import MemoryTechniques
+        from tpcalc.calc.time.step import Overlap, TimeOptions
         from tpcalc.reports.layout import layout_report
 
-        return layout_report(
-            model, hardware, tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, zero=zero,
-            world_size=world_size, gpus_per_node=gpus_per_node, seq=seq,
-            micro_batch=micro_batch, microbatches=microbatches, vpp=vpp, schedule=schedule,
-            recipe=recipe, sp=sp, recompute=recompute, activations=activations, dtype=dtype,
-            allow_uneven=uneven, with_latency=latency, etp=etp,
-            memory=MemoryTechniques(
-                recompute_modules=recompute_modules_list(recompute_modules), fp8_cache=fp8_cache,
-                moe_probs_in_act=moe_probs_in_act, mtp=mtp, offload_layers=offload_layers,
-                moe_dispatcher=moe_dispatcher.value, capacity_factor=capacity_factor,
-                router_dtype=router_dtype.value,
+        options = TimeOptions(
+            overlap=Overlap(
+                tp_comm=tp_comm_overlap, dp_grad_reduce=dp_overlap, dp_param_gather=dp_overlap,
+                ep_a2a=ep_overlap, cp_ring=cp_overlap,
             ),
-            time_model=time_model, tp_comm_overlap=tp_comm_overlap, dp_overlap=dp_overlap,
-            ep_overlap=ep_overlap, cp_overlap=cp_overlap, first_stage_layers=first_stage_layers,
-            last_stage_layers=last_stage_layers, recompute_layers=recompute_layers, ops=ops,
-            attention_flops=attention_flops, fused_sinks=fused_sinks,
+            first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
+            recompute_layers=recompute_layers,
+            causal_model_flops=attention_flops is AttentionFlops.causal, fused_sinks=fused_sinks,
+        )  # fmt: skip
+        return layout_report(
+            workload_of(ctx.params), layout_of(ctx.params), allow_uneven=uneven,
+            with_latency=latency, time_model=time_model, time_options=options, ops=ops,
         )  # fmt: skip
 
     report = emit(build, fmt, units=units, explain=explain)

@@ -31,15 +31,17 @@ from tpcalc.cli.options import (
     UnitsOpt,
 )
 from tpcalc.cli.parallel_options import (
+    ActivationsOpt,
     CapacityFactorOpt,
     Fp8CacheOpt,
     ProbsInActOpt,
     RecomputeModulesOpt,
     RouterDtypeOpt,
+    StateRecipeOpt,
 )
-from tpcalc.cli.parallel_options import recompute_modules as recompute_modules_list
 from tpcalc.cli.picture_options import BarsOpt, SaveSvgOpt
 from tpcalc.cli.pictures import draw
+from tpcalc.cli.request import workload_of
 from tpcalc.render import Format
 from tpcalc.units import ByteUnits
 
@@ -48,6 +50,7 @@ app = typer.Typer()
 
 @app.command()
 def memory(
+    ctx: typer.Context,
     model: ModelOpt = DEFAULT_MODEL,
     tp: TpOpt = None,
     seq: SeqOpt = None,
@@ -62,22 +65,8 @@ def memory(
             help="Full recompute keeps 2sbh per layer: 'paper' (Table 2, not /t) or 'sp' (/t).",
         ),
     ] = FullRecomputeSharding.paper,
-    state_recipe: Annotated[
-        StateRecipe,
-        typer.Option(
-            "--state-recipe",
-            help="Model states: zero16 (2+2+12 B/param) or megatron18 (fp32 grads, 18 B/param).",
-        ),
-    ] = StateRecipe.zero16,
-    activations: Annotated[
-        ActivationModel,
-        typer.Option(
-            "--activations",
-            help="Which activation count enters the total: 'exact' (the tensors autograd saves "
-            "for this architecture) or 'paper' (Korthikanti Table 2, the seeds' formula). "
-            "Both are shown, with their difference.",
-        ),
-    ] = ActivationModel.exact,
+    state_recipe: StateRecipeOpt = StateRecipe.zero16,
+    activations: ActivationsOpt = ActivationModel.exact,
     attention: Annotated[
         AttentionKernel,
         typer.Option("--attention", help="Attention kernel of the exact model."),
@@ -136,31 +125,13 @@ def memory(
         from tpcalc.calc.activations.exact.options import ActivationOptions
         from tpcalc.reports.memory import memory_report
 
-        options = ActivationOptions(
-            attention=attention,
-            softmax_dtype=softmax_dtype,
-            dropout=dropout,
-            fused_norm=fused_norm,
-            fused_swiglu=fused_swiglu,
-            recompute_modules=recompute_modules_list(recompute_modules),
-            fp8_cache=fp8_cache,
-            moe_probs_in_act=moe_probs_in_act,
-            router_dtype=router_dtype,
-            capacity_factor=capacity_factor,
-        )
+        work = workload_of(ctx.params)
+        kernels = ActivationOptions(
+            attention=attention, softmax_dtype=softmax_dtype, dropout=dropout,
+            fused_norm=fused_norm, fused_swiglu=fused_swiglu,
+        )  # fmt: skip
         return memory_report(
-            model,
-            hardware,
-            tp=tp,
-            seq=seq,
-            micro_batch=micro_batch,
-            sp=sp,
-            recompute=recompute,
-            full_sharding=full_sharding,
-            recipe=state_recipe,
-            activations=activations,
-            exact_options=options,
-            explain_tensors=explain,
+            work, tp, full_sharding=full_sharding, kernels=kernels, explain_tensors=explain
         )
 
     report = emit(build, fmt, units=units, explain=explain)

@@ -5,11 +5,12 @@ Same style as ``tpcalc.cli.options``: one ``Annotated`` type per option, choices
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from tpcalc.choices import (
+    DEFAULT_EP,
     ActivationModel,
     LinkChoice,
     MoeDispatcher,
@@ -18,33 +19,97 @@ from tpcalc.choices import (
     StateRecipe,
 )
 
+if TYPE_CHECKING:
+    from tpcalc.calc.layout.groups import MemoryTechniques
+
 DpListOpt = Annotated[
     str | None,
     typer.Option("--dp", help="Data-parallel size: one value or a list '8,64' (one row each)."),
 ]
-DpOpt = Annotated[int, typer.Option("--dp", help="Data-parallel size.")]
 PpListOpt = Annotated[
     str | None,
     typer.Option(
         "--pp", help="Pipeline-parallel size: one value or a list '4,8,16' (one row each)."
     ),
 ]
-PpOpt = Annotated[int, typer.Option("--pp", help="Pipeline-parallel size.")]
+CpListOpt = Annotated[
+    str | None,
+    typer.Option("--cp", help="Context-parallel size: one value or a list '2,4,8' (one row each)."),
+]
+EpListOpt = Annotated[
+    str | None,
+    typer.Option("--ep", help=f"Expert-parallel size: one value or a list (default {DEFAULT_EP})."),
+]
 
 
-def one_tp(value: str) -> int:
-    """--tp as every command spells it ('8', or a list '1,2,4,8' where a command sweeps t),
-    here one value: a command that prices one layout says so instead of failing to parse."""
+def _one_size(value: str, what: str, sweeps: str) -> int:
+    """A size as every command spells it ('8', or a list '8,64' where a command sweeps it), here
+    one value: a command that prices one layout says so instead of failing to parse."""
     sizes = [part.strip() for part in str(value).split(",")]
     if len(sizes) != 1:
         raise typer.BadParameter(
-            f"{value!r}: this command prices one TP size, give one value such as 8 "
-            "(comm, memory, flops and check take a list such as 1,2,4,8, one row each)"
+            f"{value!r}: this command prices one {what} size, give one value such as 8 ({sweeps})"
         )
     try:
         return int(sizes[0])
     except ValueError:
         raise typer.BadParameter(f"{value!r} is not an integer; give one value such as 8") from None
+
+
+def one_tp(value: str) -> int:
+    """--tp where a command prices one layout (comm, memory, flops and check sweep it)."""
+    return _one_size(
+        value, "TP", "comm, memory, flops and check take a list such as 1,2,4,8, one row each"
+    )
+
+
+def one_dp(value: str) -> int:
+    """--dp where a command prices one layout (dp and zero sweep it)."""
+    return _one_size(value, "DP", "dp and zero take a list such as 8,64, one row each")
+
+
+def one_pp(value: str) -> int:
+    """--pp where a command prices one layout (pipeline sweeps it)."""
+    return _one_size(value, "PP", "pipeline takes a list such as 4,8,16, one row each")
+
+
+def one_cp(value: str) -> int:
+    """--cp where a command prices one layout (cp sweeps it)."""
+    return _one_size(value, "CP", "cp takes a list such as 2,4,8, one row each")
+
+
+def one_ep(value: str) -> int:
+    """--ep where a command prices one layout (ep sweeps it)."""
+    return _one_size(value, "EP", "ep takes a list such as 8,64, one row each")
+
+
+DpOpt = Annotated[int, typer.Option("--dp", parser=one_dp, metavar="D", help="Data-parallel size.")]
+PpOpt = Annotated[
+    int, typer.Option("--pp", parser=one_pp, metavar="P", help="Pipeline-parallel size.")
+]
+CpOpt = Annotated[
+    int,
+    typer.Option(
+        "--cp",
+        parser=one_cp,
+        metavar="C",
+        help="Context-parallel size (each rank holds s/cp tokens of a sequence).",
+    ),
+]
+EpOpt = Annotated[
+    int,
+    typer.Option(
+        "--ep",
+        parser=one_ep,
+        metavar="E",
+        help="Expert-parallel size (taken from the dp·cp ranks).",
+    ),
+]
+ZeroStageOpt = Annotated[int, typer.Option("--zero", help="ZeRO stage 0|1|2|3 over the DP ranks.")]
+WorldSizeOpt = Annotated[
+    int | None,
+    typer.Option("--world-size", help="GPUs in the job; must equal tp·cp·pp·dp (default: that)."),
+]
 
 
 TpIntOpt = Annotated[
@@ -183,6 +248,14 @@ def recompute_modules(value: str | None) -> tuple[str, ...]:
     modules = tuple(m.strip() for m in value.split(",") if m.strip())
     check_recompute_modules(modules)
     return modules
+
+
+def memory_techniques(modules: str | None, **techniques: Any) -> MemoryTechniques:
+    """The run's memory techniques (``Workload.memory``) from the shared options, with the
+    --recompute-modules list checked; the rest keep ``MemoryTechniques``' defaults."""
+    from tpcalc.calc.layout.groups import MemoryTechniques
+
+    return MemoryTechniques(recompute_modules=recompute_modules(modules), **techniques)
 
 
 DispatcherOpt = Annotated[

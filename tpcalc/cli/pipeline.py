@@ -37,9 +37,9 @@ from tpcalc.cli.parallel_options import (
     UnevenOpt,
     VppOpt,
 )
-from tpcalc.cli.parallel_options import recompute_modules as recompute_modules_list
 from tpcalc.cli.picture_options import SaveSvgOpt, TimelineOpt
 from tpcalc.cli.pictures import draw
+from tpcalc.cli.request import layout_of, workload_of
 from tpcalc.render import Format
 from tpcalc.units import ByteUnits, Dtype
 
@@ -48,6 +48,7 @@ app = typer.Typer()
 
 @app.command()
 def pipeline(
+    ctx: typer.Context,
     model: ModelOpt = DEFAULT_MODEL,
     pp: PpListOpt = None,
     microbatches: MicrobatchesOpt = 32,
@@ -94,35 +95,13 @@ def pipeline(
     """
 
     def build():
-        from tpcalc.calc.layout.groups import MemoryTechniques
         from tpcalc.reports.dp_zero_pp import pipeline_report
 
+        work, base = workload_of(ctx.params), layout_of(ctx.params, sweep=("pp",))
         return pipeline_report(
-            model,
-            hardware,
-            pp=pp,
-            microbatches=microbatches,
-            vpp=vpp,
-            schedule=schedule,
-            tp=tp,
-            dp=dp,
-            seq=seq,
-            micro_batch=micro_batch,
-            dtype=dtype,
-            sp=sp,
-            recompute=recompute,
-            activations=activations,
-            allow_uneven=uneven,
-            scatter_gather=scatter_gather,
-            gpus_per_node=gpus_per_node,
-            link=link,
+            work, base, pp, allow_uneven=uneven, scatter_gather=scatter_gather, link=link,
             with_latency=latency,
-            memory=MemoryTechniques(
-                recompute_modules=recompute_modules_list(recompute_modules),
-                fp8_cache=fp8_cache,
-                moe_probs_in_act=moe_probs_in_act,
-            ),
-        )
+        )  # fmt: skip
 
     report = emit(build, fmt, units=units, explain=explain)
 

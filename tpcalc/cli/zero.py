@@ -32,7 +32,7 @@ from tpcalc.cli.parallel_options import (
     TpIntOpt,
     ZeroOpt,
 )
-from tpcalc.cli.parallel_options import recompute_modules as recompute_modules_list
+from tpcalc.cli.request import layout_of, workload_of
 from tpcalc.render import Format
 from tpcalc.units import ByteUnits
 
@@ -41,6 +41,7 @@ app = typer.Typer()
 
 @app.command()
 def zero(
+    ctx: typer.Context,
     model: ModelOpt = DEFAULT_MODEL,
     dp: DpListOpt = None,
     zero: ZeroOpt = None,
@@ -75,29 +76,9 @@ def zero(
     """
 
     def build():
-        from tpcalc.calc.layout.groups import MemoryTechniques
         from tpcalc.reports.dp_zero_pp import zero_report
 
-        return zero_report(
-            model,
-            hardware,
-            dp=dp,
-            zero=zero,
-            tp=tp,
-            seq=seq,
-            micro_batch=micro_batch,
-            recipe=state_recipe,
-            sp=sp,
-            recompute=recompute,
-            gpus_per_node=gpus_per_node,
-            link=link,
-            with_latency=latency,
-            activations=activations,
-            memory=MemoryTechniques(
-                recompute_modules=recompute_modules_list(recompute_modules),
-                fp8_cache=fp8_cache,
-                moe_probs_in_act=moe_probs_in_act,
-            ),
-        )
+        work, base = workload_of(ctx.params), layout_of(ctx.params, sweep=("dp", "zero"))
+        return zero_report(work, base, dp, zero, link=link, with_latency=latency)
 
     emit(build, fmt, units=units, explain=explain)

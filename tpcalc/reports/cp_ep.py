@@ -1,14 +1,15 @@
 """Context- and expert-parallel reports: the Python twins of ``tpcalc cp`` and ``tpcalc ep``.
 
-Each loads the configs, then calls ``tpcalc.calc.cp.ring.cp_ring`` /
+Each takes the request (``tpcalc.reports.request``), then calls ``tpcalc.calc.cp.ring.cp_ring`` /
 ``tpcalc.calc.ep.all_to_all.ep_row`` once per cp / ep value and echoes the resolved inputs
 (hardware, node size, ...) in every row.
 """
 
 from __future__ import annotations
 
-from tpcalc.choices import DEFAULT_EP, EpRouting, LinkChoice, StateRecipe
+from tpcalc.choices import DEFAULT_EP, EpRouting, LinkChoice
 from tpcalc.errors import InputError
+from tpcalc.reports.request import Layout, Workload
 from tpcalc.terms import Report
 from tpcalc.units import Dtype
 
@@ -20,30 +21,27 @@ MAX_CAUSAL_CHUNKS = 65_536
 
 
 def cp_report(
-    model: str,
-    hardware: str,
-    *,
+    workload: Workload,
+    layout: Layout = Layout(),
     cp: str | int | list[int] | None = None,
-    tp: int = 1,
-    seq: int | None = None,
-    micro_batch: int = 1,
-    dtype: Dtype = Dtype.bf16,
+    *,
     grad_dtype: Dtype | None = None,
     chunks: int | None = None,
-    gpus_per_node: int | None = None,
     link: LinkChoice = LinkChoice.auto,
     with_latency: bool = True,
 ) -> Report:
-    """One row per cp: ring K/V bytes per layer and micro-batch, link time vs attention compute,
-    causal work contiguous vs zig-zag, and whether Ulysses could split the heads instead."""
+    """One row per cp (the ``cp`` sweep; ``layout`` gives tp and the node size): ring K/V bytes
+    per layer and micro-batch, link time vs attention compute, causal work contiguous vs
+    zig-zag, and whether Ulysses could split the heads instead."""
     from tpcalc.calc.cp.ring import cp_ring
     from tpcalc.calc.cp.ring_explain import ring_row
-    from tpcalc.reports.inputs import int_list, node_size, pick_link, pick_nodes, positive, resolve
+    from tpcalc.reports.inputs import int_list, pick_link, pick_nodes, positive
     from tpcalc.reports.tp import tp_warnings
 
-    inputs = resolve(model, hardware, seq=seq, micro_batch=micro_batch, tp=tp)
-    warnings = tp_warnings(inputs)  # raises for a t the model cannot split
-    g = node_size(gpus_per_node, inputs.hw.gpus_per_node.value)
+    spec, hw, dtype = workload.spec, workload.hw, workload.dtype
+    tp = positive(layout.tp, "--tp")
+    warnings = tp_warnings(workload, [tp])  # raises for a t the model cannot split
+    g = workload.node(layout)
     chunks = positive(chunks, "--chunks") if chunks is not None else None
     rows = []
     for c in int_list(cp, "--cp", [int(v) for v in DEFAULT_CP.split(",")]):
@@ -56,16 +54,16 @@ def cp_report(
             )
         lk = pick_link(link, c, tp, g)
         ring = cp_ring(
-            inputs.spec, inputs.hw, seq=inputs.seq, cp=c, micro_batch=inputs.micro_batch,
-            tp=positive(tp, "--tp"), dtype=dtype, grad_dtype=grad_dtype, link=lk,
-            with_latency=with_latency, nodes=pick_nodes(link, c, tp, g),
+            spec, hw, seq=workload.seq, cp=c, micro_batch=workload.micro_batch, tp=tp,
+            dtype=dtype, grad_dtype=grad_dtype, link=lk, with_latency=with_latency,
+            nodes=pick_nodes(link, c, tp, g),
         )  # fmt: skip
         row = ring_row(
-            ring, inputs.spec, inputs.hw, seq=inputs.seq, cp=c, micro_batch=inputs.micro_batch,
+            ring, spec, hw, seq=workload.seq, cp=c, micro_batch=workload.micro_batch,
             tp=tp, dtype=dtype, grad_dtype=grad_dtype, link=lk, chunks=chunks,
             with_latency=with_latency,
         )  # fmt: skip
-        echo = {**row.inputs, "hardware": inputs.hw.name, "gpus_per_node": g}
+        echo = {**row.inputs, "hardware": hw.name, "gpus_per_node": g}
         rows.append(row.model_copy(update={"inputs": echo}))
         if ring.kv_over_compute_ratio > 1:
             warnings.append(
@@ -73,61 +71,57 @@ def cp_report(
                 "the ring cannot hide it (use longer sequences per rank or a faster link)"
             )
     return Report(
-        title=f"Context parallelism (ring attention) per rank, one micro-batch: {inputs.spec.name}",
+        title=f"Context parallelism (ring attention) per rank, one micro-batch: {spec.name}",
         rows=tuple(rows),
         warnings=tuple(warnings),
         notes=(
-            f"ring layers = full-attention layers only ({inputs.spec.full_attention_layers} of "
-            f"{inputs.spec.num_hidden_layers}); causal work counts block pairs",
+            f"ring layers = full-attention layers only ({spec.full_attention_layers} of "
+            f"{spec.num_hidden_layers}); causal work counts block pairs",
         ),
     )
 
 
 def ep_report(
-    model: str,
-    hardware: str,
-    *,
+    workload: Workload,
+    layout: Layout = Layout(),
     ep: str | int | list[int] | None = None,
-    tp: int = 1,
-    cp: int = 1,
-    seq: int | None = None,
-    micro_batch: int = 1,
+    *,
     routing: EpRouting | None = None,
-    dtype: Dtype = Dtype.bf16,
     combine_dtype: Dtype | None = None,
-    recipe: StateRecipe = StateRecipe.zero16,
-    gpus_per_node: int | None = None,
     with_latency: bool = True,
-    etp: int = 1,
-    dispatcher: str = "alltoall",
-    capacity_factor: float | None = None,
 ) -> Report:
-    """One row per ep: experts and expert memory per rank, the four all-to-alls of an MoE layer
-    with their IB and NVLink shares, and all-to-all time against expert compute."""
+    """One row per ep (the ``ep`` sweep; ``layout`` gives tp, cp, etp and the node size):
+    experts and expert memory per rank, the four all-to-alls of an MoE layer with their IB and
+    NVLink shares, and all-to-all time against expert compute. The dispatch dtype, the state
+    recipe, the dispatcher and the capacity factor are the workload's."""
     from tpcalc.calc.ep.all_to_all import ep_row
     from tpcalc.choices import MoeDispatcher
     from tpcalc.errors import divide
-    from tpcalc.reports.inputs import int_list, node_size, positive, resolve
+    from tpcalc.reports.inputs import int_list, positive
     from tpcalc.reports.tp import tp_warnings
 
-    inputs = resolve(model, hardware, seq=seq, micro_batch=micro_batch, tp=tp)
-    warnings = tp_warnings(inputs)  # raises for a t the model cannot split
-    g = node_size(gpus_per_node, inputs.hw.gpus_per_node.value)
+    tp, cp, etp = positive(layout.tp, "--tp"), layout.cp, layout.etp
+    warnings = tp_warnings(workload, [tp])  # raises for a t the model cannot split
+    g = workload.node(layout)
     shard = positive(cp, "--cp") * tp
-    tokens = divide(inputs.seq * inputs.micro_batch, shard, what="seq·micro_batch", by="cp·tp")
+    seq, micro_batch, dtype = workload.seq, workload.micro_batch, workload.dtype
+    tokens = divide(seq * micro_batch, shard, what="seq·micro_batch", by="cp·tp")
+    techniques = workload.memory
     rows = []
     for e in int_list(ep, "--ep", [int(v) for v in DEFAULT_EP.split(",")]):
         row = ep_row(
-            inputs.spec, inputs.hw, ep=e, tokens=tokens, stride=positive(etp, "--etp"),
+            workload.spec, workload.hw, ep=e, tokens=tokens, stride=positive(etp, "--etp"),
             gpus_per_node=g, routing=routing, dispatch_dtype=dtype,
-            combine_dtype=combine_dtype or dtype, recipe=recipe, with_latency=with_latency,
-            etp=etp, dispatcher=MoeDispatcher(dispatcher), capacity_factor=capacity_factor,
+            combine_dtype=combine_dtype or dtype, recipe=workload.recipe,
+            with_latency=with_latency, etp=etp,
+            dispatcher=MoeDispatcher(techniques.moe_dispatcher),
+            capacity_factor=techniques.capacity_factor,
         )  # fmt: skip
-        echo = {"model": row.inputs["model"], "hardware": inputs.hw.name, "seq": inputs.seq,
-                "micro_batch": inputs.micro_batch, "tp": tp, "cp": cp, **row.inputs}  # fmt: skip
+        echo = {"model": row.inputs["model"], "hardware": workload.hw.name, "seq": seq,
+                "micro_batch": micro_batch, "tp": tp, "cp": cp, **row.inputs}  # fmt: skip
         rows.append(row.model_copy(update={"inputs": echo}))
     return Report(
-        title=f"Expert parallelism per rank, one micro-batch fwd+bwd: {inputs.spec.name}",
+        title=f"Expert parallelism per rank, one micro-batch fwd+bwd: {workload.spec.name}",
         rows=tuple(rows),
         warnings=tuple(warnings),
         notes=(

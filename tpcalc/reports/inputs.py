@@ -1,15 +1,13 @@
-"""Resolve and validate the shared inputs of every report: model, hardware, seq, b, the size
-lists (one parser for every --tp/--dp/--pp/--cp/--ep) and the link a group is priced on."""
+"""Validate the shared inputs of every report: sizes, the size lists (one parser for every
+--tp/--dp/--pp/--cp/--ep), the node size, the defaulted-seq note and the link a group is priced
+on. Loading the model and hardware is ``tpcalc.reports.request.Workload.load``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from tpcalc.calc.links.link import Link, link_for_group, link_nodes, nodes_spanned
-from tpcalc.catalog import load_hardware, load_model
 from tpcalc.choices import LinkChoice
 from tpcalc.errors import InputError
-from tpcalc.specs import HardwareSpec, ModelSpec
+from tpcalc.specs import ModelSpec
 
 # Beyond this a "size" is surely a typo (and floats would lose integer exactness).
 MAX_SIZE = 10**12
@@ -97,36 +95,3 @@ def seq_warnings(spec: ModelSpec, seq: int | None) -> list[str]:
     if seq is not None or not spec.tpcalc.seq_length_defaulted:
         return []
     return [f"seq defaulted to {spec.seq_length:,} ({spec.tpcalc.seq_length_source}); set --seq"]
-
-
-@dataclass(frozen=True)
-class Inputs:
-    spec: ModelSpec
-    hw: HardwareSpec
-    seq: int
-    micro_batch: int
-    tps: list[int]
-    warnings: tuple[str, ...] = ()  # e.g. the defaulted sequence length (seq_warnings)
-
-
-def resolve(
-    model: str,
-    hardware: str,
-    *,
-    seq: int | None,
-    micro_batch: int,
-    tp: str | int | list[int] | None,
-) -> Inputs:
-    """Load model and hardware by name or path and validate the sizes shared by all reports."""
-    spec = load_model(model)
-    hw = load_hardware(hardware)
-    warnings = tuple(seq_warnings(spec, seq))
-    seq = positive(seq, "--seq") if seq is not None else spec.seq_length
-    return Inputs(
-        spec=spec,
-        hw=hw,
-        seq=seq,
-        micro_batch=positive(micro_batch, "--micro-batch"),
-        tps=parse_tp_list(tp, hw.gpus_per_node.value),
-        warnings=warnings,
-    )

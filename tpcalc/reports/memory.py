@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from tpcalc.calc.activations.paper import logits_terms, paper_model_terms
 from tpcalc.calc.params.counts import total_params
 from tpcalc.calc.params.states import model_states_terms
-from tpcalc.choices import ActivationModel, FullRecomputeSharding, Recompute, StateRecipe
-from tpcalc.reports.inputs import resolve
-from tpcalc.reports.tp import tp_warnings
-from tpcalc.specs import HardwareSpec, ModelSpec
+from tpcalc.choices import ActivationModel, FullRecomputeSharding
+from tpcalc.reports.request import Workload
+from tpcalc.reports.tp import tp_sweep, tp_warnings
+from tpcalc.specs import ModelSpec
 from tpcalc.terms import Report, Row, Scalar, Term, Unit, term
+
+if TYPE_CHECKING:
+    from tpcalc.calc.activations.exact.options import ActivationOptions
 
 TOTAL = "total_bytes_per_rank"
 
@@ -36,36 +40,48 @@ def _exact_terms(spec: ModelSpec, *, seq: int, micro_batch: int, options, explai
     return terms
 
 
+def exact_options(
+    workload: Workload, t: int, kernels: ActivationOptions | None
+) -> ActivationOptions:
+    """The exact model's options at t: ``kernels`` (attention kernel, softmax dtype, dropout,
+    fused norm and SwiGLU; their defaults if None) with the workload's SP, recompute and memory
+    techniques."""
+    from tpcalc.calc.activations.exact.options import ActivationOptions
+    from tpcalc.choices import RouterDtype
+
+    m = workload.memory
+    return (kernels or ActivationOptions()).model_copy(
+        update={
+            "t": t, "sequence_parallel": workload.sp, "recompute": workload.recompute,
+            "recompute_modules": m.recompute_modules, "fp8_cache": m.fp8_cache,
+            "moe_probs_in_act": m.moe_probs_in_act, "router_dtype": RouterDtype(m.router_dtype),
+            "capacity_factor": m.capacity_factor,
+        }
+    )  # fmt: skip
+
+
 def memory_row(
-    spec: ModelSpec,
-    hw: HardwareSpec,
-    *,
+    workload: Workload,
     t: int,
-    seq: int,
-    micro_batch: int,
-    sp: bool,
-    recompute: Recompute,
-    full_sharding: FullRecomputeSharding,
-    recipe: StateRecipe,
-    activations: ActivationModel = ActivationModel.exact,
-    exact_options=None,
+    *,
+    full_sharding: FullRecomputeSharding = FullRecomputeSharding.paper,
+    kernels: ActivationOptions | None = None,
     explain_tensors: bool = False,
 ) -> Row:
     """One rank's memory at tensor-parallel size t: activations + logits + model states.
 
-    ``exact_options`` (an ``ActivationOptions``; t, SP and recompute are filled in here) adds the
-    exact model beside the paper formula, and their difference.
+    The exact model is shown beside the paper formula, with their difference, when it is the
+    workload's activation model or ``kernels`` are given (``exact_options``).
     """
+    spec, hw, seq, micro_batch = workload.spec, workload.hw, workload.seq, workload.micro_batch
+    sp, recompute, recipe = workload.sp, workload.recompute, workload.recipe
+    activations = workload.activations
     paper = paper_model_terms(spec, seq=seq, micro_batch=micro_batch, t=t, sp=sp,
                               recompute=recompute, full_sharding=full_sharding)  # fmt: skip
     exact: list[Term] = []
     echo: dict[str, Scalar] = {}
-    if exact_options is not None or activations is ActivationModel.exact:
-        from tpcalc.calc.activations.exact.options import ActivationOptions
-
-        opts = (exact_options or ActivationOptions()).model_copy(
-            update={"t": t, "sequence_parallel": sp, "recompute": recompute}
-        )
+    if kernels is not None or activations is ActivationModel.exact:
+        opts = exact_options(workload, t, kernels)
         exact = _exact_terms(spec, seq=seq, micro_batch=micro_batch, options=opts,
                              explain=explain_tensors)  # fmt: skip
         echo = {
@@ -111,34 +127,23 @@ def memory_row(
 
 
 def memory_report(
-    model: str,
-    hardware: str,
-    *,
+    workload: Workload,
     tp: str | int | list[int] | None = None,
-    seq: int | None = None,
-    micro_batch: int = 1,
-    sp: bool = True,
-    recompute: Recompute = Recompute.selective,
+    *,
     full_sharding: FullRecomputeSharding = FullRecomputeSharding.paper,
-    recipe: StateRecipe = StateRecipe.zero16,
-    activations: ActivationModel = ActivationModel.exact,
-    exact_options=None,
+    kernels: ActivationOptions | None = None,
     explain_tensors: bool = False,
 ) -> Report:
     """One row per t: per-rank activation, logits and model-state bytes (tpcalc memory)."""
-    inputs = resolve(model, hardware, seq=seq, micro_batch=micro_batch, tp=tp)
-    warnings = tp_warnings(inputs)
+    tps = tp_sweep(workload, tp)
+    warnings = tp_warnings(workload, tps)
     rows = tuple(
-        memory_row(
-            inputs.spec, inputs.hw, t=t, seq=inputs.seq, micro_batch=inputs.micro_batch, sp=sp,
-            recompute=recompute, full_sharding=full_sharding, recipe=recipe,
-            activations=activations, exact_options=exact_options,
-            explain_tensors=explain_tensors,
-        )
-        for t in inputs.tps
+        memory_row(workload, t, full_sharding=full_sharding, kernels=kernels,
+                   explain_tensors=explain_tensors)
+        for t in tps
     )  # fmt: skip
     notes: tuple[str, ...] = ()
-    if exact_options is not None or activations is ActivationModel.exact:
+    if kernels is not None or workload.activations is ActivationModel.exact:
         notes = (
             "paper = Korthikanti et al. 2022 Table 2 (a GPT-3 layer: GeLU 4h MLP, MHA, dropout, "
             "materialised softmax); exact = the tensors autograd saves for this architecture "
@@ -146,6 +151,6 @@ def memory_report(
             "tests/test_activations_measured.py).",
         )
     return Report(
-        title=f"Memory per rank (TP only): {inputs.spec.name}", rows=rows,
+        title=f"Memory per rank (TP only): {workload.spec.name}", rows=rows,
         warnings=tuple(warnings), notes=notes,
     )  # fmt: skip

@@ -12,24 +12,30 @@ from tpcalc.choices import (
     Recompute,
     TimeModel,
 )
-from tpcalc.reports.inputs import Inputs, parse_tp_list, resolve
+from tpcalc.reports.inputs import parse_tp_list
+from tpcalc.reports.request import Workload
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.terms import Report, Row, Scalar, Term, Unit, term
-from tpcalc.units import Dtype
 
 COMPUTE_TIME_KEY = "compute_time_s"
 # seed 000: "现代配置里 TP 通常不超过 8"; seed 003 §7.3.5: TP stays inside one 8-GPU node.
 DEFAULT_MAX_T = 8
 
 
-def tp_warnings(inputs: Inputs) -> list[str]:
-    """Impossible splits raise (t must divide the query heads, ...); KV replication only warns."""
+def tp_sweep(workload: Workload, tp: str | int | list[int] | None) -> list[int]:
+    """The t values of a sweep ('8', '1,2,4,8', [1, 8]); None: powers of two up to a node."""
+    return parse_tp_list(tp, workload.hw.gpus_per_node.value)
+
+
+def tp_warnings(workload: Workload, tps: list[int]) -> list[str]:
+    """Impossible splits raise (t must divide the query heads, ...); KV replication only warns.
+    The workload's own notes (the defaulted sequence length) come first."""
     from tpcalc.calc.tp.rules import kv_warning, require_tp
 
-    warnings = list(inputs.warnings)  # the defaulted sequence length, if any
-    for t in inputs.tps:
-        require_tp(inputs.spec, t)
-        message = kv_warning(inputs.spec, t)
+    warnings = list(workload.warnings)
+    for t in tps:
+        require_tp(workload.spec, t)
+        message = kv_warning(workload.spec, t)
         if message:
             warnings.append(message)
     return warnings
@@ -78,20 +84,18 @@ def compute_term(
 
 
 def tp_comm_row(
-    spec: ModelSpec,
-    hw: HardwareSpec,
-    *,
+    workload: Workload,
     t: int,
-    seq: int,
-    micro_batch: int = 1,
-    dtype: Dtype = Dtype.bf16,
-    sp: bool = False,
-    recompute_full: bool = False,
+    *,
     params: ParamConvention = ParamConvention.matmul,
     with_latency: bool = True,
     time_model: TimeModel = TimeModel.roofline,
 ) -> Row:
-    """One row of ``tpcalc comm``: ``tp_comm`` for one t, with its explanations and inputs."""
+    """One row of ``tpcalc comm``: ``tp_comm`` for one t, with its explanations and inputs.
+    Full recompute (``workload.recompute``) replays the forward's all-reduces."""
+    spec, hw, seq, micro_batch = workload.spec, workload.hw, workload.seq, workload.micro_batch
+    dtype, sp = workload.dtype, workload.sp
+    recompute_full = workload.recompute is Recompute.full
     compute = compute_term(
         spec, hw, t=t, seq=seq, micro_batch=micro_batch, params=params, time_model=time_model,
         sp=sp, recompute_full=recompute_full,
@@ -115,52 +119,31 @@ def tp_comm_row(
 
 
 def comm_report(
-    model: str,
-    hardware: str,
-    *,
+    workload: Workload,
     tp: str | int | list[int] | None = None,
-    seq: int | None = None,
-    micro_batch: int = 1,
-    sp: bool = True,
-    recompute_full: bool = False,
-    dtype: Dtype = Dtype.bf16,
+    *,
     params: ParamConvention = ParamConvention.matmul,
     with_latency: bool = True,
     time_model: TimeModel = TimeModel.roofline,
 ) -> Report:
     """One row per t: TP bytes per collective / layer / step and link times (tpcalc comm)."""
-    inputs = resolve(model, hardware, seq=seq, micro_batch=micro_batch, tp=tp)
-    warnings = tp_warnings(inputs)
+    tps = tp_sweep(workload, tp)
+    warnings = tp_warnings(workload, tps)
     rows = tuple(
-        tp_comm_row(
-            inputs.spec,
-            inputs.hw,
-            t=t,
-            seq=inputs.seq,
-            micro_batch=inputs.micro_batch,
-            dtype=dtype,
-            sp=sp,
-            recompute_full=recompute_full,
-            params=params,
-            with_latency=with_latency,
-            time_model=time_model,
-        )
-        for t in inputs.tps
+        tp_comm_row(workload, t, params=params, with_latency=with_latency, time_model=time_model)
+        for t in tps
     )
     return Report(
-        title=f"TP communication per rank, one micro-batch fwd+bwd: {inputs.spec.name}",
+        title=f"TP communication per rank, one micro-batch fwd+bwd: {workload.spec.name}",
         rows=rows,
         warnings=tuple(warnings),
     )
 
 
 def flops_report(
-    model: str,
-    hardware: str,
-    *,
+    workload: Workload,
     tp: str | int | list[int] | None = None,
-    seq: int | None = None,
-    micro_batch: int = 1,
+    *,
     params: ParamConvention = ParamConvention.matmul,
     attention: bool = False,
     attention_flops: AttentionFlops = AttentionFlops.full,
@@ -168,40 +151,34 @@ def flops_report(
     time_model: TimeModel = TimeModel.roofline,
 ) -> Report:
     """One row per t: per-rank FLOPs of one micro-batch and compute time (tpcalc flops); the
-    time by the per-operation roofline, or at the achieved FLOP/s with ``TimeModel.fixed``."""
-    inputs = resolve(model, hardware, seq=seq, micro_batch=micro_batch, tp=tp)
-    warnings = tp_warnings(inputs)
+    time by the per-operation roofline, or at the achieved FLOP/s with ``TimeModel.fixed``.
+    It prices the workload's model, card, seq and micro-batch (with SP, no recompute)."""
+    spec, hw, seq, micro_batch = workload.spec, workload.hw, workload.seq, workload.micro_batch
+    tps = tp_sweep(workload, tp)
+    warnings = tp_warnings(workload, tps)
     rows = []
-    for t in inputs.tps:
+    for t in tps:
         terms = flops_terms(
-            inputs.spec,
-            inputs.hw,
-            t=t,
-            seq=inputs.seq,
-            micro_batch=inputs.micro_batch,
-            params=params,
-            attention=attention,
-            mask=attention_flops,
-            mtp=mtp,
-        )
+            spec, hw, t=t, seq=seq, micro_batch=micro_batch, params=params, attention=attention,
+            mask=attention_flops, mtp=mtp,
+        )  # fmt: skip
         if time_model is TimeModel.roofline:
             timed = compute_term(
-                inputs.spec, inputs.hw, t=t, seq=inputs.seq, micro_batch=inputs.micro_batch,
-                params=params,
+                spec, hw, t=t, seq=seq, micro_batch=micro_batch, params=params
             )  # fmt: skip
             terms = tuple(timed if x.key == COMPUTE_TIME_KEY else x for x in terms)
         rows.append(
             Row(
                 inputs={
-                    "model": inputs.spec.name,
-                    "hardware": inputs.hw.name,
+                    "model": spec.name,
+                    "hardware": hw.name,
                     "t": t,
-                    "seq": inputs.seq,
-                    "micro_batch": inputs.micro_batch,
+                    "seq": seq,
+                    "micro_batch": micro_batch,
                     "params_convention": params.value,
                     "attention_term": attention,
                     "attention_flops": attention_flops.value,
-                    "active_params": inputs.spec.is_moe,
+                    "active_params": spec.is_moe,
                     "mtp": (params is ParamConvention.all) if mtp is None else mtp,
                     "time_model": time_model.value,
                 },
@@ -209,22 +186,23 @@ def flops_report(
             )
         )
     return Report(
-        title=f"FLOPs per rank, one micro-batch fwd+bwd: {inputs.spec.name}",
+        title=f"FLOPs per rank, one micro-batch fwd+bwd: {spec.name}",
         rows=tuple(rows),
         warnings=tuple(warnings),
     )
 
 
 def check_report(
-    model: str,
-    *,
+    workload: Workload,
     tp: str | int | list[int] | None = None,
+    *,
     vocab_pad_multiple: int = DEFAULT_VOCAB_PAD_MULTIPLE,
     shards: bool = False,
 ) -> Report:
     """``tpcalc check``: one ``check_tp`` row per t, or with ``shards`` the per-card shard table
     of every t. ``tp`` None means every valid t up to DEFAULT_MAX_T. KV replication warnings
-    and the valid t list travel with the report; a bad t raises DivisibilityError."""
+    and the valid t list travel with the report; a bad t raises DivisibilityError. Only the
+    workload's model is read (no card, no sequence)."""
     from tpcalc.calc.tp.rules import (
         all_valid_tp_sizes,
         max_t_without_replication,
@@ -233,9 +211,8 @@ def check_report(
     )
     from tpcalc.calc.tp.shards import check_tp
     from tpcalc.calc.tp.table import shard_shapes
-    from tpcalc.catalog import load_model
 
-    spec = load_model(model)
+    spec = workload.spec
     tps = valid_tp_sizes(spec, DEFAULT_MAX_T) if tp is None else parse_tp_list(tp, DEFAULT_MAX_T)
     checks = [check_tp(spec, t, vocab_pad_multiple=vocab_pad_multiple) for t in tps]
     valid = ", ".join(str(t) for t in all_valid_tp_sizes(spec))

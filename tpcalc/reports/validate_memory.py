@@ -80,18 +80,22 @@ def price_published(entry: PublishedLayout) -> Report:
     from tpcalc.calc.layout.groups import MemoryTechniques
     from tpcalc.choices import Recompute, Schedule, StateRecipe
     from tpcalc.reports.layout import layout_report
+    from tpcalc.reports.request import Layout, Workload
 
     lay, run = entry.layout, entry.run
-    return layout_report(
-        entry.model, entry.hardware, tp=lay.tp, cp=lay.cp, pp=lay.pp, dp=lay.dp, ep=lay.ep,
-        etp=lay.etp, zero=lay.zero, seq=run.seq, micro_batch=run.micro_batch,
-        microbatches=run.microbatches, vpp=run.vpp, schedule=Schedule(run.schedule),
-        recipe=StateRecipe(run.recipe), sp=run.sp, recompute=Recompute(run.recompute),
+    work = Workload.load(
+        entry.model, entry.hardware, seq=run.seq, micro_batch=run.micro_batch, sp=run.sp,
+        recompute=Recompute(run.recompute), recipe=StateRecipe(run.recipe),
         memory=MemoryTechniques(
             recompute_modules=run.recompute_modules, fp8_cache=run.fp8_cache,
             moe_probs_in_act=run.moe_probs_in_act, mtp=run.mtp,
         ),
     )  # fmt: skip
+    split = Layout(
+        tp=lay.tp, cp=lay.cp, pp=lay.pp, dp=lay.dp, ep=lay.ep, etp=lay.etp, zero=lay.zero,
+        vpp=run.vpp, schedule=Schedule(run.schedule), microbatches=run.microbatches,
+    )  # fmt: skip
+    return layout_report(work, split)
 
 
 def _memory_terms(total: Row, cited: str) -> tuple[Term, ...]:

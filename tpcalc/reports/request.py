@@ -1,0 +1,149 @@
+"""The request every report takes: what is trained (``Workload``) and how it is split (``Layout``).
+
+Issue 8 §2. The command line builds both once per command from the shared option definitions
+(``tpcalc.cli.options``, ``parallel_options``, ``time_options``: one type and one default per
+flag) and hands them to a report in ``tpcalc.reports``; Python callers do the same::
+
+    from tpcalc.reports.request import Layout, Workload
+    from tpcalc.reports.tp import comm_report
+
+    work = Workload.load("llama3-70b", "h100-sxm", seq=8192)
+    comm_report(work, tp="1,8")  # one row per t
+
+Decisions:
+
+- It lives in ``reports`` because ``Workload.load`` resolves names and paths through the
+  catalog, which is the reports layer's job; calc never imports it.
+- ``Workload`` holds the *resolved* model and hardware (``ModelSpec``, ``HardwareSpec``), the
+  sequence length (with the stderr note when it was defaulted), the micro-batch, dtype, SP,
+  recompute, activation model, memory techniques and state recipe. Sizes are checked here, with
+  the option's name in the message.
+- ``Layout`` holds the sizes (tp, cp, pp, dp, ep, etp), the ZeRO stage, the pipeline schedule
+  (vpp, schedule, micro-batches per step), the node size and the world size, as given: each
+  report checks what it prices, with the messages it always gave. ``gpus_per_node=None`` means
+  the hardware's.
+- A sweep command (``comm --tp 1,2,4,8``, ``dp --dp 8,64``, ``pipeline --pp 4,8``, ...) passes
+  the swept dimension beside the request; the base ``Layout`` gives every other dimension.
+- Pricing choices that are not part of the run (``with_latency``, ``link``, ``time_model``,
+  ``params``, the overlaps of the step model) stay keyword arguments of the reports.
+- One type and one default per flag in every command (``tpcalc.cli.request`` maps each option
+  to its field; tests/test_request_options.py checks the definitions): ``--sp`` is on
+  everywhere; a size (``--tp``, ``--dp``, ``--pp``, ``--cp``, ``--ep``) has one syntax, a list
+  where the command sweeps it and one value where it prices one layout (a list there is refused
+  by name). Two defaults differ on purpose: ``--microbatches`` (1 in ``dp``, 32 in ``pipeline``
+  and ``layout``) and flops' tri-state ``--mtp`` (it follows ``--params``).
+- Calc keeps its own inputs: ``Layout.parallel`` builds ``calc.layout.groups.ParallelLayout``
+  and ``Workload.run`` builds ``LayoutRun``: the one conversion, shared by every report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tpcalc.calc.layout.groups import LayoutRun, MemoryTechniques, ParallelLayout
+from tpcalc.choices import ActivationModel, Recompute, Schedule, StateRecipe
+from tpcalc.reports.inputs import node_size, positive, seq_warnings
+from tpcalc.specs import HardwareSpec, ModelSpec
+from tpcalc.units import Dtype
+
+
+@dataclass(frozen=True, kw_only=True)
+class Workload:
+    """What is trained, on which card: the same for every layout a report prices.
+
+    ``warnings`` carries the defaulted-sequence note (``reports.inputs.seq_warnings``) that every
+    report prints on stderr.
+    """
+
+    spec: ModelSpec
+    hw: HardwareSpec
+    seq: int
+    micro_batch: int = 1
+    dtype: Dtype = Dtype.bf16
+    sp: bool = True
+    recompute: Recompute = Recompute.selective
+    activations: ActivationModel = ActivationModel.exact
+    memory: MemoryTechniques = field(default_factory=MemoryTechniques)
+    recipe: StateRecipe = StateRecipe.zero16
+    warnings: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        positive(self.seq, "--seq")
+        positive(self.micro_batch, "--micro-batch")
+
+    @classmethod
+    def load(
+        cls,
+        model: str | ModelSpec,
+        hardware: str | HardwareSpec,
+        *,
+        seq: int | None = None,
+        micro_batch: int = 1,
+        dtype: Dtype = Dtype.bf16,
+        sp: bool = True,
+        recompute: Recompute = Recompute.selective,
+        activations: ActivationModel = ActivationModel.exact,
+        memory: MemoryTechniques | None = None,
+        recipe: StateRecipe = StateRecipe.zero16,
+    ) -> Workload:
+        """Load the model and the hardware by name or path (or take them loaded); ``seq=None``
+        takes the model's training length, with a warning when that length is tpcalc's default.
+        """
+        from tpcalc.catalog import load_hardware, load_model
+
+        spec = load_model(model) if isinstance(model, str) else model
+        hw = load_hardware(hardware) if isinstance(hardware, str) else hardware
+        warnings = tuple(seq_warnings(spec, seq))
+        return cls(
+            spec=spec,
+            hw=hw,
+            seq=spec.seq_length if seq is None else seq,
+            micro_batch=micro_batch,
+            dtype=dtype,
+            sp=sp,
+            recompute=recompute,
+            activations=activations,
+            memory=memory if memory is not None else MemoryTechniques(),
+            recipe=recipe,
+            warnings=warnings,
+        )
+
+    def run(self, layout: Layout, *, with_latency: bool) -> LayoutRun:
+        """The calculators' ``LayoutRun``: this workload on ``layout``'s pipeline schedule."""
+        return LayoutRun(
+            seq=self.seq, microbatches=layout.microbatches, micro_batch=self.micro_batch,
+            vpp=layout.vpp, schedule=layout.schedule, recipe=self.recipe, sp=self.sp,
+            recompute=self.recompute, dtype=self.dtype, with_latency=with_latency,
+            activations=self.activations, memory=self.memory,
+        )  # fmt: skip
+
+    def node(self, layout: Layout) -> int:
+        """GPUs per node: ``layout.gpus_per_node`` (checked) or the hardware's."""
+        return node_size(layout.gpus_per_node, self.hw.gpus_per_node.value)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Layout:
+    """How the workload is split: sizes, ZeRO stage, pipeline schedule, node and world size."""
+
+    tp: int = 1
+    cp: int = 1
+    pp: int = 1
+    dp: int = 1
+    ep: int = 1
+    etp: int = 1  # expert tensor parallel (Megatron --expert-tensor-parallel-size)
+    zero: int = 0
+    vpp: int = 1
+    schedule: Schedule = Schedule.one_f_one_b
+    microbatches: int = 1  # micro-batches per step (gradient-accumulation steps)
+    gpus_per_node: int | None = None  # None: the hardware's
+    world_size: int | None = None  # None: tp·cp·pp·dp
+
+    def parallel(self, gpus_per_node: int) -> ParallelLayout:
+        """The calculators' ``ParallelLayout`` on nodes of ``gpus_per_node`` GPUs."""
+        from tpcalc.calc.dp.zero import zero_stage
+
+        return ParallelLayout(
+            tp=self.tp, cp=self.cp, pp=self.pp, dp=self.dp, ep=self.ep, etp=self.etp,
+            zero=zero_stage(self.zero), world_size=self.world_size, gpus_per_node=gpus_per_node,
+        )  # fmt: skip
