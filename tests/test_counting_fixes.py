@@ -80,3 +80,19 @@ def test_full_recompute_does_not_rerun_the_lm_head():
     layers = sum(active_layer_params(spec, i) for i in range(spec.num_hidden_layers))
     attn = attention_score_flop(spec, seq=8192, micro_batch=1)
     assert r.recompute_flop == pytest.approx((6 * layers * 8192 + attn) / 3, rel=1e-12)
+
+
+@pytest.mark.parametrize(("convention", "share"), [("causal", 0.5), ("full", 1.0)])
+def test_flops_attention_scores_follow_the_shared_convention(cli, convention, share):
+    # Narayanan et al. 2021 Eq. 3: 12·b·s²·h·L score FLOPs counted in full; Megatron-LM counts
+    # the causal half, tpcalc's default in every command (--attention-flops). Llama 3 8B
+    # config.json: h = 4096, L = 32.
+    b, s, h, layers = 1, 4096, 4096, 32
+    args = ("flops", "-m", "llama3-8b", "-s", str(s), "-t", "1", "--attention-scores", "-f", "json")
+    default = json.loads(cli(*args).out)[0]
+    chosen = json.loads(cli(*args, "--attention-flops", convention).out)[0]
+    assert default["attention_flops"] == "causal"
+    assert chosen["attention_flop_per_rank"] == share * 12 * b * s**2 * h * layers
+    off = json.loads(cli(*args[:-3], "--no-attention-scores", "-f", "json").out)[0]
+    assert "attention_flop_per_rank" not in off
+    assert off["flop_per_rank"] == off["dense_flop_per_rank"]

@@ -22,7 +22,7 @@ from tpcalc.cli.options import (
     UnitsOpt,
 )
 from tpcalc.cli.request import workload_of
-from tpcalc.cli.time_options import TimeModelOpt
+from tpcalc.cli.time_options import AttentionFlopsOpt, TimeModelOpt
 from tpcalc.render import Format
 from tpcalc.units import ByteUnits
 
@@ -38,21 +38,15 @@ def flops(
     micro_batch: MicroBatchOpt = 1,
     hardware: HardwareOpt = DEFAULT_HARDWARE,
     params: ParamsOpt = ParamConvention.matmul,
-    attention: Annotated[
+    attention_scores: Annotated[
         bool,
         typer.Option(
-            "--attention/--no-attention",
-            help="Add the attention-score FLOPs 12·b·s²·h·L (Narayanan et al. 2021 Eq. 3).",
+            "--attention-scores/--no-attention-scores",
+            help="Add the attention-score FLOPs 12·b·s²·h·L (Narayanan et al. 2021 Eq. 3), "
+            "counted as --attention-flops says.",
         ),
     ] = False,
-    attention_flops: Annotated[
-        AttentionFlops,
-        typer.Option(
-            "--attention-flops",
-            help="Attention-score convention: 'full' s² (Narayanan Eq. 3, the seeds) or "
-            "'causal' s²/2 (Megatron-LM). Example: --attention --attention-flops causal",
-        ),
-    ] = AttentionFlops.full,
+    attention_flops: AttentionFlopsOpt = AttentionFlops.causal,
     mtp: Annotated[
         bool | None,
         typer.Option(
@@ -72,9 +66,9 @@ def flops(
 
       tpcalc flops -m llama3-70b -s 8192 -t 8 --params all
 
-      tpcalc flops -m qwen3.8 -s 4096 -t 8 --attention --explain
+      tpcalc flops -m qwen3.8 -s 4096 -t 8 --attention-scores --explain
 
-      tpcalc flops -m deepseek-v3 -s 4096 --attention --attention-flops causal --mtp
+      tpcalc flops -m deepseek-v3 -s 4096 --attention-scores --attention-flops full --mtp
 
     MoE models count the parameters a token multiplies (k of E routed experts), and the N
     row says so.
@@ -87,7 +81,7 @@ def flops(
             workload_of(ctx.params),
             tp,
             params=params,
-            attention=attention,
+            attention=attention_scores,
             attention_flops=attention_flops,
             mtp=mtp,
             time_model=time_model,
