@@ -12,7 +12,7 @@ import json
 import pytest
 
 from tpcalc.catalog import load_hardware
-from tpcalc.reports.validate_time import load_runs, mean_abs, outcomes, validate_report
+from tpcalc.reports.validate_time import case_of, load_runs, mean_abs, outcomes, validate_report
 
 
 @pytest.fixture(scope="module")
@@ -60,3 +60,15 @@ def test_the_readme_summary_is_what_validate_prints():
     readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
     block = readme.split("$ tpcalc validate\n", 1)[1].split("```", 1)[0].strip().splitlines()
     assert block == list(validate_report().notes)
+
+
+def test_flex_dispatcher_rows_dispatch_once_per_node():
+    # Megatron-Bridge recipes with moe_token_dispatcher_type flex (DeepEP / HybridEP) get the
+    # node-deduplicated dispatch; the NCCL alltoall dispatcher and unknown presets do not
+    by_id = {r["id"]: r for r in load_runs()}
+    flex = case_of(by_id["mbridge-26.04.01-deepseekv3-b200-256-mxfp8"])
+    nccl = case_of(by_id["mbridge-26.04.01-qwen3-235b-a22b-b200-256-mxfp8"])
+    unknown = case_of(by_id["mbridge-25.11-qwen3-235b-a22b-b200-64-fp8-mx"])
+    assert flex.options.ep_node_dedup
+    assert not nccl.options.ep_node_dedup
+    assert not unknown.options.ep_node_dedup

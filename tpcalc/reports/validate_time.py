@@ -42,6 +42,12 @@ FRAMEWORK = {
     "sequence_parallel": "sequence parallelism whenever TP > 1 (WorkloadBaseConfig rule)",
     "schedule": "interleaved 1F1B when vp > 1, else 1F1B (Megatron-Core schedules)",
     "causal": "causal attention (every model in the table is a decoder)",
+    "moe_dispatcher": (
+        "the recipe's moe_token_dispatcher_type: flex (DeepEP / HybridEP) sends a token across "
+        "the network once per remote node holding its experts (DeepSeek-V3 report §3.2.1; "
+        "DeepEP docs/legacy.md counts its RDMA bytes that way); alltoall (NCCL), or a preset "
+        "that does not describe the row, sends every copy"
+    ),
     "gb200_nvlink_domain": (
         "GB200 NVL72 jobs take 16 trays (64 GPUs) per rack (Slurm block topology, "
         "--segment 16), so power-of-two groups stay inside one NVLink domain of 64"
@@ -131,7 +137,10 @@ def case_of(row: dict[str, Any]) -> Case | str:
             recipe.get("moe_a2a_overlap") or recipe.get("overlap_moe_expert_parallel_comm")
         ),
     )
-    options = TimeOptions(overlap=overlap, recompute_layers=recompute_layers)
+    options = TimeOptions(
+        overlap=overlap, recompute_layers=recompute_layers,
+        ep_node_dedup=recipe.get("moe_token_dispatcher_type") == "flex",
+    )  # fmt: skip
     measured = row["measured"]
     src = row["source"]
     where = ", ".join(

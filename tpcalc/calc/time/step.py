@@ -61,7 +61,7 @@ from tpcalc.calc.time.ops import (
     layer_ops,
     mtp_ops,
 )
-from tpcalc.calc.time.roofline import Rates, collective_time_s, op_time_s, rates
+from tpcalc.calc.time.roofline import Rates, collective_time_s, dispatch_time_s, op_time_s, rates
 from tpcalc.calc.tp.rules import padded_vocab
 from tpcalc.choices import DEFAULT_VOCAB_PAD_MULTIPLE, Recompute, Schedule
 from tpcalc.errors import InputError
@@ -116,6 +116,9 @@ class TimeOptions:
     # Megatron --recompute-granularity full --recompute-method block --recompute-num-layers N:
     # the first N layers of every model chunk recompute their whole forward.
     recompute_layers: int | None = None
+    # A node-aware MoE dispatcher (DeepEP / HybridEP, Megatron --moe-token-dispatcher-type
+    # flex): a token crosses the network once per remote node (roofline.dispatch_time_s).
+    ep_node_dedup: bool = False
     efficiency_scale: float = 1.0  # multiplies every compute efficiency (what-if, properties)
     comm_scale: float = 1.0  # multiplies every collective's bytes (what-if, properties)
 
@@ -400,11 +403,11 @@ def _layer_work(ctx: _Ctx, i: int) -> tuple[Work, Work, Work, tuple[Op, ...]]:
     # EP: dispatch and combine all-to-all of the k copies of this rank's T/t tokens.
     ep_f = ep_b = a2a = 0.0
     if moe and ctx.layout.ep > 1:
-        routed = shard.tokens // tp * (spec.num_experts_per_tok or 1)
-        msg = routed * spec.hidden_size * shard.dtype.bytes * scale
-        a2a = A2A_PER_PASS * collective_time_s(
-            r, Collective.all_to_all, msg, ctx.layout.ep, ctx.links["ep"].nodes
-        )
+        a2a = A2A_PER_PASS * dispatch_time_s(
+            r, shard.tokens // tp, spec.num_experts_per_tok or 1, spec.n_routed_experts or 1,
+            spec.hidden_size * shard.dtype.bytes * scale, ctx.layout.ep, ctx.links["ep"].nodes,
+            node_dedup=ctx.opts.ep_node_dedup,
+        )  # fmt: skip
         # Overlapped, a micro-batch's forward all-to-alls run under another micro-batch's
         # backward of the same layer and vice versa (DeepSeek-V3 §3.2.1 DualPipe; Megatron-Core
         # --overlap-moe-expert-parallel-comm): hidden up to the other pass's compute.
