@@ -129,6 +129,16 @@ def test_stage_split_with_first_and_last_overrides():
         stage_layers(126, 16, 2, first=7)
 
 
+def test_stage_split_from_a_pipeline_layout():
+    # DeepSeek-V3 on PP 8 VP 2 with Megatron-Bridge's layout "Et*4|(t*4|)*14tmL": stage c sits
+    # on rank c mod 8, so rank 7 holds stages 7 (4 layers) and 15 (the last layer, MTP, loss)
+    split = stage_layers(61, 8, 2, chunks=(4,) * 15 + (1,))
+    assert split[0] == [0, 1, 2, 3, 32, 33, 34, 35]
+    assert split[7] == [28, 29, 30, 31, 60]
+    with pytest.raises(InputError, match="16 stages holding the model's 61 layers"):
+        stage_layers(61, 8, 2, chunks=(4,) * 15 + (2,))
+
+
 def llama405_step(**opts) -> StepTime:
     lay = ParallelLayout(tp=8, pp=16, dp=128, zero=ZeroStage.optimizer, gpus_per_node=8)
     run = LayoutRun(seq=8192, microbatches=16, vpp=4, schedule=Schedule.interleaved)

@@ -12,7 +12,14 @@ import json
 import pytest
 
 from tpcalc.catalog import load_hardware
-from tpcalc.reports.validate_time import case_of, load_runs, mean_abs, outcomes, validate_report
+from tpcalc.reports.validate_time import (
+    case_of,
+    layout_chunk_layers,
+    load_runs,
+    mean_abs,
+    outcomes,
+    validate_report,
+)
 
 
 @pytest.fixture(scope="module")
@@ -72,3 +79,18 @@ def test_flex_dispatcher_rows_dispatch_once_per_node():
     assert flex.options.ep_node_dedup
     assert not nccl.options.ep_node_dedup
     assert not unknown.options.ep_node_dedup
+
+
+def test_pipeline_layouts_of_the_recipes_are_parsed():
+    # Megatron-Core's layout grammar: '|' ends a virtual stage, 't' is a decoder layer, (..)*n
+    # and x*n repeat; Megatron-Bridge's DeepSeek-V3 layout for 16 stages puts 4 layers on each
+    # stage but the last, which holds 1 layer, the MTP module and the loss
+    assert layout_chunk_layers("Et*4|(t*4|)*14tmL", 16) == (4,) * 15 + (1,)
+    assert layout_chunk_layers("Ettt|(tt|)*2,tL", 4) == (3, 2, 2, 1)
+    # MTP on a stage of its own, a stage count that is not pp·vp, or no layout: not placed
+    assert layout_chunk_layers("Ettt|(tt|)*29,m|L", 32) is None
+    assert layout_chunk_layers("Et*4|(t*4|)*14tmL", 32) is None
+    assert layout_chunk_layers(None, 4) is None
+    by_id = {r["id"]: r for r in load_runs()}
+    dsv3 = case_of(by_id["mbridge-26.04.01-deepseekv3-b200-256-mxfp8"])  # PP 8, VP 2
+    assert dsv3.options.chunk_layers == (4,) * 15 + (1,)

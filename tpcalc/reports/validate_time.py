@@ -10,6 +10,7 @@ each with its source; they are the same for every row (never tuned to one).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -140,6 +141,7 @@ def case_of(row: dict[str, Any]) -> Case | str:
     options = TimeOptions(
         overlap=overlap, recompute_layers=recompute_layers,
         ep_node_dedup=recipe.get("moe_token_dispatcher_type") == "flex",
+        chunk_layers=layout_chunk_layers(recipe.get("pipeline_model_parallel_layout"), pp * vp),
     )  # fmt: skip
     measured = row["measured"]
     src = row["source"]
@@ -152,6 +154,34 @@ def case_of(row: dict[str, Any]) -> Case | str:
         measured_tokens_per_s_per_gpu=measured.get("tokens_per_s_per_gpu"),
         measured_tflop_per_s_per_gpu=measured.get("model_tflop_per_s_per_gpu"), source=where,
     )  # fmt: skip
+
+
+_LAYOUT_SYMBOLS = frozenset("EtmL")  # embedding, decoder layer, MTP module, loss
+
+
+def layout_chunk_layers(layout: Any, stages: int) -> tuple[int, ...] | None:
+    """Decoder layers of each virtual stage in a Megatron-Core pipeline layout string
+    (megatron/core/transformer/pipeline_parallel_layer_layout.py: ``|`` ends a stage, ``t`` is a
+    decoder layer, ``E`` the embedding, ``m`` an MTP module, ``L`` the loss, ``(...)*n`` and
+    ``x*n`` repeat, commas are cosmetic), e.g. "Et*4|(t*4|)*14tmL" = 4, 4 × 14, 1. None when
+    there is no layout, or when it is one tpcalc cannot place: not ``stages`` stages, or the
+    embedding not first, or the loss and MTP not in the last stage (tpcalc puts them there)."""
+    if not isinstance(layout, str) or not layout:
+        return None
+    text = layout.replace(",", "").replace(" ", "")
+    while "(" in text:  # innermost groups first
+        text = re.sub(r"\(([^()]*)\)\*(\d+)", lambda g: g.group(1) * int(g.group(2)), text)
+        if re.search(r"\([^()]*\)(?!\*\d)", text):
+            return None
+    text = re.sub(r"(.)\*(\d+)", lambda g: g.group(1) * int(g.group(2)), text)
+    chunks = text.split("|")
+    if len(chunks) != stages or not set(text) - {"|"} <= _LAYOUT_SYMBOLS:
+        return None
+    if not chunks[0].startswith("E") or text.count("E") != 1 or "L" not in chunks[-1]:
+        return None
+    if any("m" in c or "L" in c for c in chunks[:-1]):
+        return None
+    return tuple(c.count("t") for c in chunks)
 
 
 def _trains_mtp(row: dict[str, Any], recipe: dict[str, Any]) -> bool:

@@ -112,6 +112,9 @@ class TimeOptions:
     vocab_pad_multiple: int = DEFAULT_VOCAB_PAD_MULTIPLE
     first_stage_layers: int | None = None
     last_stage_layers: int | None = None
+    # Megatron-Core --pipeline-model-parallel-layout: the decoder layers of each of the pp·vpp
+    # virtual stages in order (stage c on rank c mod pp); None splits evenly.
+    chunk_layers: tuple[int, ...] | None = None
     grad_reduce_dtype: Dtype = Dtype.bf16
     # Megatron --recompute-granularity full --recompute-method block --recompute-num-layers N:
     # the first N layers of every model chunk recompute their whole forward.
@@ -261,14 +264,26 @@ def stage_layers(
     *,
     first: int | None = None,
     last: int | None = None,
+    chunks: tuple[int, ...] | None = None,
 ) -> list[list[int]]:
     """Decoder layer indices of each pipeline rank (its v chunks in order).
 
     Even split by default (``pipeline.chunk_layer_counts``); ``first``/``last`` fix the layers
     of the first and last stage and split the rest evenly over the middle (Megatron-LM
-    --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers).
+    --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers); ``chunks`` gives
+    every virtual stage's layers (Megatron-Core --pipeline-model-parallel-layout, whose stage c
+    sits on rank c mod pp: megatron/core/transformer/pipeline_parallel_layer_layout.py).
     """
-    if first is None and last is None:
+    if chunks is not None:
+        if first is not None or last is not None:
+            raise InputError("a pipeline layout and --first/--last-stage-layers exclude each other")
+        if len(chunks) != pp * vpp or sum(chunks) != num_layers or min(chunks) < 0:
+            raise InputError(
+                f"pipeline layout: {len(chunks)} stages holding {sum(chunks)} layers; "
+                f"pp·vpp = {pp * vpp} stages holding the model's {num_layers} layers are needed"
+            )
+        counts = list(chunks)
+    elif first is None and last is None:
         counts = list(chunk_layer_counts(num_layers, pp * vpp))
     else:
         if vpp != 1:
@@ -683,7 +698,7 @@ def step_time(
     padded = padded_vocab(spec.vocab_size, layout.tp, opts.vocab_pad_multiple)
     split = stage_layers(
         spec.num_hidden_layers, layout.pp, run.vpp,
-        first=opts.first_stage_layers, last=opts.last_stage_layers,
+        first=opts.first_stage_layers, last=opts.last_stage_layers, chunks=opts.chunk_layers,
     )  # fmt: skip
     stages, details = zip(
         *(_stage_work(ctx, s, layers, run, padded) for s, layers in enumerate(split)),
