@@ -182,7 +182,9 @@ def expected_remote_nodes(topk: int, experts: int, nodes: int) -> float:
     """Distinct other nodes one token's ``topk`` experts sit on, experts spread evenly over
     ``nodes`` nodes and chosen uniformly without replacement (balanced routing; Megatron-Core
     moe_router_force_load_balancing draws random router scores): (N − 1)·(1 − C(E − E/N, k) /
-    C(E, k)), the chance a given other node holds none of the k being the hypergeometric zero."""
+    C(E, k)), the chance a given other node holds none of the k being the hypergeometric zero.
+    Node-limited routing (DeepSeek-V3 report §2.1.2: a token reaches at most M = 4 nodes;
+    Megatron's moe_router_group_topk) can only lower it; it is not modelled."""
     if nodes <= 1:
         return 0.0
     per_node = experts // nodes
