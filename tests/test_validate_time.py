@@ -94,3 +94,13 @@ def test_pipeline_layouts_of_the_recipes_are_parsed():
     by_id = {r["id"]: r for r in load_runs()}
     dsv3 = case_of(by_id["mbridge-26.04.01-deepseekv3-b200-256-mxfp8"])  # PP 8, VP 2
     assert dsv3.options.chunk_layers == (4,) * 15 + (1,)
+
+
+def test_every_row_echoes_its_dispatch_and_stage_split(cli):
+    r = cli("validate", "--hardware", "b200", "--format", "json")
+    assert r.code == 0, r.err
+    rows = {row["id"]: row for row in json.loads(r.out)}
+    dsv3 = rows["mbridge-26.04.01-deepseekv3-b200-256-mxfp8"]
+    assert (dsv3["ep_dispatch"], dsv3["stage_layers"]) == ("node-aware", "4×15+1")
+    oss = rows["mbridge-26.04.01-gpt-oss-120b-b200-64-bf16"]
+    assert (oss["ep_dispatch"], oss["stage_layers"]) == ("all-to-all", "even")
