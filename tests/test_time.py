@@ -16,7 +16,13 @@ from tpcalc.calc.layout.groups import LayoutRun, ParallelLayout
 from tpcalc.calc.links.collectives import Collective
 from tpcalc.calc.time.explain import STEP_EXPLANATIONS
 from tpcalc.calc.time.ops import Pass, Shard, attention_core, gemm, layer_ops
-from tpcalc.calc.time.roofline import collective_time_s, op_time_s, rates
+from tpcalc.calc.time.roofline import (
+    collective_time_s,
+    dispatch_time_s,
+    expected_remote_nodes,
+    op_time_s,
+    rates,
+)
 from tpcalc.calc.time.step import (
     STEP_PARTS,
     Overlap,
@@ -121,6 +127,16 @@ def test_stage_split_with_first_and_last_overrides():
     assert sum(len(s) for s in split) == 126
     with pytest.raises(InputError, match="vpp 1"):
         stage_layers(126, 16, 2, first=7)
+
+
+def test_stage_split_from_a_pipeline_layout():
+    # DeepSeek-V3 on PP 8 VP 2 with Megatron-Bridge's layout "Et*4|(t*4|)*14tmL": stage c sits
+    # on rank c mod 8, so rank 7 holds stages 7 (4 layers) and 15 (the last layer, MTP, loss)
+    split = stage_layers(61, 8, 2, chunks=(4,) * 15 + (1,))
+    assert split[0] == [0, 1, 2, 3, 32, 33, 34, 35]
+    assert split[7] == [28, 29, 30, 31, 60]
+    with pytest.raises(InputError, match="16 stages holding the model's 61 layers"):
+        stage_layers(61, 8, 2, chunks=(4,) * 15 + (2,))
 
 
 def llama405_step(**opts) -> StepTime:
@@ -258,3 +274,29 @@ def test_unfused_sink_attention_materialises_every_score():
         o for o in layer_ops(oss, replace(shard, fused_sinks=True), 0) if o.name == "core_attn"
     ]
     assert fused[0].flop == 2 * 64 * 4096 * 128 * (64 + 64)  # banded: 128 keys per query
+
+
+def test_expected_remote_nodes_is_the_hypergeometric_count():
+    # one expert of 128 on 2 nodes: the other node holds it half the time
+    assert expected_remote_nodes(1, 128, 2) == pytest.approx(0.5)
+    # 2 of 4 experts on 2 nodes: both on the home node in 1 of C(4,2) = 6 pairs
+    assert expected_remote_nodes(2, 4, 2) == pytest.approx(5 / 6)
+    # 8 of 256 experts over 4 nodes: each other node is missed with C(192,8)/C(256,8) = 0.0964
+    assert expected_remote_nodes(8, 256, 4) == pytest.approx(3 * (1 - 0.0964), abs=3e-4)
+    assert expected_remote_nodes(8, 256, 1) == 0.0
+
+
+def test_node_aware_dispatch_crosses_the_network_once_per_node():
+    # Qwen3-30B-A3B (128 experts, top 8) on EP16 over two H100 nodes, 4096 tokens of h = 2048
+    r = rates(H100, Dtype.bf16)
+    tokens, token_bytes = 4096, 2048 * 2
+    nccl = dispatch_time_s(r, tokens, 8, 128, token_bytes, 16, 2, node_dedup=False)
+    deep = dispatch_time_s(r, tokens, 8, 128, token_bytes, 16, 2, node_dedup=True)
+    # NCCL: half of the 8 copies leave the node; DeepEP: a token leaves once when the other
+    # node holds any of its 8 experts (1 - C(64,8)/C(128,8) = 0.9969), at 47 GB/s per NIC
+    network = tokens * token_bytes * 0.9969 / 47e9
+    assert deep - network == pytest.approx(nccl - 4 * tokens * token_bytes / 47e9, abs=2e-6)
+    assert deep < nccl / 3.5  # 4x fewer network bytes, the same latency
+    # inside one node there is nothing to deduplicate
+    one = dispatch_time_s(r, tokens, 8, 128, token_bytes, 8, 1, node_dedup=True)
+    assert one == dispatch_time_s(r, tokens, 8, 128, token_bytes, 8, 1, node_dedup=False)

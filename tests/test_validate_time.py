@@ -12,7 +12,14 @@ import json
 import pytest
 
 from tpcalc.catalog import load_hardware
-from tpcalc.reports.validate_time import load_runs, mean_abs, outcomes, validate_report
+from tpcalc.reports.validate_time import (
+    case_of,
+    layout_chunk_layers,
+    load_runs,
+    mean_abs,
+    outcomes,
+    validate_report,
+)
 
 
 @pytest.fixture(scope="module")
@@ -60,3 +67,40 @@ def test_the_readme_summary_is_what_validate_prints():
     readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
     block = readme.split("$ tpcalc validate\n", 1)[1].split("```", 1)[0].strip().splitlines()
     assert block == list(validate_report().notes)
+
+
+def test_flex_dispatcher_rows_dispatch_once_per_node():
+    # Megatron-Bridge recipes with moe_token_dispatcher_type flex (DeepEP / HybridEP) get the
+    # node-deduplicated dispatch; the NCCL alltoall dispatcher and unknown presets do not
+    by_id = {r["id"]: r for r in load_runs()}
+    flex = case_of(by_id["mbridge-26.04.01-deepseekv3-b200-256-mxfp8"])
+    nccl = case_of(by_id["mbridge-26.04.01-qwen3-235b-a22b-b200-256-mxfp8"])
+    unknown = case_of(by_id["mbridge-25.11-qwen3-235b-a22b-b200-64-fp8-mx"])
+    assert flex.options.ep_node_dedup
+    assert not nccl.options.ep_node_dedup
+    assert not unknown.options.ep_node_dedup
+
+
+def test_pipeline_layouts_of_the_recipes_are_parsed():
+    # Megatron-Core's layout grammar: '|' ends a virtual stage, 't' is a decoder layer, (..)*n
+    # and x*n repeat; Megatron-Bridge's DeepSeek-V3 layout for 16 stages puts 4 layers on each
+    # stage but the last, which holds 1 layer, the MTP module and the loss
+    assert layout_chunk_layers("Et*4|(t*4|)*14tmL", 16) == (4,) * 15 + (1,)
+    assert layout_chunk_layers("Ettt|(tt|)*2,tL", 4) == (3, 2, 2, 1)
+    # MTP on a stage of its own, a stage count that is not pp·vp, or no layout: not placed
+    assert layout_chunk_layers("Ettt|(tt|)*29,m|L", 32) is None
+    assert layout_chunk_layers("Et*4|(t*4|)*14tmL", 32) is None
+    assert layout_chunk_layers(None, 4) is None
+    by_id = {r["id"]: r for r in load_runs()}
+    dsv3 = case_of(by_id["mbridge-26.04.01-deepseekv3-b200-256-mxfp8"])  # PP 8, VP 2
+    assert dsv3.options.chunk_layers == (4,) * 15 + (1,)
+
+
+def test_every_row_echoes_its_dispatch_and_stage_split(cli):
+    r = cli("validate", "--hardware", "b200", "--format", "json")
+    assert r.code == 0, r.err
+    rows = {row["id"]: row for row in json.loads(r.out)}
+    dsv3 = rows["mbridge-26.04.01-deepseekv3-b200-256-mxfp8"]
+    assert (dsv3["ep_dispatch"], dsv3["stage_layers"]) == ("node-aware", "4×15+1")
+    oss = rows["mbridge-26.04.01-gpt-oss-120b-b200-64-bf16"]
+    assert (oss["ep_dispatch"], oss["stage_layers"]) == ("all-to-all", "even")

@@ -10,6 +10,7 @@ each with its source; they are the same for every row (never tuned to one).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -42,6 +43,12 @@ FRAMEWORK = {
     "sequence_parallel": "sequence parallelism whenever TP > 1 (WorkloadBaseConfig rule)",
     "schedule": "interleaved 1F1B when vp > 1, else 1F1B (Megatron-Core schedules)",
     "causal": "causal attention (every model in the table is a decoder)",
+    "moe_dispatcher": (
+        "the recipe's moe_token_dispatcher_type: flex (DeepEP / HybridEP) sends a token across "
+        "the network once per remote node holding its experts (DeepSeek-V3 report §3.2.1; "
+        "DeepEP docs/legacy.md counts its RDMA bytes that way); alltoall (NCCL), or a preset "
+        "that does not describe the row, sends every copy"
+    ),
     "gb200_nvlink_domain": (
         "GB200 NVL72 jobs take 16 trays (64 GPUs) per rack (Slurm block topology, "
         "--segment 16), so power-of-two groups stay inside one NVLink domain of 64"
@@ -131,7 +138,11 @@ def case_of(row: dict[str, Any]) -> Case | str:
             recipe.get("moe_a2a_overlap") or recipe.get("overlap_moe_expert_parallel_comm")
         ),
     )
-    options = TimeOptions(overlap=overlap, recompute_layers=recompute_layers)
+    options = TimeOptions(
+        overlap=overlap, recompute_layers=recompute_layers,
+        ep_node_dedup=recipe.get("moe_token_dispatcher_type") == "flex",
+        chunk_layers=layout_chunk_layers(recipe.get("pipeline_model_parallel_layout"), pp * vp),
+    )  # fmt: skip
     measured = row["measured"]
     src = row["source"]
     where = ", ".join(
@@ -143,6 +154,34 @@ def case_of(row: dict[str, Any]) -> Case | str:
         measured_tokens_per_s_per_gpu=measured.get("tokens_per_s_per_gpu"),
         measured_tflop_per_s_per_gpu=measured.get("model_tflop_per_s_per_gpu"), source=where,
     )  # fmt: skip
+
+
+_LAYOUT_SYMBOLS = frozenset("EtmL")  # embedding, decoder layer, MTP module, loss
+
+
+def layout_chunk_layers(layout: Any, stages: int) -> tuple[int, ...] | None:
+    """Decoder layers of each virtual stage in a Megatron-Core pipeline layout string
+    (megatron/core/transformer/pipeline_parallel_layer_layout.py: ``|`` ends a stage, ``t`` is a
+    decoder layer, ``E`` the embedding, ``m`` an MTP module, ``L`` the loss, ``(...)*n`` and
+    ``x*n`` repeat, commas are cosmetic), e.g. "Et*4|(t*4|)*14tmL" = 4, 4 × 14, 1. None when
+    there is no layout, or when it is one tpcalc cannot place: not ``stages`` stages, or the
+    embedding not first, or the loss and MTP not in the last stage (tpcalc puts them there)."""
+    if not isinstance(layout, str) or not layout:
+        return None
+    text = layout.replace(",", "").replace(" ", "")
+    while "(" in text:  # innermost groups first
+        text = re.sub(r"\(([^()]*)\)\*(\d+)", lambda g: g.group(1) * int(g.group(2)), text)
+        if re.search(r"\([^()]*\)(?!\*\d)", text):
+            return None
+    text = re.sub(r"(.)\*(\d+)", lambda g: g.group(1) * int(g.group(2)), text)
+    chunks = text.split("|")
+    if len(chunks) != stages or not set(text) - {"|"} <= _LAYOUT_SYMBOLS:
+        return None
+    if not chunks[0].startswith("E") or text.count("E") != 1 or "L" not in chunks[-1]:
+        return None
+    if any("m" in c or "L" in c for c in chunks[:-1]):
+        return None
+    return tuple(c.count("t") for c in chunks)
 
 
 def _trains_mtp(row: dict[str, Any], recipe: dict[str, Any]) -> bool:
@@ -233,11 +272,24 @@ def layout_text(c: Case) -> str:
     )
 
 
+def _runs_text(counts: tuple[int, ...]) -> str:
+    """Layers per virtual stage with repeats folded: (4, 4, 4, 1) -> "4×3+1"."""
+    parts: list[list[int]] = []
+    for n in counts:
+        if parts and parts[-1][0] == n:
+            parts[-1][1] += 1
+        else:
+            parts.append([n, 1])
+    return "+".join(f"{n}×{k}" if k > 1 else str(n) for n, k in parts)
+
+
 def _row(o: Outcome) -> Row:
     c, st = o.case, o.step
     inputs: dict[str, Scalar] = {
         "id": c.id, "model": c.model, "hardware": c.hardware, "kind": c.kind,
         "dtype": c.dtype.value, "gpus": c.gpus, "seq": c.run.seq, "layout": layout_text(c),
+        "ep_dispatch": "node-aware" if c.options.ep_node_dedup else "all-to-all",
+        "stage_layers": _runs_text(c.options.chunk_layers) if c.options.chunk_layers else "even",
     }  # fmt: skip
     terms: list[Term] = [
         term(

@@ -16,7 +16,11 @@ SRC_TP_OVERLAP = (
     "--tp-comm-overlap (Wang et al. 2022, decomposed overlap; TE userbuffers)"
 )
 SRC_CP = "Liu et al. 2023 (Ring Attention) §3: K,V ring steps run under the attention blocks"
-SRC_EP = "Megatron-Core MoEAlltoAllTokenDispatcher: dispatch + combine per MoE layer and pass"
+SRC_EP = (
+    "Megatron-Core MoEAlltoAllTokenDispatcher: dispatch + combine per MoE layer and pass; a "
+    "node-aware (flex: DeepEP / HybridEP) dispatcher crosses nodes once per remote node "
+    "(DeepSeek-V3 report §3.2.1)"
+)
 SRC_BUBBLE = (
     "GPipe §2.3; Narayanan et al. 2021 §2.2 (1F1B, interleaved (p−1)/v); Qi et al. 2023 §3.1 "
     "(ZB-H1); DeepSeek-V3 report Table 2 (DualPipe); over the mean stage F, B, W"
@@ -69,7 +73,8 @@ STEP_EXPLANATIONS: dict[str, Explanation] = {
     ),
     "ep_exposed_time_s": Explanation(
         "EP all-to-all, exposed", Unit.seconds,
-        "m · Σ MoE layers 2 all-to-all of T/t·k·h per pass (overlapped only with --ep-overlap)",
+        "m · Σ MoE layers 2 all-to-all of T/t·k·h per pass (overlapped only with --ep-overlap); "
+        "node-aware: T/t·h·(N−1)·(1 − C(E−E/N, k)/C(E, k)) over the network",
         SRC_EP, STEP,
     ),
     "bubble_time_s": Explanation(

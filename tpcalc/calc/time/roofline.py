@@ -22,6 +22,7 @@ for an 8-GPU all-reduce, docs/kernel-measurements.md §3.2).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import comb
 
 from tpcalc.calc.links.collectives import Collective, ring_factor
 from tpcalc.calc.links.link import ring_steps
@@ -175,3 +176,53 @@ def collective_time_s(
             off_node / r.inter_busbw_bytes_per_s, on_node / r.intra_busbw_bytes_per_s
         )
     return latency + sent / group_busbw_bytes_per_s(r, group, nodes)
+
+
+def expected_remote_nodes(topk: int, experts: int, nodes: int) -> float:
+    """Distinct other nodes one token's ``topk`` experts sit on, experts spread evenly over
+    ``nodes`` nodes and chosen uniformly without replacement (balanced routing; Megatron-Core
+    moe_router_force_load_balancing draws random router scores): (N − 1)·(1 − C(E − E/N, k) /
+    C(E, k)), the chance a given other node holds none of the k being the hypergeometric zero.
+    Node-limited routing (DeepSeek-V3 report §2.1.2: a token reaches at most M = 4 nodes;
+    Megatron's moe_router_group_topk) can only lower it; it is not modelled."""
+    if nodes <= 1:
+        return 0.0
+    per_node = experts // nodes
+    k = min(topk, experts)
+    none = comb(experts - per_node, k) / comb(experts, k)
+    return (nodes - 1) * (1.0 - none)
+
+
+def dispatch_time_s(
+    r: Rates,
+    tokens: int,
+    topk: int,
+    experts: int,
+    token_bytes: float,
+    group: int,
+    nodes: int,
+    *,
+    node_dedup: bool,
+) -> float:
+    """One MoE dispatch (or combine) of ``tokens`` tokens, ``topk`` copies each, over an EP
+    group of ``group`` ranks on ``nodes`` nodes.
+
+    NCCL's all-to-all (Megatron-Core alltoall dispatcher) sends every copy: the k copies of a
+    token bound for other nodes cross the network k·(N−1)/N times on average. A node-aware
+    dispatcher (DeepEP normal kernels, HybridEP; DeepSeek-V3 report §3.2.1) sends a token
+    over the network once per distinct remote node, to the GPU of the same local index, which
+    forwards it over NVLink to the experts' ranks (the combine reduces on that node first and
+    returns once): network bytes = tokens · ``expected_remote_nodes`` · token bytes, NVLink
+    bytes = every copy bound for another rank, the slower of the two legs."""
+    copies = tokens * topk * token_bytes
+    if not node_dedup or nodes <= 1:
+        return collective_time_s(r, Collective.all_to_all, copies, group, nodes)
+    steps = ring_steps(Collective.all_to_all, group, nodes)
+    latency = (
+        r.collective_base_latency_s
+        + steps.intra * r.intra_step_latency_s
+        + steps.inter * r.inter_step_latency_s
+    )
+    network = tokens * token_bytes * expected_remote_nodes(topk, experts, nodes)
+    nvlink = copies * (group - 1) / group
+    return latency + max(network / r.inter_busbw_bytes_per_s, nvlink / r.intra_busbw_bytes_per_s)

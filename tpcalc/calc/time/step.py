@@ -61,7 +61,7 @@ from tpcalc.calc.time.ops import (
     layer_ops,
     mtp_ops,
 )
-from tpcalc.calc.time.roofline import Rates, collective_time_s, op_time_s, rates
+from tpcalc.calc.time.roofline import Rates, collective_time_s, dispatch_time_s, op_time_s, rates
 from tpcalc.calc.tp.rules import padded_vocab
 from tpcalc.choices import DEFAULT_VOCAB_PAD_MULTIPLE, Recompute, Schedule
 from tpcalc.errors import InputError
@@ -112,10 +112,16 @@ class TimeOptions:
     vocab_pad_multiple: int = DEFAULT_VOCAB_PAD_MULTIPLE
     first_stage_layers: int | None = None
     last_stage_layers: int | None = None
+    # Megatron-Core --pipeline-model-parallel-layout: the decoder layers of each of the pp·vpp
+    # virtual stages in order (stage c on rank c mod pp); None splits evenly.
+    chunk_layers: tuple[int, ...] | None = None
     grad_reduce_dtype: Dtype = Dtype.bf16
     # Megatron --recompute-granularity full --recompute-method block --recompute-num-layers N:
     # the first N layers of every model chunk recompute their whole forward.
     recompute_layers: int | None = None
+    # A node-aware MoE dispatcher (DeepEP / HybridEP, Megatron --moe-token-dispatcher-type
+    # flex): a token crosses the network once per remote node (roofline.dispatch_time_s).
+    ep_node_dedup: bool = False
     efficiency_scale: float = 1.0  # multiplies every compute efficiency (what-if, properties)
     comm_scale: float = 1.0  # multiplies every collective's bytes (what-if, properties)
 
@@ -258,14 +264,26 @@ def stage_layers(
     *,
     first: int | None = None,
     last: int | None = None,
+    chunks: tuple[int, ...] | None = None,
 ) -> list[list[int]]:
     """Decoder layer indices of each pipeline rank (its v chunks in order).
 
     Even split by default (``pipeline.chunk_layer_counts``); ``first``/``last`` fix the layers
     of the first and last stage and split the rest evenly over the middle (Megatron-LM
-    --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers).
+    --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers); ``chunks`` gives
+    every virtual stage's layers (Megatron-Core --pipeline-model-parallel-layout, whose stage c
+    sits on rank c mod pp: megatron/core/transformer/pipeline_parallel_layer_layout.py).
     """
-    if first is None and last is None:
+    if chunks is not None:
+        if first is not None or last is not None:
+            raise InputError("a pipeline layout and --first/--last-stage-layers exclude each other")
+        if len(chunks) != pp * vpp or sum(chunks) != num_layers or min(chunks) < 0:
+            raise InputError(
+                f"pipeline layout: {len(chunks)} stages holding {sum(chunks)} layers; "
+                f"pp·vpp = {pp * vpp} stages holding the model's {num_layers} layers are needed"
+            )
+        counts = list(chunks)
+    elif first is None and last is None:
         counts = list(chunk_layer_counts(num_layers, pp * vpp))
     else:
         if vpp != 1:
@@ -400,11 +418,11 @@ def _layer_work(ctx: _Ctx, i: int) -> tuple[Work, Work, Work, tuple[Op, ...]]:
     # EP: dispatch and combine all-to-all of the k copies of this rank's T/t tokens.
     ep_f = ep_b = a2a = 0.0
     if moe and ctx.layout.ep > 1:
-        routed = shard.tokens // tp * (spec.num_experts_per_tok or 1)
-        msg = routed * spec.hidden_size * shard.dtype.bytes * scale
-        a2a = A2A_PER_PASS * collective_time_s(
-            r, Collective.all_to_all, msg, ctx.layout.ep, ctx.links["ep"].nodes
-        )
+        a2a = A2A_PER_PASS * dispatch_time_s(
+            r, shard.tokens // tp, spec.num_experts_per_tok or 1, spec.n_routed_experts or 1,
+            spec.hidden_size * shard.dtype.bytes * scale, ctx.layout.ep, ctx.links["ep"].nodes,
+            node_dedup=ctx.opts.ep_node_dedup,
+        )  # fmt: skip
         # Overlapped, a micro-batch's forward all-to-alls run under another micro-batch's
         # backward of the same layer and vice versa (DeepSeek-V3 §3.2.1 DualPipe; Megatron-Core
         # --overlap-moe-expert-parallel-comm): hidden up to the other pass's compute.
@@ -680,7 +698,7 @@ def step_time(
     padded = padded_vocab(spec.vocab_size, layout.tp, opts.vocab_pad_multiple)
     split = stage_layers(
         spec.num_hidden_layers, layout.pp, run.vpp,
-        first=opts.first_stage_layers, last=opts.last_stage_layers,
+        first=opts.first_stage_layers, last=opts.last_stage_layers, chunks=opts.chunk_layers,
     )  # fmt: skip
     stages, details = zip(
         *(_stage_work(ctx, s, layers, run, padded) for s, layers in enumerate(split)),
