@@ -104,3 +104,32 @@ def test_every_row_echoes_its_dispatch_and_stage_split(cli):
     assert (dsv3["ep_dispatch"], dsv3["stage_layers"]) == ("node-aware", "4×15+1")
     oss = rows["mbridge-26.04.01-gpt-oss-120b-b200-64-bf16"]
     assert (oss["ep_dispatch"], oss["stage_layers"]) == ("all-to-all", "even")
+
+
+def _fit_time_tool():
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "tools" / "fit_time.py"
+    spec = importlib.util.spec_from_file_location("fit_time", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up while being built
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_fit_time_gaps_count_what_the_moe_constant_acts_on():
+    """tools/fit_time.py --gaps on the 26.04.01 Qwen3-30B-A3B GB200 row (runs.yaml): 8 GPUs, TP1
+    PP1 EP8, global batch 512 x 4096 tokens, measured 26,112 tokens/s/GPU."""
+    tool = _fit_time_tool()
+    row = next(
+        g for g in tool.gaps("gb200") if g.id == "mbridge-26.04.01-qwen3-30b-a3b-gb200-8-mxfp8"
+    )
+    # 512 · 4096 / 8 tokens per GPU per step at 26,112 tokens/s/GPU
+    assert row.measured_step_s == pytest.approx(512 * 4096 / 8 / 26112, rel=1e-12)
+    # 48 MoE layers on the one stage, 16 micro-batches (512 / (DP8 · mbs4)), forward and backward
+    assert row.moe_layer_passes == 48 * 16 * 2
+    # mbs4 · 4096 tokens, 8 copies each (top-8); 128 experts over EP8
+    assert (row.routed_copies, row.local_experts, row.cuda_graphs) == (4 * 4096 * 8, 16, True)
+    assert row.per_pass_s == pytest.approx(row.missing_s / (48 * 16 * 2))

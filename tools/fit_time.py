@@ -14,8 +14,17 @@ rows by their errors); every other row stays held out. Nothing is fitted per row
 
     python tools/fit_time.py --hardware h100-sxm            # fit, print the rows used
     python tools/fit_time.py --hardware h100-sxm --write    # and write them into its config
+    python tools/fit_time.py --hardware h100-sxm --gaps     # what each MoE row lacks (below)
 
 The objective is the mean |log(predicted / measured)| of tokens/s/GPU, minimised on a grid.
+
+``--gaps`` is the audit behind the MoE constant: for every MoE row of the card it prices the step
+with no MoE overhead (compute_scale as configured) and prints the time the model lacks against
+the measured step, as a share of that step and spread over the MoE layer-passes (forward and
+backward of each MoE layer of the bottleneck stage, every micro-batch), per routed token copy
+and per local expert. A physical per-layer cost would show one value per card in the per-pass
+column, a per-token cost one value in the per-copy column, a per-expert cost one value in the
+last; docs/kernel-measurements.md §6 reads the table.
 """
 
 from __future__ import annotations
@@ -25,11 +34,12 @@ import fnmatch
 import math
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
-from tpcalc.calc.time.step import step_time
+from tpcalc.calc.time.step import stage_layers, step_time
 from tpcalc.catalog import configs_root, load_hardware, load_model
-from tpcalc.reports.validate_time import Case, case_of, load_runs
+from tpcalc.reports.validate_time import Case, case_of, load_runs, recipe_options
 
 # Dense rows: the Megatron-Bridge 25.11 release's dense rows of the card.
 FIT_ROWS: dict[str, tuple[str, ...]] = {
@@ -43,6 +53,9 @@ MOE_FIT_ROWS: dict[str, tuple[str, ...]] = {
     "b200": ("mbridge-26.04.01-*-b200-*",),
     "gb200": ("mbridge-26.04.01-*-gb200-*",),
 }
+# The fitted MoE overhead is paid in the forward and in the backward of each MoE layer
+# (calc/time/step.py: the constant is added to F and to B).
+PASSES_WITH_OVERHEAD = 2
 SCALES = [0.50 + 0.005 * i for i in range(101)]  # 0.50 .. 1.00
 OVERHEADS_S = [0.00005 * i for i in range(121)]  # 0 .. 6 ms
 
@@ -95,6 +108,76 @@ def fit(hardware: str, runs: Path | None = None) -> dict[str, tuple[float, float
     return out
 
 
+@dataclass(frozen=True)
+class Gap:
+    """What the model without MoE overhead lacks on one MoE row (``--gaps``)."""
+
+    id: str
+    predicted_step_s: float  # no MoE overhead
+    measured_step_s: float  # tokens per step per GPU / measured tokens/s/GPU
+    moe_layer_passes: int  # MoE layers of the bottleneck stage x micro-batches x (F, B)
+    routed_copies: int  # token copies one rank dispatches per MoE layer and micro-batch
+    local_experts: int
+    cuda_graphs: bool  # the recipe replays the MoE router / preprocessing from CUDA graphs
+
+    @property
+    def missing_s(self) -> float:
+        return self.measured_step_s - self.predicted_step_s
+
+    @property
+    def per_pass_s(self) -> float:
+        return self.missing_s / self.moe_layer_passes
+
+
+def gaps(hardware: str, runs: Path | None = None) -> list[Gap]:
+    """Gap of every computable MoE row of ``hardware`` with the MoE overhead set to zero."""
+    card = _card(load_hardware(hardware), moe_layer_overhead_s=0.0)
+    out = []
+    for row in load_runs(runs):
+        if row["hardware"] != hardware or row["kind"] != "moe":
+            continue
+        c = case_of(row)
+        if not isinstance(c, Case) or not c.measured_tokens_per_s_per_gpu:
+            continue
+        spec = load_model(c.model)
+        st = step_time(spec, card, c.layout, c.run, c.options)
+        o = c.options
+        split = stage_layers(
+            spec.num_hidden_layers, c.layout.pp, c.run.vpp,
+            first=o.first_stage_layers, last=o.last_stage_layers, chunks=o.chunk_layers,
+        )  # fmt: skip
+        moe_layers = sum(1 for i in split[st.bottleneck_stage] if spec.is_moe_layer(i))
+        tokens = c.run.seq * c.run.micro_batch // c.layout.cp // c.layout.tp
+        graphs = recipe_options(row).get("cuda_graph_impl") is not None
+        out.append(
+            Gap(
+                id=c.id,
+                predicted_step_s=st.step_time_s,
+                measured_step_s=st.tokens_per_step / c.gpus / c.measured_tokens_per_s_per_gpu,
+                moe_layer_passes=moe_layers * c.run.microbatches * PASSES_WITH_OVERHEAD,
+                routed_copies=tokens * (spec.num_experts_per_tok or 1),
+                local_experts=(spec.n_routed_experts or 1) // c.layout.ep,
+                cuda_graphs=graphs,
+            )  # fmt: skip
+        )
+    return out
+
+
+def _print_gaps(hardware: str, rows: list[Gap]) -> None:
+    print(f"{hardware}: MoE rows priced with no MoE overhead; missing = measured - predicted step")
+    print(
+        f"{'row':<58} {'graphs':>6} {'missing':>8} {'share':>6} {'per pass':>9} "
+        f"{'per copy':>9} {'per expert':>10}"
+    )
+    for g in rows:
+        print(
+            f"{g.id:<58} {'yes' if g.cuda_graphs else 'no':>6} {g.missing_s:>7.2f}s "
+            f"{g.missing_s / g.predicted_step_s:>+6.0%} {g.per_pass_s * 1e3:>7.2f}ms "
+            f"{g.per_pass_s / g.routed_copies * 1e9:>7.1f}ns "
+            f"{g.per_pass_s / g.local_experts * 1e3:>8.3f}ms"
+        )
+
+
 def _write(hardware: str, fitted: dict[str, tuple[float, float, list[str]]]) -> Path:
     path = Path(str(configs_root())) / "hardware" / f"{hardware}.yaml"
     text = path.read_text(encoding="utf-8")
@@ -116,7 +199,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hardware", required=True, choices=sorted(FIT_ROWS))
     parser.add_argument("--runs", type=Path, default=None, help="runs YAML (default: shipped)")
     parser.add_argument("--write", action="store_true", help="write the constants into the config")
+    parser.add_argument(
+        "--gaps", action="store_true", help="print what each MoE row lacks with no MoE overhead"
+    )
     args = parser.parse_args(argv)
+    if args.gaps:
+        _print_gaps(args.hardware, gaps(args.hardware, args.runs))
+        return 0
     fitted = fit(args.hardware, args.runs)
     for name, (value, obj, rows) in fitted.items():
         print(
