@@ -300,3 +300,24 @@ def test_node_aware_dispatch_crosses_the_network_once_per_node():
     # inside one node there is nothing to deduplicate
     one = dispatch_time_s(r, tokens, 8, 128, token_bytes, 8, 1, node_dedup=True)
     assert one == dispatch_time_s(r, tokens, 8, 128, token_bytes, 8, 1, node_dedup=False)
+
+
+def test_the_mtp_modules_moe_layer_pays_the_moe_layer_cost():
+    # DeepSeek-V3's MTP module runs the last layer's FFN, an MoE layer (report §2.2), so the
+    # card's fitted cost per MoE layer and pass (configs/hardware/b200.yaml) is paid once more in
+    # the forward and once more in the backward of the last stage.
+    from tpcalc.calc.layout.groups import MemoryTechniques
+
+    ds = load_model("deepseek-v3")
+    b200 = load_hardware("b200")
+    lay = ParallelLayout(pp=16, dp=16, ep=8, zero=ZeroStage.optimizer, gpus_per_node=8)
+
+    def last_stage(mtp: bool):
+        run = LayoutRun(seq=4096, microbatches=32, memory=MemoryTechniques(mtp=mtp))
+        return step_time(ds, b200, lay, run).stages[-1]
+
+    with_mtp, without = last_stage(True), last_stage(False)
+    per_layer = b200.performance.fitted.moe_layer_overhead_s.value
+    for part in ("forward", "backward_input"):
+        added = getattr(with_mtp, part).overhead_s - getattr(without, part).overhead_s
+        assert added == pytest.approx(ds.mtp_layers * per_layer, rel=1e-12)

@@ -533,6 +533,14 @@ def _stage_work(
     if ends:
         fwd = fwd + _pass_work(ends, Pass.forward, ctx.r, 1)
         bwd = bwd + _pass_work(ends, Pass.backward_input, ctx.r, 1)
+        if (
+            stage == layout.pp - 1
+            and run.memory.mtp
+            and spec.is_moe_layer(spec.num_hidden_layers - 1)
+        ):
+            # each MTP module's FFN is an MoE layer (mtp_ops): it pays the MoE layer cost too
+            over = Work(overhead_s=ctx.r.moe_layer_overhead_s).scaled(spec.mtp_layers)
+            fwd, bwd = fwd + over, bwd + over
         wgt = wgt + _pass_work(ends, Pass.backward_weight, ctx.r, 1)
         detail += _op_times(ends, ctx.r, 1)
     dense, experts = _stage_params(spec, layout, stage, params, routed)
