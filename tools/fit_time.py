@@ -147,6 +147,9 @@ def gaps(hardware: str, runs: Path | None = None) -> list[Gap]:
             first=o.first_stage_layers, last=o.last_stage_layers, chunks=o.chunk_layers,
         )  # fmt: skip
         moe_layers = sum(1 for i in split[st.bottleneck_stage] if spec.is_moe_layer(i))
+        last = spec.num_hidden_layers - 1
+        if st.bottleneck_stage == c.layout.pp - 1 and c.run.memory.mtp and spec.is_moe_layer(last):
+            moe_layers += spec.mtp_layers  # each MTP module's FFN is an MoE layer (step.py)
         tokens = c.run.seq * c.run.micro_batch // c.layout.cp // c.layout.tp
         graphs = recipe_options(row).get("cuda_graph_impl") is not None
         out.append(
