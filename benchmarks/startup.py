@@ -109,8 +109,9 @@ def console_scripts() -> list[tuple[str, str]]:
     return found
 
 
-def build_cases(cmd_args: list[str]) -> tuple[Case, list[Case]]:
-    """The floor, and the cases compared with it."""
+def build_cases(cmd_args: list[str], baselines: list[str] | None = None) -> tuple[Case, list[Case]]:
+    """The floor, and the cases compared with it (``baselines``: other installs' console
+    scripts, timed in the same rounds and not gated, e.g. the tpcalc a change started from)."""
     floor = Case("floor: typer, yaml + one pydantic model validated", FLOOR, False, [])
     shown = shlex.join(cmd_args)
     cases = [
@@ -119,6 +120,8 @@ def build_cases(cmd_args: list[str]) -> tuple[Case, list[Case]]:
     for label, path in console_scripts():
         # A PATH shim's overhead is the user's setup, not tpcalc's: report it, do not gate on it.
         cases.append(Case(f"{label} {shown}", [path, *cmd_args], "PATH" not in label, []))
+    for path in baselines or []:
+        cases.append(Case(f"baseline {path} {shown}", [path, *cmd_args], False, []))
     if cmd_args != ["--help"]:
         help_argv = [sys.executable, "-m", "tpcalc", "--help"]
         cases.append(Case("python -m tpcalc --help", help_argv, False, []))
@@ -232,6 +235,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="wall",
         help="which median the target gates (cpu: user + system, steadier on a busy machine)",
     )
+    parser.add_argument(
+        "--baseline",
+        action="append",
+        default=[],
+        metavar="SCRIPT",
+        help="another install's tpcalc console script, timed in the same rounds (not gated)",
+    )
     parser.add_argument("--top", type=int, default=10, help="how many imports to list")
     parser.add_argument(
         "--sort", choices=["cumulative", "self"], default="cumulative", help="import ranking"
@@ -245,7 +255,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     cmd_args = shlex.split(args.cmd_args)
-    floor, cases = build_cases(cmd_args)
+    floor, cases = build_cases(cmd_args, args.baseline)
     print(f"python {sys.version.split()[0]} at {sys.executable}; {args.repetitions} runs each")
     try:
         cases = measure(floor, cases, args.repetitions)
