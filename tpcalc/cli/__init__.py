@@ -14,7 +14,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # typer is imported by main(), after it has set the collector (START_UP_GC)
+if TYPE_CHECKING:  # main() imports typer, after it has set START_UP_GC_THRESHOLD
     import typer
 
 # Command name -> module under tpcalc.cli. Only the module of the command being run is imported
@@ -78,9 +78,9 @@ HELP = (
 EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 DEBUG_ENV = "TPCALC_DEBUG"
 # A command's start-up (typer, pydantic and their schemas, the command's modules) allocates about
-# 40,000 container objects that live until exit. At CPython's default generation-0 threshold of
-# 700 the cyclic collector runs about 70 times over them and frees about 500 objects: about 10%
-# of a command's CPU time (benchmarks/README.md). main() raises the threshold to this for its
+# 50,000 container objects that live until exit. At CPython's default generation-0 threshold of
+# 700 the cyclic collector runs about 70 times over them and frees about 500 objects: 2-4% of
+# a command's CPU time (benchmarks/README.md). main() raises the threshold to this for its
 # run, so a calculation collects nothing until it has allocated this many objects more than it
 # freed; reference counting frees everything else as before, and a long sweep is still
 # collected, once per this many allocations (at most a few MB of cyclic garbage waits).
