@@ -7,9 +7,19 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import BaseModel
 
-from tpcalc.catalog import configs_root, hardware_names, load_hardware, load_model, model_names
+from tpcalc.catalog import (
+    builtin_data,
+    configs_root,
+    hardware_names,
+    load_hardware,
+    load_model,
+    model_names,
+    trusted,
+)
 from tpcalc.errors import ConfigError, UnknownNameError
+from tpcalc.specs import HardwareSpec, ModelSpec
 
 BUILTIN = configs_root()
 LLAMA = (BUILTIN / "models" / "llama3-70b.yaml").read_text(encoding="utf-8")
@@ -24,6 +34,54 @@ def test_builtins_are_listed_and_load():
         assert load_model(name).name == name
     for name in hardware_names():
         assert load_hardware(name).name == name
+
+
+def _same(built: object, validated: object) -> None:
+    """Equal values of the same types, all the way down (8192 == 8192.0, (1,) == [1] do not
+    pass: the JSON output and hashing would differ)."""
+    assert type(built) is type(validated), (built, validated)
+    if isinstance(validated, BaseModel):
+        assert built.model_fields_set == validated.model_fields_set
+        for name in type(validated).model_fields:
+            _same(getattr(built, name), getattr(validated, name))
+    elif isinstance(validated, tuple):
+        assert len(built) == len(validated)
+        for b, v in zip(built, validated, strict=True):
+            _same(b, v)
+    else:
+        assert built == validated
+
+
+@pytest.mark.parametrize(
+    ("kind", "cls", "names"),
+    [("models", ModelSpec, model_names()), ("hardware", HardwareSpec, hardware_names())],
+)
+def test_builtins_validate_and_load_as_validated(kind, cls, names):
+    """Built-in configs load without pydantic's validator (catalog.trusted, for start-up): each
+    must validate, and the spec built from it must equal the validated one exactly."""
+    for name in names:
+        data = builtin_data(kind, name)
+        validated = cls.model_validate(data)  # raises if a built-in config is invalid
+        _same(trusted(cls, data), validated)
+        _same(load_model(name) if kind == "models" else load_hardware(name), validated)
+
+
+def test_trusted_builds_what_validation_builds():
+    """The conversions trusted() makes, on a config that needs each of them: integers in float
+    fields, lists for tuples, nested and optional models."""
+    data = builtin_data("hardware", "h100-sxm")
+    data["memory_bytes"]["value"] = 80_000_000_000  # an int in a float field
+    built, validated = trusted(HardwareSpec, data), HardwareSpec.model_validate(data)
+    assert type(built.memory_bytes.value) is float
+    _same(built, validated)
+    model = builtin_data("models", "llama3-70b")
+    model["mlp_only_layers"] = [0, 1]
+    model["layer_types"] = ["full_attention"] * model["num_hidden_layers"]
+    model["tpcalc"]["declared_parts"] = [{"name": "vision", "params": 5, "source": "x"}]
+    built_model = trusted(ModelSpec, model)
+    assert built_model.mlp_only_layers == (0, 1)
+    _same(built_model, ModelSpec.model_validate(model))
+    assert hash(built_model) == hash(ModelSpec.model_validate(model))
 
 
 def test_package_data_globs_cover_every_config():

@@ -11,7 +11,8 @@ import os
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
@@ -27,6 +28,8 @@ from tpcalc.specs import HardwareSpec, ModelSpec
 
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
 MAX_NAME_SHOWN = 60  # characters of an unknown name echoed back
+
+Spec = TypeVar("Spec", bound=BaseModel)
 
 
 def configs_root() -> Any:
@@ -120,6 +123,52 @@ def _load_model_path(path: Path) -> ModelSpec:
     return _validate(ModelSpec, data, path, text)
 
 
+def _as_field(annotation: Any, value: Any) -> Any:
+    """``value`` as pydantic's validation stores it in a field of type ``annotation``, for data
+    known to be valid: nested models built, lists made tuples, integers in float fields made
+    floats (``ModelSpec``, ``HardwareSpec`` and their parts need no more)."""
+    if value is None:
+        return None
+    aliased = getattr(annotation, "__value__", None)  # a TypeAliasType (specs/bounds.py)
+    if aliased is not None:
+        return _as_field(aliased, value)
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _as_field(get_args(annotation)[0], value)
+    if origin is Union or origin is UnionType:
+        (arm,) = (a for a in get_args(annotation) if a is not type(None))  # X | None only
+        return _as_field(arm, value)
+    if origin is tuple:
+        return tuple(_as_field(get_args(annotation)[0], v) for v in value)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return trusted(annotation, value)
+    if annotation is float:
+        return float(value)
+    return value
+
+
+def trusted(cls: type[Spec], data: dict[str, Any]) -> Spec:
+    """A spec from a built-in config, without pydantic's validator (``model_construct``).
+
+    Building ModelSpec's and HardwareSpec's validators is most of what loading a config costs
+    at start-up (issue 12 §6); the specs defer it (``defer_build``) to the first user config.
+    The built-in configs ship with the package, and tests/test_catalog.py checks that every one
+    of them validates and, built this way, equals its validated self, field by field and type
+    by type. User files are validated as always (``_validate``)."""
+    fields = cls.model_fields
+    return cls.model_construct(**{k: _as_field(fields[k].annotation, v) for k, v in data.items()})
+
+
+def builtin_data(kind: str, name: str) -> Any:
+    """The parsed YAML of the built-in config ``kind``/``name`` (``models`` or ``hardware``)."""
+    res = _builtin_dir(kind) / f"{name}.yaml"
+    return parse(res.read_text(encoding="utf-8"), Path(res.name))
+
+
+def _builtin(cls: type[Spec], kind: str, name: str) -> Spec:
+    return trusted(cls, builtin_data(kind, name))
+
+
 @lru_cache(maxsize=64)
 def load_model(name_or_path: str) -> ModelSpec:
     """A ModelSpec from a built-in name, a YAML path in tpcalc's schema, or a HF config.json."""
@@ -127,9 +176,7 @@ def load_model(name_or_path: str) -> ModelSpec:
         return _load_model_path(Path(name_or_path))
     if name_or_path not in model_names():
         raise _unknown("model", name_or_path, model_names())
-    res = _builtin_dir("models") / f"{name_or_path}.yaml"
-    text = res.read_text(encoding="utf-8")
-    return _validate(ModelSpec, parse(text, Path(res.name)), Path(res.name), text)
+    return _builtin(ModelSpec, "models", name_or_path)
 
 
 @lru_cache(maxsize=16)
@@ -141,6 +188,4 @@ def load_hardware(name_or_path: str) -> HardwareSpec:
         return _validate(HardwareSpec, parse(text, path), path, text)
     if name_or_path not in hardware_names():
         raise _unknown("hardware", name_or_path, hardware_names())
-    res = _builtin_dir("hardware") / f"{name_or_path}.yaml"
-    text = res.read_text(encoding="utf-8")
-    return _validate(HardwareSpec, parse(text, Path(res.name)), Path(res.name), text)
+    return _builtin(HardwareSpec, "hardware", name_or_path)

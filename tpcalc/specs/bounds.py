@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field
+from typing_extensions import TypeAliasType
 
 # Largest published values, for scale: 128 layers, 25,600 hidden, 160 heads and a 102,400 FFN
 # (4h) in Megatron-LM's 1T configuration (Narayanan et al. 2021, arXiv 2104.04473, Table 1);
@@ -34,19 +35,23 @@ def _no_bool(value: Any) -> Any:
     return value
 
 
-def bounded(low: int, high: int) -> Any:
-    """An integer field in [low, high]: bools, fractions, NaN and inf are refused."""
+def bounded(name: str, low: int, high: int) -> Any:
+    """An integer field in [low, high]: bools, fractions, NaN and inf are refused.
+
+    A named alias (TypeAliasType): pydantic builds its schema once per model and refers to it
+    from every field of that type, instead of once per field (ModelSpec has 40 of them: about
+    a third of its class build at start-up, issue 12 §6). Validation and errors are the same."""
     lower = Field(gt=0) if low == 1 else Field(ge=low)  # "greater than 0" reads better than ">= 1"
-    return Annotated[int, BeforeValidator(_no_bool), lower, Field(le=high)]
+    return TypeAliasType(name, Annotated[int, BeforeValidator(_no_bool), lower, Field(le=high)])
 
 
-LayerCount = bounded(1, MAX_LAYERS)
-LayerIndex = bounded(0, MAX_LAYERS)
-Hidden = bounded(1, MAX_HIDDEN)
-Heads = bounded(1, MAX_HEADS)
-HeadDim = bounded(1, MAX_HEAD_DIM)
-Width = bounded(1, MAX_INTERMEDIATE)
-Vocab = bounded(1, MAX_VOCAB)
-Seq = bounded(1, MAX_SEQ)
-Count = bounded(0, MAX_HEADS)
-Params = bounded(0, MAX_PARAMS)
+LayerCount = bounded("LayerCount", 1, MAX_LAYERS)
+LayerIndex = bounded("LayerIndex", 0, MAX_LAYERS)
+Hidden = bounded("Hidden", 1, MAX_HIDDEN)
+Heads = bounded("Heads", 1, MAX_HEADS)
+HeadDim = bounded("HeadDim", 1, MAX_HEAD_DIM)
+Width = bounded("Width", 1, MAX_INTERMEDIATE)
+Vocab = bounded("Vocab", 1, MAX_VOCAB)
+Seq = bounded("Seq", 1, MAX_SEQ)
+Count = bounded("Count", 0, MAX_HEADS)
+Params = bounded("Params", 0, MAX_PARAMS)

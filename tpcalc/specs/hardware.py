@@ -23,14 +23,14 @@ def _number_not_bool(value: Any) -> Any:
 class Sourced(BaseModel):
     """A number and where it comes from (datasheet, paper, seed section)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     value: Annotated[float, BeforeValidator(_number_not_bool), Field(gt=0, allow_inf_nan=False)]
     source: str
 
 
 class SourcedCount(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     value: Annotated[int, BeforeValidator(_number_not_bool), Field(ge=1, le=MAX_GPUS_PER_NODE)]
     source: str
@@ -39,7 +39,7 @@ class SourcedCount(BaseModel):
 class SourcedSeconds(BaseModel):
     """A latency: zero is allowed (the seeds price bandwidth only), negative is not."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     value: Annotated[float, BeforeValidator(_number_not_bool), Field(ge=0, allow_inf_nan=False)]
     source: str
@@ -53,7 +53,7 @@ class HardwareSpec(BaseModel):
     A collective over a group is priced on the slowest link the group crosses.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     name: str
     display_name: str

@@ -59,7 +59,7 @@ def _require(spec: BaseModel, because: str, fields: tuple[str, ...]) -> None:
 class DeclaredPart(BaseModel):
     """A part counted but not derived (e.g. a vision tower), with where its count comes from."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     name: str
     params: Params
@@ -69,7 +69,7 @@ class DeclaredPart(BaseModel):
 class TpcalcBlock(BaseModel):
     """Facts a config.json does not carry: built-in name, training length, sources."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     name: str
     display_name: str | None = None
@@ -87,7 +87,7 @@ class TpcalcBlock(BaseModel):
 class ModelSpec(BaseModel):
     """A decoder-only transformer described by Hugging Face config fields."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     model_type: str
     hidden_size: Hidden

@@ -16,21 +16,21 @@ from pydantic import BaseModel, ConfigDict, Field
 class SourcedShare(BaseModel):
     """An efficiency: achieved / peak, in (0, 1]."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     value: float = Field(gt=0, le=1, allow_inf_nan=False)
     source: str
 
 
 class SourcedPositive(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     value: float = Field(gt=0, allow_inf_nan=False)
     source: str
 
 
 class SourcedNonNegative(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     value: float = Field(ge=0, allow_inf_nan=False)
     source: str
@@ -39,7 +39,7 @@ class SourcedNonNegative(BaseModel):
 class FittedConstants(BaseModel):
     """End-to-end constants fitted to measured runs (tools/fit_time.py names the rows)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     # Multiplies every GEMM and attention efficiency: sustained clocks under training load, and
     # what single-kernel benchmarks do not see (kernel gaps, SMs lent to overlapped
@@ -54,7 +54,7 @@ class FittedConstants(BaseModel):
 class PerformanceSpec(BaseModel):
     """Achieved rates of one accelerator kind; every value has a ``source:``."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     hbm_bandwidth_bytes_per_s: SourcedPositive
     hbm_efficiency: SourcedShare

@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpcalc.calc.layout.groups import ParallelLayout
-from tpcalc.calc.layout.memory import rank_layers
 from tpcalc.calc.params.counts import active_layer_params, lm_head_matmul_params
 from tpcalc.calc.pipeline.schedule import StageTimes
 from tpcalc.calc.tp.flops import (
@@ -84,6 +83,10 @@ def rank_flops(
     recompute: Recompute,
 ) -> list[RankFlop]:
     """Per pipeline rank: 6·active·s·b/(tp·cp) + attention/(tp·cp) + recompute (see module)."""
+    # Here, not at the top: the step model imports this module for active_matmul_params alone,
+    # and the memory model's imports would add to every command's start-up.
+    from tpcalc.calc.layout.memory import rank_layers
+
     shard = layout.tp * layout.cp
     tokens = seq * micro_batch
     attn_layer = _attn_per_layer(spec, seq, micro_batch)

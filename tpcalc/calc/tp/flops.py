@@ -10,7 +10,6 @@ as Megatron-LM training.py num_floating_point_operations counts it (the s/h term
 
 from __future__ import annotations
 
-from tpcalc.calc.activations.exact.linear_attention import FLA_CHUNK_SIZE
 from tpcalc.calc.params.counts import (
     active_mtp_params,
     active_params,
@@ -127,6 +126,9 @@ def flops_terms(
 
     MoE models count active parameters (``counted_params``); ``mtp`` counts the MTP module
     (default: as the convention does, ``all`` yes, ``matmul`` no)."""
+    # Here, not at the top: the activation records it pulls in cost every command start-up.
+    from tpcalc.calc.activations.exact.linear_attention import FLA_CHUNK_SIZE
+
     mtp = (params is ParamConvention.all) if mtp is None else mtp
     n = counted_params(spec, params, mtp=mtp)
     tokens = seq * micro_batch
