@@ -15,6 +15,11 @@ from tpcalc.calc.links.breakdown import LinkTime, link_time_explanations
 from tpcalc.calc.links.link import Link
 from tpcalc.calc.tp.comm import TpComm
 from tpcalc.calc.tp.comm_explain import EXPLANATIONS as TP_COMM
+from tpcalc.calc.tp.flops import TpFlops, tp_flops
+from tpcalc.calc.tp.flops_explain import FLAG_EXPLANATIONS as FLOPS_FLAGS
+from tpcalc.calc.tp.flops_explain import explanations as flops_explanations
+from tpcalc.catalog import load_model
+from tpcalc.choices import AttentionFlops, ParamConvention
 from tpcalc.explain import Explanation, unexplained
 from tpcalc.reports.tp import tp_comm_row
 
@@ -27,12 +32,46 @@ from tpcalc.reports.tp import tp_comm_row
         (GradientSync, dp_explanations(Link.inter_node, "src")),
         (CpRing, cp_explanations("src")),
         (CausalBalance, CAUSAL_EXPLANATIONS),
+        (
+            TpFlops,
+            {
+                **flops_explanations(
+                    ParamConvention.all, moe=True, mtp=True, mask=AttentionFlops.causal
+                ),
+                **FLOPS_FLAGS,
+            },
+        ),
     ],
-    ids=["TpComm", "LinkTime", "GradientSync", "CpRing", "CausalBalance"],
+    ids=["TpComm", "LinkTime", "GradientSync", "CpRing", "CausalBalance", "TpFlops"],
 )
 def test_every_field_is_explained(result_type: type, table: dict[str, Explanation]) -> None:
     assert unexplained(result_type, table) == []
-    assert all(ex.formula and ex.source and ex.label for ex in table.values())
+    # "tokens" (s·b) is a definition with no source, as ``tpcalc flops --explain`` prints it
+    assert all(ex.formula and ex.label for ex in table.values())
+    assert all(ex.source for name, ex in table.items() if name != "tokens")
+
+
+@pytest.mark.parametrize(("model", "attention"), [("qwen3.8", False), ("qwen3.8", True),
+                                                  ("llama3-70b", True)])  # fmt: skip
+def test_flops_row_prints_the_parts_it_counts(h100, model: str, attention: bool) -> None:
+    """The attention part is a row only when counted, the Gated DeltaNet part only for a model
+    with linear-attention layers (Qwen3.8: 48 of its 64 layers); the parts add up to the total."""
+    from tpcalc.calc.tp.flops_explain import tp_flops_terms
+    from tpcalc.terms import Row
+
+    spec = load_model(model)
+    f = tp_flops(
+        spec, h100, t=8, seq=4096, micro_batch=1, params=ParamConvention.matmul,
+        attention=attention,
+    )  # fmt: skip
+    row = Row(inputs={}, terms=tp_flops_terms(f, spec, h100))
+    keys = [x.key for x in row.terms]
+    assert ("attention_flop_per_rank" in keys) is attention
+    assert ("linear_attention_flop_per_rank" in keys) is (
+        attention and spec.linear_attention_layers > 0
+    )
+    assert row.check_breakdowns() == []
+    assert row.value("compute_time_s") == f.flop_per_rank / h100.achieved_flop_per_s.value
 
 
 @pytest.mark.parametrize("sp", [False, True])

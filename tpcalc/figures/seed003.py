@@ -6,7 +6,7 @@ from tpcalc.calc.activations.paper import logits_terms, paper_layer_terms
 from tpcalc.calc.params.counts import layer_params, total_params
 from tpcalc.calc.params.states import model_states_bytes
 from tpcalc.calc.tp.comm import TpComm, tp_comm
-from tpcalc.calc.tp.flops import flops_terms
+from tpcalc.calc.tp.flops import tp_flops
 from tpcalc.calc.tp.rules import kv_split, max_t_without_replication
 from tpcalc.calc.tp.table import shard_shapes
 from tpcalc.choices import ParamConvention, Recompute, StateRecipe
@@ -19,9 +19,8 @@ HUNDRED_MILLION = 10**8  # 亿
 
 def _compute_time_s() -> float:
     """Compute of one micro-batch per card, all parameters (seed 003 §7.3.5 counts them all)."""
-    terms = flops_terms(llama70b(), h100(), t=L_T, seq=L_SEQ, micro_batch=L_B,
-                        params=ParamConvention.all)  # fmt: skip
-    return next(float(x.value) for x in terms if x.key == "compute_time_s")  # type: ignore[arg-type]
+    return tp_flops(llama70b(), h100(), t=L_T, seq=L_SEQ, micro_batch=L_B,
+                    params=ParamConvention.all).compute_time_s  # fmt: skip
 
 
 def _comm() -> TpComm:

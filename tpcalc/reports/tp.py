@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from tpcalc.calc.tp import flops_explain
 from tpcalc.calc.tp.comm import tp_comm
 from tpcalc.calc.tp.comm_explain import tp_comm_terms
-from tpcalc.calc.tp.flops import flops_terms
+from tpcalc.calc.tp.flops import tp_flops
 from tpcalc.choices import (
     DEFAULT_VOCAB_PAD_MULTIPLE,
     AttentionFlops,
@@ -12,6 +13,7 @@ from tpcalc.choices import (
     Recompute,
     TimeModel,
 )
+from tpcalc.explain import terms
 from tpcalc.reports.inputs import Inputs, parse_tp_list, resolve
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.terms import Report, Row, Scalar, Term, Unit, term
@@ -56,13 +58,12 @@ def compute_term(
     """The per-rank compute time of one micro-batch, as ``tpcalc flops`` prints it: the
     per-operation roofline (default; issue 13 §5: one compute model in comm, flops, dp and
     layout) or the seeds' 6·N·tokens at the card's achieved FLOP/s (``TimeModel.fixed``).
-
-    The one place that picks a flops result by key: ``tpcalc.calc.tp.flops`` still returns
-    terms; when it returns a typed result, read its ``compute_time_s`` here instead.
     """
     if time_model is TimeModel.fixed:
-        flops = flops_terms(spec, hw, t=t, seq=seq, micro_batch=micro_batch, params=params)
-        return next(x for x in flops if x.key == COMPUTE_TIME_KEY)
+        f = tp_flops(spec, hw, t=t, seq=seq, micro_batch=micro_batch, params=params)
+        ex = {COMPUTE_TIME_KEY: flops_explain.result_explanations(f, hw)[COMPUTE_TIME_KEY]}
+        (fixed,) = terms(f, ex, symbols=flops_explain.symbols(f, spec))
+        return fixed
     from tpcalc.calc.time.step import micro_batch_compute  # the step model, only when asked
 
     recompute = Recompute.full if recompute_full else Recompute.none
@@ -107,11 +108,11 @@ def tp_comm_row(
         "recompute_full": recompute_full, "params_convention": params.value,
         "latency": with_latency, "time_model": time_model.value,
     }  # fmt: skip
-    terms = tp_comm_terms(
+    row_terms = tp_comm_terms(
         c, sp=sp, seq=seq, micro_batch=micro_batch, hidden_size=spec.hidden_size,
         dtype_bytes=dtype.bytes, hw=hw, with_latency=with_latency, compute=compute,
     )  # fmt: skip
-    return Row(inputs=inputs, terms=terms)
+    return Row(inputs=inputs, terms=row_terms)
 
 
 def comm_report(
@@ -173,23 +174,17 @@ def flops_report(
     warnings = tp_warnings(inputs)
     rows = []
     for t in inputs.tps:
-        terms = flops_terms(
-            inputs.spec,
-            inputs.hw,
-            t=t,
-            seq=inputs.seq,
-            micro_batch=inputs.micro_batch,
-            params=params,
-            attention=attention,
-            mask=attention_flops,
-            mtp=mtp,
-        )
+        f = tp_flops(
+            inputs.spec, inputs.hw, t=t, seq=inputs.seq, micro_batch=inputs.micro_batch,
+            params=params, attention=attention, mask=attention_flops, mtp=mtp,
+        )  # fmt: skip
+        row_terms = flops_explain.tp_flops_terms(f, inputs.spec, inputs.hw)
         if time_model is TimeModel.roofline:
             timed = compute_term(
                 inputs.spec, inputs.hw, t=t, seq=inputs.seq, micro_batch=inputs.micro_batch,
                 params=params,
             )  # fmt: skip
-            terms = tuple(timed if x.key == COMPUTE_TIME_KEY else x for x in terms)
+            row_terms = tuple(timed if x.key == COMPUTE_TIME_KEY else x for x in row_terms)
         rows.append(
             Row(
                 inputs={
@@ -202,10 +197,10 @@ def flops_report(
                     "attention_term": attention,
                     "attention_flops": attention_flops.value,
                     "active_params": inputs.spec.is_moe,
-                    "mtp": (params is ParamConvention.all) if mtp is None else mtp,
+                    "mtp": f.mtp,
                     "time_model": time_model.value,
                 },
-                terms=terms,
+                terms=row_terms,
             )
         )
     return Report(
