@@ -11,6 +11,10 @@ from tpcalc.calc.cp.ring_explain import CAUSAL_EXPLANATIONS
 from tpcalc.calc.cp.ring_explain import explanations as cp_explanations
 from tpcalc.calc.dp.gradients import GradientSync
 from tpcalc.calc.dp.gradients_explain import explanations as dp_explanations
+from tpcalc.calc.ep import all_to_all_explain as ep_explain
+from tpcalc.calc.ep.all_to_all import EpComm
+from tpcalc.calc.ep.memory import ExpertMemory
+from tpcalc.calc.ep.routing import AllToAll
 from tpcalc.calc.links.breakdown import LinkTime, link_time_explanations
 from tpcalc.calc.links.link import Link
 from tpcalc.calc.tp.comm import TpComm
@@ -18,8 +22,8 @@ from tpcalc.calc.tp.comm_explain import EXPLANATIONS as TP_COMM
 from tpcalc.calc.tp.flops import TpFlops, tp_flops
 from tpcalc.calc.tp.flops_explain import FLAG_EXPLANATIONS as FLOPS_FLAGS
 from tpcalc.calc.tp.flops_explain import explanations as flops_explanations
-from tpcalc.catalog import load_model
-from tpcalc.choices import AttentionFlops, ParamConvention
+from tpcalc.catalog import load_hardware, load_model
+from tpcalc.choices import AttentionFlops, ParamConvention, StateRecipe
 from tpcalc.explain import Explanation, unexplained
 from tpcalc.reports.tp import tp_comm_row
 
@@ -32,6 +36,12 @@ from tpcalc.reports.tp import tp_comm_row
         (GradientSync, dp_explanations(Link.inter_node, "src")),
         (CpRing, cp_explanations("src")),
         (CausalBalance, CAUSAL_EXPLANATIONS),
+        (EpComm, {**ep_explain.explanations(load_hardware("h800"), True), **ep_explain.INPUTS}),
+        (
+            ExpertMemory,
+            {**ep_explain.memory_explanations(StateRecipe.zero16), **ep_explain.MEMORY_INPUTS},
+        ),
+        (AllToAll, ep_explain.a2a_explanations("bwd_combine")),
         (
             TpFlops,
             {
@@ -42,7 +52,17 @@ from tpcalc.reports.tp import tp_comm_row
             },
         ),
     ],
-    ids=["TpComm", "LinkTime", "GradientSync", "CpRing", "CausalBalance", "TpFlops"],
+    ids=[
+        "TpComm",
+        "LinkTime",
+        "GradientSync",
+        "CpRing",
+        "CausalBalance",
+        "EpComm",
+        "ExpertMemory",
+        "AllToAll",
+        "TpFlops",
+    ],
 )
 def test_every_field_is_explained(result_type: type, table: dict[str, Explanation]) -> None:
     assert unexplained(result_type, table) == []
