@@ -15,6 +15,8 @@ from tpcalc.calc.ep import all_to_all_explain as ep_explain
 from tpcalc.calc.ep.all_to_all import EpComm
 from tpcalc.calc.ep.memory import ExpertMemory
 from tpcalc.calc.ep.routing import AllToAll
+from tpcalc.calc.layout import memory_explain
+from tpcalc.calc.layout.memory import LayoutMemory
 from tpcalc.calc.links.breakdown import LinkTime, link_time_explanations
 from tpcalc.calc.links.link import Link
 from tpcalc.calc.tp.comm import TpComm
@@ -23,7 +25,7 @@ from tpcalc.calc.tp.flops import TpFlops, tp_flops
 from tpcalc.calc.tp.flops_explain import FLAG_EXPLANATIONS as FLOPS_FLAGS
 from tpcalc.calc.tp.flops_explain import explanations as flops_explanations
 from tpcalc.catalog import load_hardware, load_model
-from tpcalc.choices import AttentionFlops, ParamConvention, StateRecipe
+from tpcalc.choices import ActivationModel, AttentionFlops, ParamConvention, StateRecipe
 from tpcalc.explain import Explanation, unexplained
 from tpcalc.reports.tp import tp_comm_row
 
@@ -43,6 +45,13 @@ from tpcalc.reports.tp import tp_comm_row
         ),
         (AllToAll, ep_explain.a2a_explanations("bwd_combine")),
         (
+            LayoutMemory,
+            {
+                **memory_explain.explanations(load_hardware("h100-sxm"), ActivationModel.exact),
+                **memory_explain.INPUTS,
+            },
+        ),
+        (
             TpFlops,
             {
                 **flops_explanations(
@@ -61,6 +70,7 @@ from tpcalc.reports.tp import tp_comm_row
         "EpComm",
         "ExpertMemory",
         "AllToAll",
+        "LayoutMemory",
         "TpFlops",
     ],
 )

@@ -36,7 +36,8 @@ from tpcalc.calc.layout.groups import (
     place_groups,
     placement_warnings,
 )
-from tpcalc.calc.layout.memory import memory_terms, rank_layers, rank_memory
+from tpcalc.calc.layout.memory import layout_memory, rank_layers, rank_memory
+from tpcalc.calc.layout.memory_explain import layout_memory_terms
 from tpcalc.calc.layout.timed import (
     ROOFLINE_COMM,
     roofline_costs,
@@ -153,7 +154,7 @@ def layout_report(
         times = stage_times(mb_s, in_stage, recompute_share)
         bubble = bubble_time_s(run.schedule, layout.pp, run.microbatches, times, run.vpp)
         summary = _summary_terms(spec, hw, layout, run, costs, mb_s, bubble, cited)
-    summary += memory_terms(worst, layout, hw, run.activations)
+    summary += layout_memory_terms(layout_memory(worst, layout, hw), hw, run.activations)
     rows.append(Row(inputs={**inputs, "dimension": "total"}, terms=tuple(summary)))
     return Report(
         title=(
