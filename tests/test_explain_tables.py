@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from tpcalc.calc.activations import paper_explain
+from tpcalc.calc.activations.paper import Logits, PaperActivations, PaperLayer
 from tpcalc.calc.cp.causal import CausalBalance
 from tpcalc.calc.cp.ring import CpRing
 from tpcalc.calc.cp.ring_explain import CAUSAL_EXPLANATIONS
@@ -24,8 +26,16 @@ from tpcalc.calc.tp.comm_explain import EXPLANATIONS as TP_COMM
 from tpcalc.calc.tp.flops import TpFlops, tp_flops
 from tpcalc.calc.tp.flops_explain import FLAG_EXPLANATIONS as FLOPS_FLAGS
 from tpcalc.calc.tp.flops_explain import explanations as flops_explanations
+from tpcalc.calc.tp.memory import TpMemoryTotal
+from tpcalc.calc.tp.memory_explain import explanations as tp_memory_explanations
 from tpcalc.catalog import load_hardware, load_model
-from tpcalc.choices import ActivationModel, AttentionFlops, ParamConvention, StateRecipe
+from tpcalc.choices import (
+    ActivationModel,
+    AttentionFlops,
+    ParamConvention,
+    Recompute,
+    StateRecipe,
+)
 from tpcalc.explain import Explanation, unexplained
 from tpcalc.reports.tp import tp_comm_row
 
@@ -52,6 +62,16 @@ from tpcalc.reports.tp import tp_comm_row
             },
         ),
         (
+            PaperLayer,
+            {
+                **paper_explain.layer_explanations(True, Recompute.full, 8),
+                **paper_explain.LAYER_INPUTS,
+            },
+        ),
+        (PaperActivations, paper_explain.MODEL_EXPLANATIONS),
+        (Logits, paper_explain.LOGITS_EXPLANATIONS),
+        (TpMemoryTotal, tp_memory_explanations(load_hardware("h100-sxm"))),
+        (
             TpFlops,
             {
                 **flops_explanations(
@@ -71,14 +91,19 @@ from tpcalc.reports.tp import tp_comm_row
         "ExpertMemory",
         "AllToAll",
         "LayoutMemory",
+        "PaperLayer",
+        "PaperActivations",
+        "Logits",
+        "TpMemoryTotal",
         "TpFlops",
     ],
 )
 def test_every_field_is_explained(result_type: type, table: dict[str, Explanation]) -> None:
     assert unexplained(result_type, table) == []
-    # "tokens" (s·b) is a definition with no source, as ``tpcalc flops --explain`` prints it
+    # "tokens" (s·b, tpcalc flops) and "fits" (total ≤ card, tpcalc memory) are printed
+    # without a source today; their rows keep it that way so outputs stay identical
     assert all(ex.formula and ex.label for ex in table.values())
-    assert all(ex.source for name, ex in table.items() if name != "tokens")
+    assert all(ex.source for name, ex in table.items() if name not in ("tokens", "fits"))
 
 
 @pytest.mark.parametrize(("model", "attention"), [("qwen3.8", False), ("qwen3.8", True),

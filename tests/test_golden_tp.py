@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tests.golden import expected
-from tpcalc.calc.activations.paper import logits_terms, paper_model_terms
+from tpcalc.calc.activations.paper_explain import logits_terms, paper_model_terms
 from tpcalc.calc.tp.flops import tp_flops
 from tpcalc.choices import ParamConvention, Recompute, TimeModel
 from tpcalc.reports.tp import tp_comm_row

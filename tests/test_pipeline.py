@@ -229,7 +229,7 @@ def test_pipeline_rows_add_up(qwen38, h800, p, mult, schedule):
 def test_pipeline_activations_match_layout_and_name_their_model(cli):
     import json
 
-    from tpcalc.calc.activations.paper import paper_layer_terms
+    from tpcalc.calc.activations.paper_explain import paper_layer_terms
     from tpcalc.calc.layout.groups import ParallelLayout
     from tpcalc.calc.layout.memory import rank_memory
     from tpcalc.catalog import load_model

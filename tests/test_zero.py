@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tpcalc.calc.activations.paper import paper_model_terms
+from tpcalc.calc.activations.paper_explain import paper_model_terms
 from tpcalc.calc.dp.zero import (
     ZeroStage,
     zero_comm_bytes,

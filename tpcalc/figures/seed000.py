@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tpcalc.calc.activations.paper import paper_model_terms
+from tpcalc.calc.activations.paper import paper_activations
 from tpcalc.calc.cp.causal import CausalSplit, causal_work_per_rank
 from tpcalc.calc.cp.shapes import kv_block_bytes
 from tpcalc.calc.dp.gradients import (
@@ -57,9 +57,8 @@ def _flops(t: int) -> TpFlops:
 
 
 def _act(t: int, sp: bool) -> float:
-    terms = paper_model_terms(qwen(), seq=c.Q_SEQ, micro_batch=1, t=t, sp=sp,
-                              recompute=Recompute.selective)  # fmt: skip
-    return terms[-1].number
+    return paper_activations(qwen(), seq=c.Q_SEQ, micro_batch=1, t=t, sp=sp,
+                             recompute=Recompute.selective).activation_bytes  # fmt: skip
 
 
 def _ib() -> float:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tpcalc.calc.activations.paper import logits_terms, paper_layer_terms
+from tpcalc.calc.activations.paper import Logits, logits, paper_layer
 from tpcalc.calc.params.counts import layer_params, total_params
 from tpcalc.calc.params.states import model_states_bytes
 from tpcalc.calc.tp.comm import TpComm, tp_comm
@@ -37,14 +37,12 @@ def _shard(weight: str) -> list[int]:
 
 
 def _unsplit() -> float:
-    terms = paper_layer_terms(llama70b(), seq=L_SEQ, micro_batch=L_B, t=L_T, sp=False,
-                              recompute=Recompute.selective)  # fmt: skip
-    return next(x.number for x in terms if x.key == "unsplit_bytes_per_layer")
+    return paper_layer(llama70b(), seq=L_SEQ, micro_batch=L_B, t=L_T, sp=False,
+                       recompute=Recompute.selective).unsplit_bytes_per_layer  # fmt: skip
 
 
-def _logits(key: str) -> float:
-    return next(x.number for x in logits_terms(llama70b(), seq=L_SEQ, micro_batch=L_B, t=L_T)
-                if x.key == key)  # fmt: skip
+def _logits() -> Logits:
+    return logits(llama70b(), seq=L_SEQ, micro_batch=L_B, t=L_T)
 
 
 def _heads() -> tuple[int, int]:
@@ -102,9 +100,9 @@ FIGURES = [
     Figure("l-vocab-shard", "003", "§7.3.4", "embedding shard per card, 128256 / 8",
            "[16032, 8192]", lambda: _shard("embedding"), shape),
     Figure("l-logits-bf16", "003", "§7.3.4", "LM-head logits [8192, 128256] in BF16", "2.10 GB",
-           lambda: _logits("logits_bf16_bytes"), gb(2)),
+           lambda: float(_logits().logits_bf16_bytes), gb(2)),
     Figure("l-logits-fp32", "003", "§7.3.4", "same in FP32 for cross-entropy", "4.20 GB",
-           lambda: _logits("logits_fp32_bytes"), gb(2)),
+           lambda: float(_logits().logits_fp32_bytes), gb(2)),
     Figure("l-layer-params", "003", "table 7-8", "parameters of one layer, and per card at t=8",
            "8.56 亿 / 8 = 1.07 亿", lambda: layer_params(llama70b(), 0),
            lambda n: f"{n / HUNDRED_MILLION:.2f} 亿 / {L_T} = {n / L_T / HUNDRED_MILLION:.2f} 亿"),

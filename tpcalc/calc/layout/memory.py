@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpcalc.calc.activations.exact.options import ActivationOptions
-from tpcalc.calc.activations.paper import paper_layer_terms
+from tpcalc.calc.activations.paper import paper_layer
 from tpcalc.calc.dp.zero import zero_states_bytes
 from tpcalc.calc.ep.all_to_all import routed_copies
 from tpcalc.calc.layout.groups import MemoryTechniques, ParallelLayout
@@ -183,11 +183,11 @@ def layer_activation_bytes(
     memory techniques (``tpcalc.calc.activations.exact.techniques``).
     """
     if model is ActivationModel.paper:
-        terms = paper_layer_terms(
+        layer = paper_layer(
             spec, seq=seq // layout.cp, micro_batch=micro_batch, t=layout.tp, sp=sp,
             recompute=recompute,
         )  # fmt: skip
-        return [float(terms[-1].value)] * spec.num_hidden_layers  # type: ignore[arg-type]
+        return [float(layer.activation_bytes_per_layer)] * spec.num_hidden_layers
     from tpcalc.calc.activations.exact.layer import layer_kind
     from tpcalc.calc.activations.exact.summary import exact_activation_terms
 
