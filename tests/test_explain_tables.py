@@ -11,8 +11,10 @@ from tpcalc.calc.cp.causal import CausalBalance
 from tpcalc.calc.cp.ring import CpRing
 from tpcalc.calc.cp.ring_explain import CAUSAL_EXPLANATIONS
 from tpcalc.calc.cp.ring_explain import explanations as cp_explanations
+from tpcalc.calc.dp import zero_explain
 from tpcalc.calc.dp.gradients import GradientSync
 from tpcalc.calc.dp.gradients_explain import explanations as dp_explanations
+from tpcalc.calc.dp.zero import ZeroComm, ZeroStates
 from tpcalc.calc.ep import all_to_all_explain as ep_explain
 from tpcalc.calc.ep.all_to_all import EpComm
 from tpcalc.calc.ep.memory import ExpertMemory
@@ -21,6 +23,8 @@ from tpcalc.calc.layout import memory_explain
 from tpcalc.calc.layout.memory import LayoutMemory
 from tpcalc.calc.links.breakdown import LinkTime, link_time_explanations
 from tpcalc.calc.links.link import Link
+from tpcalc.calc.params import states_explain
+from tpcalc.calc.params.states import ModelStates, StateParts
 from tpcalc.calc.tp.comm import TpComm
 from tpcalc.calc.tp.comm_explain import EXPLANATIONS as TP_COMM
 from tpcalc.calc.tp.flops import TpFlops, tp_flops
@@ -71,6 +75,13 @@ from tpcalc.reports.tp import tp_comm_row
         (PaperActivations, paper_explain.MODEL_EXPLANATIONS),
         (Logits, paper_explain.LOGITS_EXPLANATIONS),
         (TpMemoryTotal, tp_memory_explanations(load_hardware("h100-sxm"))),
+        (StateParts, states_explain.part_explanations("src")),
+        (ModelStates, states_explain.explanations(StateRecipe.megatron18)),
+        (ZeroStates, zero_explain.states_explanations(StateRecipe.zero16)),
+        (
+            ZeroComm,
+            zero_explain.comm_explanations(load_hardware("h800"), Link.inter_node, True),
+        ),
         (
             TpFlops,
             {
@@ -95,6 +106,10 @@ from tpcalc.reports.tp import tp_comm_row
         "PaperActivations",
         "Logits",
         "TpMemoryTotal",
+        "StateParts",
+        "ModelStates",
+        "ZeroStates",
+        "ZeroComm",
         "TpFlops",
     ],
 )

@@ -12,8 +12,8 @@ from tpcalc.calc.dp.zero import (
     zero_comm_bytes,
     zero_stage,
     zero_states_bytes,
-    zero_terms,
 )
+from tpcalc.calc.dp.zero_explain import zero_terms
 from tpcalc.calc.links.link import Link
 from tpcalc.calc.params.counts import total_params
 from tpcalc.choices import Recompute, StateRecipe

@@ -6,7 +6,8 @@ import itertools
 
 from tpcalc.calc.activations.paper import require_sp_seq
 from tpcalc.calc.dp.gradients_explain import dp_terms
-from tpcalc.calc.dp.zero import ZeroStage, zero_stage, zero_terms
+from tpcalc.calc.dp.zero import ZeroStage, zero_stage
+from tpcalc.calc.dp.zero_explain import zero_terms
 from tpcalc.calc.layout.groups import MemoryTechniques, ParallelLayout
 from tpcalc.calc.layout.memory import layer_activation_bytes
 from tpcalc.calc.params.counts import params_for, total_params

@@ -7,7 +7,8 @@ import re
 from tpcalc.calc.activations.paper import logits, paper_activations
 from tpcalc.calc.activations.paper_explain import logits_row_terms, model_terms
 from tpcalc.calc.params.counts import total_params
-from tpcalc.calc.params.states import model_states_terms
+from tpcalc.calc.params.states import model_states
+from tpcalc.calc.params.states_explain import states_terms
 from tpcalc.calc.tp.memory import tp_memory_total
 from tpcalc.calc.tp.memory_explain import total_terms
 from tpcalc.choices import ActivationModel, FullRecomputeSharding, Recompute, StateRecipe
@@ -86,7 +87,8 @@ def memory_row(
     )
     lg = logits(spec, seq=seq, micro_batch=micro_batch, t=t)
     logits_rows = logits_row_terms(lg)
-    states = model_states_terms(total_params(spec), recipe, shards=t)
+    ms = model_states(total_params(spec), recipe, shards=t)
+    states = states_terms(ms)
     picked = next(x for x in (*paper, *exact) if x.key == chosen_key)
     parts = [
         term("activation_bytes_per_rank", f"activations ({activations.value})", picked.value,
@@ -97,7 +99,7 @@ def memory_row(
     tail = total_terms(
         tp_memory_total(
             activation_bytes=picked.number, logits_bytes=lg.logits_fp32_bytes_per_rank,
-            states_bytes=states[-1].number, card_bytes=hw.memory_bytes.value,
+            states_bytes=ms.model_states_bytes, card_bytes=hw.memory_bytes.value,
         ),
         hw,
     )  # fmt: skip
