@@ -25,6 +25,8 @@ from tpcalc.calc.links.breakdown import LinkTime, link_time_explanations
 from tpcalc.calc.links.link import Link
 from tpcalc.calc.params import states_explain
 from tpcalc.calc.params.states import ModelStates, StateParts
+from tpcalc.calc.pipeline import breakdown_explain as pp_explain
+from tpcalc.calc.pipeline.breakdown import PipelineActivations, PipelineBreakdown
 from tpcalc.calc.tp.comm import TpComm
 from tpcalc.calc.tp.comm_explain import EXPLANATIONS as TP_COMM
 from tpcalc.calc.tp.flops import TpFlops, tp_flops
@@ -38,6 +40,7 @@ from tpcalc.choices import (
     AttentionFlops,
     ParamConvention,
     Recompute,
+    Schedule,
     StateRecipe,
 )
 from tpcalc.explain import Explanation, unexplained
@@ -76,6 +79,22 @@ from tpcalc.reports.tp import tp_comm_row
         (Logits, paper_explain.LOGITS_EXPLANATIONS),
         (TpMemoryTotal, tp_memory_explanations(load_hardware("h100-sxm"))),
         (StateParts, states_explain.part_explanations("src")),
+        (
+            PipelineBreakdown,
+            {
+                **pp_explain.explanations(
+                    Schedule.dualpipe,
+                    link=Link.inter_node,
+                    hw=load_hardware("h800"),
+                    with_latency=True,
+                    dualpipe_copies=True,
+                    p2p_divided=True,
+                    times_given=False,
+                ),
+                **pp_explain.INPUTS,
+            },
+        ),
+        (PipelineActivations, pp_explain.ACTIVATION_EXPLANATIONS),
         (ModelStates, states_explain.explanations(StateRecipe.megatron18)),
         (ZeroStates, zero_explain.states_explanations(StateRecipe.zero16)),
         (
@@ -107,6 +126,8 @@ from tpcalc.reports.tp import tp_comm_row
         "Logits",
         "TpMemoryTotal",
         "StateParts",
+        "PipelineBreakdown",
+        "PipelineActivations",
         "ModelStates",
         "ZeroStates",
         "ZeroComm",

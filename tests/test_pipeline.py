@@ -19,11 +19,8 @@ from tpcalc.calc.params.counts import (
     total_params,
 )
 from tpcalc.calc.pipeline import schedule as pp
-from tpcalc.calc.pipeline.breakdown import (
-    pipeline_terms,
-    stage_matmul_params,
-    stage_params,
-)
+from tpcalc.calc.pipeline.breakdown import stage_matmul_params, stage_params
+from tpcalc.calc.pipeline.breakdown_explain import pipeline_terms
 from tpcalc.calc.pipeline.schedule import EQUAL_TIMES, StageTimes
 from tpcalc.choices import Schedule
 from tpcalc.errors import DivisibilityError, InputError

@@ -12,7 +12,7 @@ from tpcalc.calc.layout.groups import MemoryTechniques, ParallelLayout
 from tpcalc.calc.layout.memory import layer_activation_bytes
 from tpcalc.calc.params.counts import params_for, total_params
 from tpcalc.calc.params.states import recipe_bytes
-from tpcalc.calc.pipeline.breakdown import pipeline_terms
+from tpcalc.calc.pipeline.breakdown_explain import pipeline_terms
 from tpcalc.choices import (
     DDP_BUCKET_MIB,
     ActivationModel,
