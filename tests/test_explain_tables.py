@@ -27,6 +27,7 @@ from tpcalc.calc.params import states_explain
 from tpcalc.calc.params.states import ModelStates, StateParts
 from tpcalc.calc.pipeline import breakdown_explain as pp_explain
 from tpcalc.calc.pipeline.breakdown import PipelineActivations, PipelineBreakdown
+from tpcalc.calc.tp import shards_explain
 from tpcalc.calc.tp.comm import TpComm
 from tpcalc.calc.tp.comm_explain import EXPLANATIONS as TP_COMM
 from tpcalc.calc.tp.flops import TpFlops, tp_flops
@@ -34,6 +35,7 @@ from tpcalc.calc.tp.flops_explain import FLAG_EXPLANATIONS as FLOPS_FLAGS
 from tpcalc.calc.tp.flops_explain import explanations as flops_explanations
 from tpcalc.calc.tp.memory import TpMemoryTotal
 from tpcalc.calc.tp.memory_explain import explanations as tp_memory_explanations
+from tpcalc.calc.tp.shards import KvSplit, TpShards, VocabPadding, Width
 from tpcalc.catalog import load_hardware, load_model
 from tpcalc.choices import (
     ActivationModel,
@@ -95,6 +97,10 @@ from tpcalc.reports.tp import tp_comm_row
             },
         ),
         (PipelineActivations, pp_explain.ACTIVATION_EXPLANATIONS),
+        (TpShards, shards_explain.EXPLANATIONS),
+        (Width, shards_explain.WIDTH_EXPLANATIONS),
+        (KvSplit, shards_explain.KV_EXPLANATIONS),
+        (VocabPadding, shards_explain.VOCAB_EXPLANATIONS),
         (ModelStates, states_explain.explanations(StateRecipe.megatron18)),
         (ZeroStates, zero_explain.states_explanations(StateRecipe.zero16)),
         (
@@ -128,6 +134,10 @@ from tpcalc.reports.tp import tp_comm_row
         "StateParts",
         "PipelineBreakdown",
         "PipelineActivations",
+        "TpShards",
+        "Width",
+        "KvSplit",
+        "VocabPadding",
         "ModelStates",
         "ZeroStates",
         "ZeroComm",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pydantic import BaseModel, ConfigDict
+
 from tpcalc.calc.tp import flops_explain
 from tpcalc.calc.tp.comm import tp_comm
 from tpcalc.calc.tp.comm_explain import tp_comm_terms
@@ -226,7 +228,6 @@ def check_report(
         uses_kv_heads,
         valid_tp_sizes,
     )
-    from tpcalc.calc.tp.shards import check_tp
     from tpcalc.calc.tp.table import shard_shapes
     from tpcalc.catalog import load_model
 
@@ -253,3 +254,30 @@ def check_report(
         title = f"Tensor-parallel divisibility, KV replication and vocab padding: {spec.name}"
     warnings = tuple(w for c in checks for w in c.warnings)
     return Report(title=title, rows=rows, warnings=warnings, notes=tuple(notes))
+
+
+class TpCheck(BaseModel):
+    """``check_tp``'s answer for one t: the summary row and warnings (KV replication)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    row: Row
+    warnings: tuple[str, ...] = ()
+
+
+def check_tp(
+    spec: ModelSpec,
+    t: int,
+    *,
+    vocab_pad_multiple: int = DEFAULT_VOCAB_PAD_MULTIPLE,
+    dtype: Dtype = Dtype.bf16,
+) -> TpCheck:
+    """One row of ``tpcalc check``: ``tp_shards`` for one t with its explanations, and the KV
+    replication warning (raises like ``tp_shards`` for a bad t)."""
+    from tpcalc.calc.tp.shards import tp_shards
+    from tpcalc.calc.tp.shards_explain import shards_terms
+    from tpcalc.calc.tp.table import row_inputs
+
+    s = tp_shards(spec, t, vocab_pad_multiple=vocab_pad_multiple, dtype=dtype)
+    inputs = row_inputs(spec, t, vocab_pad_multiple, dtype=dtype.value)
+    return TpCheck(row=Row(inputs=inputs, terms=shards_terms(s)), warnings=s.warnings)
