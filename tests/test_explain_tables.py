@@ -36,6 +36,9 @@ from tpcalc.calc.tp.flops_explain import explanations as flops_explanations
 from tpcalc.calc.tp.memory import TpMemoryTotal
 from tpcalc.calc.tp.memory_explain import explanations as tp_memory_explanations
 from tpcalc.calc.tp.shards import KvSplit, TpShards, VocabPadding, Width
+from tpcalc.calc.tp.table_explain import PLAIN as SHARD_PLAIN
+from tpcalc.calc.tp.table_explain import explanations as shard_explanations
+from tpcalc.calc.tp.weights import ShardedWeight, model_weights
 from tpcalc.catalog import load_hardware, load_model
 from tpcalc.choices import (
     ActivationModel,
@@ -190,3 +193,12 @@ def test_comm_row_shows_every_byte_and_time_of_the_result(qwen38, h800, sp: bool
     assert (per_collective <= set(keys)) is sp
     assert ("send_bytes_per_allreduce" in keys) is not sp
     assert row.get("send_bytes_per_layer").formula == "6 · 2(t-1)/t · M"  # 2 fwd, 2 bwd, 2 rec
+
+
+def test_every_shard_table_field_is_explained(llama70b) -> None:
+    """Every field of a ShardedWeight has its text; the shape and count rows print without a
+    formula, as ``tpcalc check --shards`` always has, the shard rows with theirs."""
+    for w in model_weights(llama70b, 16, 128):  # t=16 > 8 KV heads: replicated K/V shards
+        table = shard_explanations(w, 16, llama70b.kv_heads)
+        assert unexplained(ShardedWeight, table) == []
+        assert all(ex.formula and ex.source for k, ex in table.items() if k not in SHARD_PLAIN)

@@ -16,11 +16,10 @@ from tpcalc.calc.tp.table import (
     layer_params_per_rank,
     per_rank_param_terms,
     per_rank_params,
-    shard_shapes,
 )
 from tpcalc.catalog import load_model, model_names
 from tpcalc.errors import DivisibilityError, InputError
-from tpcalc.reports.tp import check_tp
+from tpcalc.reports.tp import check_tp, shard_shapes
 from tpcalc.specs import ModelSpec
 from tpcalc.terms import Row
 

@@ -8,7 +8,7 @@ from tpcalc.calc.params.states import model_states_bytes
 from tpcalc.calc.tp.comm import TpComm, tp_comm
 from tpcalc.calc.tp.flops import tp_flops
 from tpcalc.calc.tp.rules import kv_split, max_t_without_replication
-from tpcalc.calc.tp.table import shard_shapes
+from tpcalc.calc.tp.weights import model_weights
 from tpcalc.choices import ParamConvention, Recompute, StateRecipe
 from tpcalc.figures.context import L_B, L_SEQ, L_T, h100, llama70b
 from tpcalc.figures.model import Figure, gb, mb, num, pct, sec, shape
@@ -30,9 +30,9 @@ def _comm() -> TpComm:
 
 def _shard(weight: str) -> list[int]:
     # seed 003 divides the unpadded vocabulary (128256 / 8 = 16032): pad multiple 1
-    for row in shard_shapes(llama70b(), L_T, vocab_pad_multiple=1):
-        if row.inputs["weight"] == weight:
-            return [row.value("shard_rows"), row.value("shard_cols")]
+    for w in model_weights(llama70b(), L_T, 1):
+        if w.weight == weight:
+            return [w.shard_rows, w.shard_cols]
     raise KeyError(weight)
 
 

@@ -228,7 +228,6 @@ def check_report(
         uses_kv_heads,
         valid_tp_sizes,
     )
-    from tpcalc.calc.tp.table import shard_shapes
     from tpcalc.catalog import load_model
 
     spec = load_model(model)
@@ -281,3 +280,26 @@ def check_tp(
     s = tp_shards(spec, t, vocab_pad_multiple=vocab_pad_multiple, dtype=dtype)
     inputs = row_inputs(spec, t, vocab_pad_multiple, dtype=dtype.value)
     return TpCheck(row=Row(inputs=inputs, terms=shards_terms(s)), warnings=s.warnings)
+
+
+def shard_shapes(
+    spec: ModelSpec, t: int, *, vocab_pad_multiple: int = DEFAULT_VOCAB_PAD_MULTIPLE
+) -> tuple[Row, ...]:
+    """Seed 003 §7.3.4's per-card shard table: one row per weight, shapes as [in, out] ints.
+
+    Llama 3 70B at t=8 (pad multiple 1): W_Q [8192, 1024], W_K/W_V [8192, 128], W_O [1024, 8192],
+    gate/up [8192, 3584], down [3584, 8192], embedding [16032, 8192]. The rows'
+    ``params_per_rank`` add up to ``per_rank_params``. Raises like ``check_tp`` for a bad t.
+    """
+    from tpcalc.calc.tp.table import BLOCK_LABELS, row_inputs
+    from tpcalc.calc.tp.table_explain import weight_terms
+    from tpcalc.calc.tp.weights import model_weights
+
+    rows = []
+    for w in model_weights(spec, t, vocab_pad_multiple):
+        inputs = row_inputs(
+            spec, t, vocab_pad_multiple, block=BLOCK_LABELS.get(w.block, w.block),
+            weight=w.weight, module=w.module, split=w.split.value,
+        )  # fmt: skip
+        rows.append(Row(inputs=inputs, terms=weight_terms(w, t, spec.kv_heads)))
+    return tuple(rows)

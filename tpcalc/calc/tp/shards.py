@@ -3,7 +3,8 @@
 - ``tp_shards``: heads, KV heads (and their replication), FFN widths, linear-attention heads and
   the padded vocabulary per rank, the memory KV replication costs, and KV warnings (the
   ``tpcalc check`` report, ``tpcalc.reports.tp.check_report``, sweeps it over t);
-- ``shard_shapes`` (``tp.table``): seed 003 §7.3.4's per-card shard table, one row per weight;
+- ``tp.weights.model_weights``: seed 003 §7.3.4's per-card shard table, one ``ShardedWeight``
+  per weight (its rows: ``tp.table_explain``, ``tpcalc.reports.tp.shard_shapes``);
 - ``per_rank_params`` / ``per_rank_param_terms``: parameters one rank holds after TP
   (KV replicas, vocab padding and replicated norms included; declared vision towers excluded);
 - ``valid_tp_sizes`` / ``max_t_without_replication``: which t the model admits.
