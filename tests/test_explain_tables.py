@@ -19,8 +19,9 @@ from tpcalc.calc.ep import all_to_all_explain as ep_explain
 from tpcalc.calc.ep.all_to_all import EpComm
 from tpcalc.calc.ep.memory import ExpertMemory
 from tpcalc.calc.ep.routing import AllToAll
-from tpcalc.calc.layout import memory_explain
+from tpcalc.calc.layout import memory_explain, summary_explain
 from tpcalc.calc.layout.memory import LayoutMemory
+from tpcalc.calc.layout.summary import DimensionTotal, FixedStepSummary
 from tpcalc.calc.links.breakdown import LinkTime, link_time_explanations
 from tpcalc.calc.links.link import Link
 from tpcalc.calc.params import states_explain
@@ -202,3 +203,15 @@ def test_every_shard_table_field_is_explained(llama70b) -> None:
         table = shard_explanations(w, 16, llama70b.kv_heads)
         assert unexplained(ShardedWeight, table) == []
         assert all(ex.formula and ex.source for k, ex in table.items() if k not in SHARD_PLAIN)
+
+
+def test_every_layout_summary_field_is_explained(h100) -> None:
+    """The fixed-model summary row of tpcalc layout: every field of FixedStepSummary and of
+    each DimensionTotal has its text."""
+    table = {
+        **summary_explain.explanations("1f1b", "bf16", "src", h100),
+        **summary_explain.INPUTS,
+    }
+    assert unexplained(FixedStepSummary, table) == []
+    assert unexplained(DimensionTotal, summary_explain.DIMENSION_EXPLANATIONS) == []
+    assert all(ex.formula and ex.source and ex.label for ex in table.values())
