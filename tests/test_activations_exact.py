@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from tpcalc.calc.activations.exact.layer import layer_kind, saved_tensors, shared_tensors
 from tpcalc.calc.activations.exact.options import ActivationOptions
 from tpcalc.calc.activations.exact.summary import exact_activation_terms, tensor_terms
-from tpcalc.calc.activations.paper import paper_layer_terms
+from tpcalc.calc.activations.paper_explain import paper_layer_terms
 from tpcalc.catalog import load_model, model_names
 from tpcalc.choices import Recompute
 from tpcalc.errors import DivisibilityError, InputError

@@ -6,7 +6,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tpcalc.calc.ep.all_to_all import ep_row
 from tpcalc.calc.ep.memory import experts_per_rank
 from tpcalc.calc.ep.routing import copies_per_token, max_nodes_per_token
 from tpcalc.calc.links.link import nodes_spanned
@@ -14,6 +13,7 @@ from tpcalc.calc.params.counts import routed_expert_params
 from tpcalc.catalog import load_model
 from tpcalc.choices import EpRouting, StateRecipe
 from tpcalc.errors import DivisibilityError, InputError
+from tpcalc.reports.cp_ep import ep_row
 from tpcalc.units import Dtype
 
 TOKENS = 4096  # DeepSeek-V3 pre-training sequence length (report §4.2), one sequence per rank

@@ -7,11 +7,11 @@ import pytest
 
 from tpcalc.calc.activations.exact.layer import saved_tensors
 from tpcalc.calc.activations.exact.options import ActivationOptions
-from tpcalc.calc.ep.all_to_all import ep_row
 from tpcalc.calc.layout.groups import ParallelLayout, place_groups
 from tpcalc.calc.links.link import Link
 from tpcalc.catalog import load_hardware, load_model
 from tpcalc.choices import MoeDispatcher, RouterDtype
+from tpcalc.reports.cp_ep import ep_row
 
 S, H, K, E, F = 4096, 7168, 8, 256, 2048  # DeepSeek-V3 config.json
 

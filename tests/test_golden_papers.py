@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pytest
 
-from tpcalc.calc.activations.paper import paper_layer_terms
+from tpcalc.calc.activations.paper_explain import paper_layer_terms
 from tpcalc.calc.params.counts import total_params
 from tpcalc.choices import Recompute
 from tpcalc.specs import ModelSpec

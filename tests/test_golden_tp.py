@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from tests.golden import expected
-from tpcalc.calc.activations.paper import logits_terms, paper_model_terms
-from tpcalc.calc.tp.flops import flops_terms
+from tpcalc.calc.activations.paper_explain import logits_terms, paper_model_terms
+from tpcalc.calc.tp.flops import tp_flops
 from tpcalc.choices import ParamConvention, Recompute, TimeModel
 from tpcalc.reports.request import Workload
 from tpcalc.reports.tp import tp_comm_row
@@ -64,25 +64,15 @@ def test_q_tp_nvlink_and_ib(qwen_tp8):
 
 def test_q_tp_flop_rank(qwen38, h800):
     # seed 000 q-tp-flop-rank: 6 x 25,624,600,064 x 4,096 / 8 ≈ 79 TFLOP (matmul params)
-    row = {
-        t.key: t.value
-        for t in flops_terms(
-            qwen38, h800, t=8, seq=4096, micro_batch=1, params=ParamConvention.matmul
-        )
-    }
-    assert close("q-tp-flop-rank", row["flop_per_rank"])
-    assert row["n_params"] == 25_624_600_064  # seed 000: the matmul count, from the counter
+    f = tp_flops(qwen38, h800, t=8, seq=4096, micro_batch=1, params=ParamConvention.matmul)
+    assert close("q-tp-flop-rank", f.flop_per_rank)
+    assert f.n_params == 25_624_600_064  # seed 000: the matmul count, from the counter
 
 
 def test_q_bwd_time(qwen38, h800):
     # seed 000 q-bwd-time: backward of 4,096 tokens on one card, 4·N·4096/400 TFLOP/s = 1.05 s
-    row = {
-        t.key: t.value
-        for t in flops_terms(
-            qwen38, h800, t=1, seq=4096, micro_batch=1, params=ParamConvention.matmul
-        )
-    }
-    assert close("q-bwd-time", row["backward_time_s"])
+    f = tp_flops(qwen38, h800, t=1, seq=4096, micro_batch=1, params=ParamConvention.matmul)
+    assert close("q-bwd-time", f.backward_time_s)
 
 
 def test_l_act_msg_and_ar(llama_tp8):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tpcalc.calc.activations.paper import paper_layer_terms
+from tpcalc.calc.activations.paper_explain import paper_layer_terms
 from tpcalc.calc.layout.groups import ParallelLayout
 from tpcalc.calc.layout.memory import layer_activation_bytes
 from tpcalc.catalog import load_model

@@ -19,11 +19,8 @@ from tpcalc.calc.params.counts import (
     total_params,
 )
 from tpcalc.calc.pipeline import schedule as pp
-from tpcalc.calc.pipeline.breakdown import (
-    pipeline_terms,
-    stage_matmul_params,
-    stage_params,
-)
+from tpcalc.calc.pipeline.breakdown import stage_matmul_params, stage_params
+from tpcalc.calc.pipeline.breakdown_explain import pipeline_terms
 from tpcalc.calc.pipeline.schedule import EQUAL_TIMES, StageTimes
 from tpcalc.choices import Schedule
 from tpcalc.errors import DivisibilityError, InputError
@@ -229,7 +226,7 @@ def test_pipeline_rows_add_up(qwen38, h800, p, mult, schedule):
 def test_pipeline_activations_match_layout_and_name_their_model(cli):
     import json
 
-    from tpcalc.calc.activations.paper import paper_layer_terms
+    from tpcalc.calc.activations.paper_explain import paper_layer_terms
     from tpcalc.calc.layout.groups import ParallelLayout
     from tpcalc.calc.layout.memory import rank_memory
     from tpcalc.catalog import load_model

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpcalc.calc.activations.paper import paper_model_terms
+from tpcalc.calc.activations.paper_explain import paper_model_terms
 from tpcalc.calc.links.collectives import Collective, ring_factor
 from tpcalc.catalog import load_hardware, load_model
 from tpcalc.choices import FullRecomputeSharding, Recompute, StateRecipe

@@ -12,15 +12,14 @@ from hypothesis import strategies as st
 
 from tpcalc.calc.params.counts import layer_params, total_params
 from tpcalc.calc.tp.rules import max_t_without_replication, padded_vocab, valid_tp_sizes
-from tpcalc.calc.tp.shards import check_tp
 from tpcalc.calc.tp.table import (
     layer_params_per_rank,
     per_rank_param_terms,
     per_rank_params,
-    shard_shapes,
 )
 from tpcalc.catalog import load_model, model_names
 from tpcalc.errors import DivisibilityError, InputError
+from tpcalc.reports.tp import check_tp, shard_shapes
 from tpcalc.specs import ModelSpec
 from tpcalc.terms import Row
 

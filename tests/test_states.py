@@ -7,7 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tpcalc.calc.params.counts import total_params
-from tpcalc.calc.params.states import model_states_bytes, model_states_terms, recipe_bytes
+from tpcalc.calc.params.states import model_states_bytes, recipe_bytes
+from tpcalc.calc.params.states_explain import model_states_terms
 from tpcalc.choices import StateRecipe
 from tpcalc.errors import InputError
 from tpcalc.terms import Row

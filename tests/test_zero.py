@@ -6,14 +6,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tpcalc.calc.activations.paper import paper_model_terms
+from tpcalc.calc.activations.paper_explain import paper_model_terms
 from tpcalc.calc.dp.zero import (
     ZeroStage,
     zero_comm_bytes,
     zero_stage,
     zero_states_bytes,
-    zero_terms,
 )
+from tpcalc.calc.dp.zero_explain import zero_terms
 from tpcalc.calc.links.link import Link
 from tpcalc.calc.params.counts import total_params
 from tpcalc.choices import Recompute, StateRecipe

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tpcalc.calc.activations.paper import paper_model_terms
+from tpcalc.calc.activations.paper import paper_activations
 from tpcalc.calc.cp.causal import CausalSplit, causal_work_per_rank
 from tpcalc.calc.cp.shapes import kv_block_bytes
 from tpcalc.calc.dp.gradients import (
@@ -26,7 +26,7 @@ from tpcalc.calc.pipeline.schedule import (
     rank_layer_counts,
 )
 from tpcalc.calc.tp.comm import TpComm, tp_comm
-from tpcalc.calc.tp.flops import flops_terms
+from tpcalc.calc.tp.flops import TpFlops, tp_flops
 from tpcalc.calc.tp.rules import kv_split
 from tpcalc.choices import ParamConvention, Recompute, Schedule, StateRecipe
 from tpcalc.errors import divide
@@ -48,19 +48,17 @@ def _zero(stage: int) -> float:
 
 def _tp() -> TpComm:
     return tp_comm(qwen(), h800(), t=c.Q_T, seq=c.Q_SEQ, with_latency=False,
-                   compute_time_s=_flops("compute_time_s", c.Q_T))  # fmt: skip
+                   compute_time_s=_flops(c.Q_T).compute_time_s)  # fmt: skip
 
 
-def _flops(key: str, t: int) -> float:
-    terms = flops_terms(qwen(), h800(), t=t, seq=c.Q_SEQ, micro_batch=1,
-                        params=ParamConvention.matmul)  # fmt: skip
-    return next(x.number for x in terms if x.key == key)
+def _flops(t: int) -> TpFlops:
+    return tp_flops(qwen(), h800(), t=t, seq=c.Q_SEQ, micro_batch=1,
+                    params=ParamConvention.matmul)  # fmt: skip
 
 
 def _act(t: int, sp: bool) -> float:
-    terms = paper_model_terms(qwen(), seq=c.Q_SEQ, micro_batch=1, t=t, sp=sp,
-                              recompute=Recompute.selective)  # fmt: skip
-    return terms[-1].number
+    return paper_activations(qwen(), seq=c.Q_SEQ, micro_batch=1, t=t, sp=sp,
+                             recompute=Recompute.selective).activation_bytes  # fmt: skip
 
 
 def _ib() -> float:
@@ -132,7 +130,7 @@ FIGURES = [
     Figure("q-dp-time-ib", "000", "map", "97.2 GB over IB 50 GB/s", "1.94 s",
            lambda: ring_all_reduce_bytes(_grads(), c.Q_DP_SMALL) / _ib(), sec(2)),
     Figure("q-bwd-time", "000", "map", "backward of 4,096 tokens on one card (matmul params)",
-           "1.05 s", lambda: _flops("backward_time_s", 1), sec(2)),
+           "1.05 s", lambda: _flops(1).backward_time_s, sec(2)),
     Figure("q-ddp-bucket", "000", "map", "default DDP gradient bucket", "25 MiB",
            lambda: DDP_BUCKET_BYTES, lambda v: f"{v / MiB:.0f} MiB"),
     Figure("q-tp-msg", "000", "代价", "one TP all-reduce message, 4096 tokens",
@@ -143,7 +141,7 @@ FIGURES = [
     Figure("q-tp-step", "000", "代价", "TP bytes per card, fwd+bwd of 4096 tokens, t=8",
            "18.8 GB", lambda: _tp().send_bytes_per_step, gb(1)),
     Figure("q-tp-flop-rank", "000", "代价", "per-card compute for those tokens (matmul params)",
-           "79 TFLOP", lambda: _flops("flop_per_rank", c.Q_T), tflop(0)),
+           "79 TFLOP", lambda: _flops(c.Q_T).flop_per_rank, tflop(0)),
     Figure("q-tp-nvlink", "000", "代价", "18.8 GB over NVLink 160 GB/s", "117 ms",
            lambda: _tp().nvlink.time_s, ms(0)),
     Figure("q-tp-ib", "000", "代价", "18.8 GB over IB 50 GB/s", "376 ms",

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from tpcalc.calc.activations.paper import logits_terms, paper_layer_terms
+from tpcalc.calc.activations.paper import Logits, logits, paper_layer
 from tpcalc.calc.params.counts import layer_params, total_params
 from tpcalc.calc.params.states import model_states_bytes
 from tpcalc.calc.tp.comm import TpComm, tp_comm
-from tpcalc.calc.tp.flops import flops_terms
+from tpcalc.calc.tp.flops import tp_flops
 from tpcalc.calc.tp.rules import kv_split, max_t_without_replication
-from tpcalc.calc.tp.table import shard_shapes
+from tpcalc.calc.tp.weights import model_weights
 from tpcalc.choices import ParamConvention, Recompute, StateRecipe
 from tpcalc.figures.context import L_B, L_SEQ, L_T, h100, llama70b
 from tpcalc.figures.model import Figure, gb, mb, num, pct, sec, shape
@@ -19,9 +19,8 @@ HUNDRED_MILLION = 10**8  # 亿
 
 def _compute_time_s() -> float:
     """Compute of one micro-batch per card, all parameters (seed 003 §7.3.5 counts them all)."""
-    terms = flops_terms(llama70b(), h100(), t=L_T, seq=L_SEQ, micro_batch=L_B,
-                        params=ParamConvention.all)  # fmt: skip
-    return next(float(x.value) for x in terms if x.key == "compute_time_s")  # type: ignore[arg-type]
+    return tp_flops(llama70b(), h100(), t=L_T, seq=L_SEQ, micro_batch=L_B,
+                    params=ParamConvention.all).compute_time_s  # fmt: skip
 
 
 def _comm() -> TpComm:
@@ -31,21 +30,19 @@ def _comm() -> TpComm:
 
 def _shard(weight: str) -> list[int]:
     # seed 003 divides the unpadded vocabulary (128256 / 8 = 16032): pad multiple 1
-    for row in shard_shapes(llama70b(), L_T, vocab_pad_multiple=1):
-        if row.inputs["weight"] == weight:
-            return [row.value("shard_rows"), row.value("shard_cols")]
+    for w in model_weights(llama70b(), L_T, 1):
+        if w.weight == weight:
+            return [w.shard_rows, w.shard_cols]
     raise KeyError(weight)
 
 
 def _unsplit() -> float:
-    terms = paper_layer_terms(llama70b(), seq=L_SEQ, micro_batch=L_B, t=L_T, sp=False,
-                              recompute=Recompute.selective)  # fmt: skip
-    return next(x.number for x in terms if x.key == "unsplit_bytes_per_layer")
+    return paper_layer(llama70b(), seq=L_SEQ, micro_batch=L_B, t=L_T, sp=False,
+                       recompute=Recompute.selective).unsplit_bytes_per_layer  # fmt: skip
 
 
-def _logits(key: str) -> float:
-    return next(x.number for x in logits_terms(llama70b(), seq=L_SEQ, micro_batch=L_B, t=L_T)
-                if x.key == key)  # fmt: skip
+def _logits() -> Logits:
+    return logits(llama70b(), seq=L_SEQ, micro_batch=L_B, t=L_T)
 
 
 def _heads() -> tuple[int, int]:
@@ -103,9 +100,9 @@ FIGURES = [
     Figure("l-vocab-shard", "003", "§7.3.4", "embedding shard per card, 128256 / 8",
            "[16032, 8192]", lambda: _shard("embedding"), shape),
     Figure("l-logits-bf16", "003", "§7.3.4", "LM-head logits [8192, 128256] in BF16", "2.10 GB",
-           lambda: _logits("logits_bf16_bytes"), gb(2)),
+           lambda: float(_logits().logits_bf16_bytes), gb(2)),
     Figure("l-logits-fp32", "003", "§7.3.4", "same in FP32 for cross-entropy", "4.20 GB",
-           lambda: _logits("logits_fp32_bytes"), gb(2)),
+           lambda: float(_logits().logits_fp32_bytes), gb(2)),
     Figure("l-layer-params", "003", "table 7-8", "parameters of one layer, and per card at t=8",
            "8.56 亿 / 8 = 1.07 亿", lambda: layer_params(llama70b(), 0),
            lambda n: f"{n / HUNDRED_MILLION:.2f} 亿 / {L_T} = {n / L_T / HUNDRED_MILLION:.2f} 亿"),

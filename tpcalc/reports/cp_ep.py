@@ -1,16 +1,17 @@
 """Context- and expert-parallel reports: the Python twins of ``tpcalc cp`` and ``tpcalc ep``.
 
 Each takes the request (``tpcalc.reports.request``), then calls ``tpcalc.calc.cp.ring.cp_ring`` /
-``tpcalc.calc.ep.all_to_all.ep_row`` once per cp / ep value and echoes the resolved inputs
+``ep_row`` once per cp / ep value and echoes the resolved inputs
 (hardware, node size, ...) in every row.
 """
 
 from __future__ import annotations
 
-from tpcalc.choices import DEFAULT_EP, EpRouting, LinkChoice
+from tpcalc.choices import DEFAULT_EP, EpRouting, LinkChoice, MoeDispatcher, StateRecipe
 from tpcalc.errors import InputError
 from tpcalc.reports.request import Layout, Workload
-from tpcalc.terms import Report
+from tpcalc.specs import HardwareSpec, ModelSpec
+from tpcalc.terms import Report, Row, Scalar
 from tpcalc.units import Dtype
 
 DEFAULT_CP = "2,4,8"
@@ -94,7 +95,6 @@ def ep_report(
     experts and expert memory per rank, the four all-to-alls of an MoE layer with their IB and
     NVLink shares, and all-to-all time against expert compute. The dispatch dtype, the state
     recipe, the dispatcher and the capacity factor are the workload's."""
-    from tpcalc.calc.ep.all_to_all import ep_row
     from tpcalc.choices import MoeDispatcher
     from tpcalc.errors import divide
     from tpcalc.reports.inputs import int_list, positive
@@ -129,3 +129,49 @@ def ep_report(
             "parts run at once (time = the slower); expert states before ZeRO",
         ),
     )
+
+
+def ep_row(
+    spec: ModelSpec,
+    hw: HardwareSpec,
+    *,
+    ep: int,
+    tokens: int,
+    stride: int = 1,
+    gpus_per_node: int | None = None,
+    routing: EpRouting | None = None,
+    dispatch_dtype: Dtype = Dtype.bf16,
+    combine_dtype: Dtype = Dtype.bf16,
+    recipe: StateRecipe = StateRecipe.zero16,
+    with_latency: bool = False,
+    etp: int = 1,
+    dispatcher: MoeDispatcher = MoeDispatcher.alltoall,
+    capacity_factor: float | None = None,
+) -> Row:
+    """One row of ``tpcalc ep``: ``ep_comm`` for one ep with its explanations, and the inputs
+    it resolved (node size, routing)."""
+    from tpcalc.calc.ep.all_to_all import ep_comm
+    from tpcalc.calc.ep.all_to_all_explain import ep_terms
+
+    r = ep_comm(
+        spec, hw, ep=ep, tokens=tokens, stride=stride, gpus_per_node=gpus_per_node,
+        routing=routing, dispatch_dtype=dispatch_dtype, combine_dtype=combine_dtype,
+        recipe=recipe, with_latency=with_latency, etp=etp, dispatcher=dispatcher,
+        capacity_factor=capacity_factor,
+    )  # fmt: skip
+    inputs: dict[str, Scalar] = {
+        "model": spec.name,
+        "ep": ep,
+        "tokens": tokens,
+        "stride": stride,
+        "gpus_per_node": r.gpus_per_node,
+        "routing": r.routing.value,
+        "dispatch_dtype": dispatch_dtype.value,
+        "combine_dtype": combine_dtype.value,
+        "recipe": recipe.value,
+        "latency": with_latency,
+        "etp": etp,
+        "dispatcher": dispatcher.value,
+        "capacity_factor": "none" if capacity_factor is None else capacity_factor,
+    }
+    return Row(inputs=inputs, terms=ep_terms(r, spec, hw))

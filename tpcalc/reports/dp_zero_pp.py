@@ -6,12 +6,13 @@ import itertools
 
 from tpcalc.calc.activations.paper import require_sp_seq
 from tpcalc.calc.dp.gradients_explain import dp_terms
-from tpcalc.calc.dp.zero import ZeroStage, zero_stage, zero_terms
+from tpcalc.calc.dp.zero import ZeroStage, zero_stage
+from tpcalc.calc.dp.zero_explain import zero_terms
 from tpcalc.calc.layout.groups import ParallelLayout
 from tpcalc.calc.layout.memory import layer_activation_bytes
 from tpcalc.calc.params.counts import params_for, total_params
 from tpcalc.calc.params.states import recipe_bytes
-from tpcalc.calc.pipeline.breakdown import pipeline_terms
+from tpcalc.calc.pipeline.breakdown_explain import pipeline_terms
 from tpcalc.choices import DDP_BUCKET_MIB, LinkChoice, ParamConvention, Schedule, TimeModel
 from tpcalc.reports.inputs import int_list, pick_link, pick_nodes, positive
 from tpcalc.reports.request import Layout, Workload

@@ -5,9 +5,13 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from tpcalc.calc.activations.paper import logits_terms, paper_model_terms
+from tpcalc.calc.activations.paper import logits, paper_activations
+from tpcalc.calc.activations.paper_explain import logits_row_terms, model_terms
 from tpcalc.calc.params.counts import total_params
-from tpcalc.calc.params.states import model_states_terms
+from tpcalc.calc.params.states import model_states
+from tpcalc.calc.params.states_explain import states_terms
+from tpcalc.calc.tp.memory import tp_memory_total
+from tpcalc.calc.tp.memory_explain import total_terms
 from tpcalc.choices import ActivationModel, FullRecomputeSharding
 from tpcalc.reports.request import Workload
 from tpcalc.reports.tp import tp_sweep, tp_warnings
@@ -76,8 +80,9 @@ def memory_row(
     spec, hw, seq, micro_batch = workload.spec, workload.hw, workload.seq, workload.micro_batch
     sp, recompute, recipe = workload.sp, workload.recompute, workload.recipe
     activations = workload.activations
-    paper = paper_model_terms(spec, seq=seq, micro_batch=micro_batch, t=t, sp=sp,
-                              recompute=recompute, full_sharding=full_sharding)  # fmt: skip
+    paper_act = paper_activations(spec, seq=seq, micro_batch=micro_batch, t=t, sp=sp,
+                                  recompute=recompute, full_sharding=full_sharding)  # fmt: skip
+    paper = model_terms(paper_act)
     exact: list[Term] = []
     echo: dict[str, Scalar] = {}
     if kernels is not None or activations is ActivationModel.exact:
@@ -87,7 +92,7 @@ def memory_row(
         echo = {
             f"exact_{k}": v for k, v in opts.echo(spec).items() if k not in ("t", "sp", "recompute")
         }
-        paper_total = paper[-1].number
+        paper_total = paper_act.activation_bytes
         exact_total = next(x.number for x in exact if x.key == "exact_activation_bytes")
         exact.append(term("activation_difference_bytes", "exact − paper", exact_total - paper_total,
                           Unit.bytes, formula="exact_activation_bytes − activation_bytes",
@@ -96,33 +101,30 @@ def memory_row(
     chosen_key = (
         "exact_activation_bytes" if activations is ActivationModel.exact else "activation_bytes"
     )
-    logits = logits_terms(spec, seq=seq, micro_batch=micro_batch, t=t)
-    states = model_states_terms(total_params(spec), recipe, shards=t)
+    lg = logits(spec, seq=seq, micro_batch=micro_batch, t=t)
+    logits_rows = logits_row_terms(lg)
+    ms = model_states(total_params(spec), recipe, shards=t)
+    states = states_terms(ms)
     picked = next(x for x in (*paper, *exact) if x.key == chosen_key)
     parts = [
         term("activation_bytes_per_rank", f"activations ({activations.value})", picked.value,
              Unit.bytes, formula=chosen_key, source=picked.source, part_of=TOTAL),
-        logits[-1].model_copy(update={"part_of": TOTAL}),
+        logits_rows[-1].model_copy(update={"part_of": TOTAL}),
         states[-1].model_copy(update={"part_of": TOTAL}),
     ]  # fmt: skip
-    total = sum(p.number for p in parts)
-    card = hw.memory_bytes.value
-    tail = [
-        term(TOTAL, "total", total, Unit.bytes,
-             formula="activations + logits + model states (no ZeRO/DP: see tpcalc zero)",
-             source="sum of the parts"),
-        term("card_bytes", "card", card, Unit.bytes, formula="hardware config",
-             source=hw.memory_bytes.source),
-        term("free_bytes", "free", card - total, Unit.bytes, formula="card − total",
-             source="seed 000 (80 GB − 55.6 GB = 24.4 GB left for activations)"),
-        term("fits", "fits", total <= card, Unit.text, formula="total ≤ card"),
-    ]  # fmt: skip
+    tail = total_terms(
+        tp_memory_total(
+            activation_bytes=picked.number, logits_bytes=lg.logits_fp32_bytes_per_rank,
+            states_bytes=ms.model_states_bytes, card_bytes=hw.memory_bytes.value,
+        ),
+        hw,
+    )  # fmt: skip
     inputs: dict[str, Scalar] = {
         "model": spec.name, "hardware": hw.name, "t": t, "seq": seq, "micro_batch": micro_batch,
         "sp": sp, "recompute": recompute.value, "activations": activations.value,
         "full_recompute_sharding": full_sharding.value, "state_recipe": recipe.value, **echo,
     }  # fmt: skip
-    terms = (*paper, *exact, *logits[:-1], *states[:-1], *parts, *tail)
+    terms = (*paper, *exact, *logits_rows[:-1], *states[:-1], *parts, *tail)
     return Row(inputs=inputs, terms=terms)
 
 

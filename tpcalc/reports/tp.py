@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pydantic import BaseModel, ConfigDict
+
+from tpcalc.calc.tp import flops_explain
 from tpcalc.calc.tp.comm import tp_comm
 from tpcalc.calc.tp.comm_explain import tp_comm_terms
-from tpcalc.calc.tp.flops import flops_terms
+from tpcalc.calc.tp.flops import tp_flops
 from tpcalc.choices import (
     DEFAULT_VOCAB_PAD_MULTIPLE,
     AttentionFlops,
@@ -12,10 +15,12 @@ from tpcalc.choices import (
     Recompute,
     TimeModel,
 )
+from tpcalc.explain import terms
 from tpcalc.reports.inputs import parse_tp_list
 from tpcalc.reports.request import Workload
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.terms import Report, Row, Scalar, Term, Unit, term
+from tpcalc.units import Dtype
 
 COMPUTE_TIME_KEY = "compute_time_s"
 # seed 000: "现代配置里 TP 通常不超过 8"; seed 003 §7.3.5: TP stays inside one 8-GPU node.
@@ -62,13 +67,12 @@ def compute_term(
     """The per-rank compute time of one micro-batch, as ``tpcalc flops`` prints it: the
     per-operation roofline (default; issue 13 §5: one compute model in comm, flops, dp and
     layout) or the seeds' 6·N·tokens at the card's achieved FLOP/s (``TimeModel.fixed``).
-
-    The one place that picks a flops result by key: ``tpcalc.calc.tp.flops`` still returns
-    terms; when it returns a typed result, read its ``compute_time_s`` here instead.
     """
     if time_model is TimeModel.fixed:
-        flops = flops_terms(spec, hw, t=t, seq=seq, micro_batch=micro_batch, params=params)
-        return next(x for x in flops if x.key == COMPUTE_TIME_KEY)
+        f = tp_flops(spec, hw, t=t, seq=seq, micro_batch=micro_batch, params=params)
+        ex = {COMPUTE_TIME_KEY: flops_explain.result_explanations(f, hw)[COMPUTE_TIME_KEY]}
+        (fixed,) = terms(f, ex, symbols=flops_explain.symbols(f, spec))
+        return fixed
     from tpcalc.calc.time.step import micro_batch_compute  # the step model, only when asked
 
     recompute = Recompute.full if recompute_full else Recompute.none
@@ -111,11 +115,11 @@ def tp_comm_row(
         "recompute_full": recompute_full, "params_convention": params.value,
         "latency": with_latency, "time_model": time_model.value,
     }  # fmt: skip
-    terms = tp_comm_terms(
+    row_terms = tp_comm_terms(
         c, sp=sp, seq=seq, micro_batch=micro_batch, hidden_size=spec.hidden_size,
         dtype_bytes=dtype.bytes, hw=hw, with_latency=with_latency, compute=compute,
     )  # fmt: skip
-    return Row(inputs=inputs, terms=terms)
+    return Row(inputs=inputs, terms=row_terms)
 
 
 def comm_report(
@@ -158,15 +162,16 @@ def flops_report(
     warnings = tp_warnings(workload, tps)
     rows = []
     for t in tps:
-        terms = flops_terms(
-            spec, hw, t=t, seq=seq, micro_batch=micro_batch, params=params, attention=attention,
-            mask=attention_flops, mtp=mtp,
+        f = tp_flops(
+            spec, hw, t=t, seq=seq, micro_batch=micro_batch,
+            params=params, attention=attention, mask=attention_flops, mtp=mtp,
         )  # fmt: skip
+        row_terms = flops_explain.tp_flops_terms(f, spec, hw)
         if time_model is TimeModel.roofline:
             timed = compute_term(
                 spec, hw, t=t, seq=seq, micro_batch=micro_batch, params=params
             )  # fmt: skip
-            terms = tuple(timed if x.key == COMPUTE_TIME_KEY else x for x in terms)
+            row_terms = tuple(timed if x.key == COMPUTE_TIME_KEY else x for x in row_terms)
         rows.append(
             Row(
                 inputs={
@@ -179,10 +184,10 @@ def flops_report(
                     "attention_term": attention,
                     "attention_flops": attention_flops.value,
                     "active_params": spec.is_moe,
-                    "mtp": (params is ParamConvention.all) if mtp is None else mtp,
+                    "mtp": f.mtp,
                     "time_model": time_model.value,
                 },
-                terms=terms,
+                terms=row_terms,
             )
         )
     return Report(
@@ -209,8 +214,6 @@ def check_report(
         uses_kv_heads,
         valid_tp_sizes,
     )
-    from tpcalc.calc.tp.shards import check_tp
-    from tpcalc.calc.tp.table import shard_shapes
 
     spec = workload.spec
     tps = valid_tp_sizes(spec, DEFAULT_MAX_T) if tp is None else parse_tp_list(tp, DEFAULT_MAX_T)
@@ -235,3 +238,53 @@ def check_report(
         title = f"Tensor-parallel divisibility, KV replication and vocab padding: {spec.name}"
     warnings = tuple(w for c in checks for w in c.warnings)
     return Report(title=title, rows=rows, warnings=warnings, notes=tuple(notes))
+
+
+class TpCheck(BaseModel):
+    """``check_tp``'s answer for one t: the summary row and warnings (KV replication)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    row: Row
+    warnings: tuple[str, ...] = ()
+
+
+def check_tp(
+    spec: ModelSpec,
+    t: int,
+    *,
+    vocab_pad_multiple: int = DEFAULT_VOCAB_PAD_MULTIPLE,
+    dtype: Dtype = Dtype.bf16,
+) -> TpCheck:
+    """One row of ``tpcalc check``: ``tp_shards`` for one t with its explanations, and the KV
+    replication warning (raises like ``tp_shards`` for a bad t)."""
+    from tpcalc.calc.tp.shards import tp_shards
+    from tpcalc.calc.tp.shards_explain import shards_terms
+    from tpcalc.calc.tp.table import row_inputs
+
+    s = tp_shards(spec, t, vocab_pad_multiple=vocab_pad_multiple, dtype=dtype)
+    inputs = row_inputs(spec, t, vocab_pad_multiple, dtype=dtype.value)
+    return TpCheck(row=Row(inputs=inputs, terms=shards_terms(s)), warnings=s.warnings)
+
+
+def shard_shapes(
+    spec: ModelSpec, t: int, *, vocab_pad_multiple: int = DEFAULT_VOCAB_PAD_MULTIPLE
+) -> tuple[Row, ...]:
+    """Seed 003 §7.3.4's per-card shard table: one row per weight, shapes as [in, out] ints.
+
+    Llama 3 70B at t=8 (pad multiple 1): W_Q [8192, 1024], W_K/W_V [8192, 128], W_O [1024, 8192],
+    gate/up [8192, 3584], down [3584, 8192], embedding [16032, 8192]. The rows'
+    ``params_per_rank`` add up to ``per_rank_params``. Raises like ``check_tp`` for a bad t.
+    """
+    from tpcalc.calc.tp.table import BLOCK_LABELS, row_inputs
+    from tpcalc.calc.tp.table_explain import weight_terms
+    from tpcalc.calc.tp.weights import model_weights
+
+    rows = []
+    for w in model_weights(spec, t, vocab_pad_multiple):
+        inputs = row_inputs(
+            spec, t, vocab_pad_multiple, block=BLOCK_LABELS.get(w.block, w.block),
+            weight=w.weight, module=w.module, split=w.split.value,
+        )  # fmt: skip
+        rows.append(Row(inputs=inputs, terms=weight_terms(w, t, spec.kv_heads)))
+    return tuple(rows)

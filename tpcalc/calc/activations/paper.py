@@ -13,10 +13,11 @@ The "10" is what TP does not split (layer-norm inputs, dropout masks, residual: 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from tpcalc.choices import FullRecomputeSharding, Recompute
 from tpcalc.errors import DivisibilityError
 from tpcalc.specs import ModelSpec
-from tpcalc.terms import Term, Unit, term
 from tpcalc.units import Dtype
 
 SRC = "Korthikanti et al. 2022 Table 2"
@@ -48,7 +49,40 @@ def require_sp_seq(seq: int, t: int, cp: int = 1) -> None:
         raise DivisibilityError(problem)
 
 
-def paper_layer_terms(
+@dataclass(frozen=True, slots=True)
+class PaperLayer:
+    """Activation bytes of one layer on one rank (Table 2), as parts of the per-layer total.
+
+    Under full recompute only ``layer_input_bytes`` is kept; otherwise the unsplit, split and
+    scores parts (``scores`` 0 under selective recompute). Labels, formulas and sources:
+    ``tpcalc.calc.activations.paper_explain``."""
+
+    s: int
+    b: int
+    h: int
+    a: int
+    t: int
+    sp: bool
+    recompute: Recompute
+    input_divisor: int  # t when full recompute shards the input with SP, else 1
+    unsplit_divisor: int  # t with SP, else 1
+    layer_input_bytes: float
+    unsplit_bytes_per_layer: float
+    split_bytes_per_layer: float
+    scores_bytes_per_layer: float
+    activation_bytes_per_layer: float
+
+
+@dataclass(frozen=True, slots=True)
+class PaperActivations:
+    """Table 2's layer times all L layers (seed 000 counts all 64)."""
+
+    layer: PaperLayer
+    layers: int
+    activation_bytes: float
+
+
+def paper_layer(
     spec: ModelSpec,
     *,
     seq: int,
@@ -57,93 +91,33 @@ def paper_layer_terms(
     sp: bool,
     recompute: Recompute,
     full_sharding: FullRecomputeSharding = FullRecomputeSharding.paper,
-) -> tuple[Term, ...]:
-    """Activation bytes of one layer on one rank, as parts that add up to the Table 2 formula."""
+) -> PaperLayer:
+    """Activation bytes of one layer on one rank: 10·sbh/(t if SP) + 24·sbh/t + 5·a·s²·b/t
+    (no recompute), or 2·sbh (full recompute, /t when sharded with SP). Source: ``SRC``."""
     s, b, h, a = seq, micro_batch, spec.hidden_size, spec.num_attention_heads
     sbh = s * b * h
-    total = "activation_bytes_per_layer"
-    if recompute is Recompute.full:
-        div = t if (sp and full_sharding is FullRecomputeSharding.sp) else 1
-        value = FULL_RECOMPUTE_COEFF * sbh / div
-        return (
-            term(
-                "layer_input_bytes",
-                "paper: layer input (2sbh)",
-                value,
-                Unit.bytes,
-                formula="2·s·b·h" + ("/t" if div > 1 else ""),
-                source=f"{SRC} (full recompute)",
-                part_of=total,
-                s=s,
-                b=b,
-                h=h,
-                t=div,
-            ),
-            term(total, "paper: per layer", value, Unit.bytes, formula="sum of parts", source=SRC),
-        )
+    full = recompute is Recompute.full
+    input_div = t if (sp and full_sharding is FullRecomputeSharding.sp) else 1
     unsplit_div = t if sp else 1
-    unsplit = UNSPLIT_COEFF * sbh / unsplit_div
-    split = SPLIT_COEFF * sbh / t
-    scores = SCORES_COEFF * a * s * s * b / t if recompute is Recompute.none else 0.0
-    return (
-        term(
-            "unsplit_bytes_per_layer",
-            "paper: norm/dropout/residual (10sbh)",
-            unsplit,
-            Unit.bytes,
-            formula="10·s·b·h" + ("/t (SP)" if sp else " (TP does not split it)"),
-            source=f"{SRC}; seed 003 table 7-8",
-            part_of=total,
-            s=s,
-            b=b,
-            h=h,
-            t=unsplit_div,
-        ),
-        term(
-            "split_bytes_per_layer",
-            "paper: Q,K,V,MLP (24sbh/t)",
-            split,
-            Unit.bytes,
-            formula="24·s·b·h/t",
-            source=SRC,
-            part_of=total,
-            s=s,
-            b=b,
-            h=h,
-            t=t,
-        ),
-        term(
-            "scores_bytes_per_layer",
-            "paper: attention scores (5as²b)",
-            scores,
-            Unit.bytes,
-            formula="5·a·s²·b/t" if recompute is Recompute.none else "0 (selective recompute)",
-            source=f"{SRC}; §5 selective recompute drops it",
-            part_of=total,
-            a=a,
-            s=s,
-            b=b,
-            t=t,
-        ),
-        term(
-            total,
-            "paper: per layer",
-            unsplit + split + scores,
-            Unit.bytes,
-            formula=_formula(sp, recompute),
-            source=SRC,
-        ),
-    )
+    if full:
+        layer_input = FULL_RECOMPUTE_COEFF * sbh / input_div
+        unsplit = split = scores = 0.0
+        total = layer_input
+    else:
+        layer_input = 0.0
+        unsplit = UNSPLIT_COEFF * sbh / unsplit_div
+        split = SPLIT_COEFF * sbh / t
+        scores = SCORES_COEFF * a * s * s * b / t if recompute is Recompute.none else 0.0
+        total = unsplit + split + scores
+    return PaperLayer(
+        s=s, b=b, h=h, a=a, t=t, sp=sp, recompute=recompute, input_divisor=input_div,
+        unsplit_divisor=unsplit_div, layer_input_bytes=layer_input,
+        unsplit_bytes_per_layer=unsplit, split_bytes_per_layer=split,
+        scores_bytes_per_layer=scores, activation_bytes_per_layer=total,
+    )  # fmt: skip
 
 
-def _formula(sp: bool, recompute: Recompute) -> str:
-    scores = "" if recompute is Recompute.selective else " + 5as/h"
-    if sp:
-        return f"s·b·h/t·(34{scores})"
-    return f"s·b·h·(10 + 24/t{scores.replace('/h', '/(h·t)')})"
-
-
-def paper_model_terms(
+def paper_activations(
     spec: ModelSpec,
     *,
     seq: int,
@@ -152,53 +126,37 @@ def paper_model_terms(
     sp: bool,
     recompute: Recompute,
     full_sharding: FullRecomputeSharding = FullRecomputeSharding.paper,
-) -> tuple[Term, ...]:
-    """Per-layer parts, then the per-model total over all L layers (seed 000 counts all 64)."""
-    layer = paper_layer_terms(
-        spec,
-        seq=seq,
-        micro_batch=micro_batch,
-        t=t,
-        sp=sp,
-        recompute=recompute,
+) -> PaperActivations:
+    """``paper_layer`` × L (seed 000: 34·s·b·h·L = 45.6 GB)."""
+    layer = paper_layer(
+        spec, seq=seq, micro_batch=micro_batch, t=t, sp=sp, recompute=recompute,
         full_sharding=full_sharding,
-    )
-    per_layer = layer[-1].number
-    layers = spec.num_hidden_layers
-    return (
-        *layer,
-        term(
-            "activation_bytes",
-            "paper: all layers",
-            per_layer * layers,
-            Unit.bytes,
-            formula="per layer · L",
-            source=f"{SRC}; seed 000 (34·s·b·h·L = 45.6 GB)",
-            per_layer=per_layer,
-            L=layers,
-        ),
-    )
-
-
-def logits_terms(spec: ModelSpec, *, seq: int, micro_batch: int, t: int) -> tuple[Term, ...]:
-    """LM-head logits [s, b, V]: BF16 and the FP32 copy for cross-entropy; per rank with a
-    vocab-parallel cross-entropy that keeps 1/t (seed 003 §7.3.4: 2.10 GB and 4.20 GB)."""
-    n = seq * micro_batch * spec.vocab_size
-    src = "seed 003 §7.3.4 (VocabParallelCrossEntropy keeps 1/t)"
-    full = tuple(
-        term(f"logits_{d.value}_bytes", f"logits {d.value}", d.bytes * n, Unit.bytes,
-             formula=f"s·b·V·{d.bytes}", source=src, s=seq, b=micro_batch, V=spec.vocab_size)
-        for d in (Dtype.bf16, Dtype.fp32)
     )  # fmt: skip
-    return (
-        *full,
-        term(
-            "logits_fp32_bytes_per_rank",
-            "logits fp32 per rank",
-            Dtype.fp32.bytes * n / t,
-            Unit.bytes,
-            formula="s·b·V·4/t",
-            source=src,
-            t=t,
-        ),
+    L = spec.num_hidden_layers
+    return PaperActivations(
+        layer=layer, layers=L, activation_bytes=layer.activation_bytes_per_layer * L
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Logits:
+    """LM-head logits [s, b, V] in BF16 and FP32, and the FP32 share one rank keeps."""
+
+    s: int
+    b: int
+    vocab_size: int
+    t: int
+    logits_bf16_bytes: int
+    logits_fp32_bytes: int
+    logits_fp32_bytes_per_rank: float
+
+
+def logits(spec: ModelSpec, *, seq: int, micro_batch: int, t: int) -> Logits:
+    """s·b·V·bytes(dtype); per rank with a vocab-parallel cross-entropy that keeps 1/t (seed 003
+    §7.3.4: 2.10 GB and 4.20 GB)."""
+    n = seq * micro_batch * spec.vocab_size
+    return Logits(
+        s=seq, b=micro_batch, vocab_size=spec.vocab_size, t=t,
+        logits_bf16_bytes=Dtype.bf16.bytes * n, logits_fp32_bytes=Dtype.fp32.bytes * n,
+        logits_fp32_bytes_per_rank=Dtype.fp32.bytes * n / t,
+    )  # fmt: skip

@@ -9,25 +9,16 @@ parameters again in the forward and the backward pass: 1.5x DP (ZeRO §7.2.2; se
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import IntEnum
 
 from tpcalc.calc.dp.gradients import check_group
 from tpcalc.calc.links.collectives import Collective, ring_factor
-from tpcalc.calc.links.link import (
-    LATENCY_FORMULA,
-    LatencySteps,
-    Link,
-    latency_inputs,
-    latency_source,
-    link_nodes,
-    ring_steps,
-    steps_time_s,
-)
-from tpcalc.calc.params.states import check_params, recipe_bytes, state_part_terms
+from tpcalc.calc.links.link import LatencySteps, Link, link_nodes, ring_steps, steps_time_s
+from tpcalc.calc.params.states import StateParts, check_params, recipe_bytes, state_parts
 from tpcalc.choices import StateRecipe
 from tpcalc.errors import InputError
 from tpcalc.specs import HardwareSpec
-from tpcalc.terms import Term, Unit, term
 
 ZERO_MEM_SOURCE = "Rajbhandari et al. 2020 (ZeRO) §5.1-5.3, Figure 1; seed 000 summary"
 ZERO_COMM_SOURCE = "Rajbhandari et al. 2020 (ZeRO) §7.2; seed 000 summary (ZeRO-3 = 1.5x DP)"
@@ -133,95 +124,79 @@ def zero_comm_bytes(params: int, recipe: StateRecipe, stage: ZeroStage, n: int) 
     return sum(zero_comm_parts(params, recipe, stage, n).values())
 
 
-def zero_terms(
+@dataclass(frozen=True, slots=True)
+class ZeroStates:
+    """Model states per rank at one ZeRO stage (parts of a total) and the room they leave on
+    the card; ``activation_bytes`` (when given) checked against it."""
+
+    stage: ZeroStage
+    n: int
+    recipe: StateRecipe
+    parts: StateParts
+    model_states_bytes: float
+    memory_bytes: float
+    states_over_memory_ratio: float
+    free_for_activations_bytes: float
+    activation_bytes: float | None
+    activations_fit: bool | None
+
+
+def zero_states(
     *,
     params: int,
     recipe: StateRecipe,
     stage: ZeroStage,
     n: int,
     hw: HardwareSpec,
-    link: Link,
     activation_bytes: float | None = None,
-    with_latency: bool = False,
-    nodes: int | None = None,
-) -> tuple[Term, ...]:
-    """Model states per rank (a breakdown), the room left on the card, comm per rank and time.
-
-    ``params`` are the parameters this rank's data-parallel group replicates (the whole model
-    without TP/PP; a model-parallel shard otherwise). ``activation_bytes``, when given, is checked
-    against the room left (seed 000: 45.6 GB of selective-recompute activations vs 24.4 GB).
-    """
+) -> ZeroStates:
+    """Ψ(w/d_w + g/d_g + o/d_o) per rank (``zero_states_bytes``), its share of the card and
+    the memory it leaves (seed 000: 45.6 GB of selective-recompute activations vs 24.4 GB)."""
     rb = recipe_bytes(recipe)
-    dw, dg, do = state_divisors(stage, n)
-    total = "model_states_bytes"
+    divisors = state_divisors(stage, n)
     states = zero_states_bytes(params, recipe, stage, n)
     mem = hw.memory_bytes.value
-    src = ZERO_MEM_SOURCE + f"; recipe {recipe.value}: {rb.source}"
-    out = [
-        *state_part_terms(params, rb, (dw, dg, do), source=src, total=total),
-        term(
-            total,
-            "model states per rank",
-            states,
-            Unit.bytes,
-            formula="weights + grads + optimizer",
-            source=src,
-            N=params,
-            n=n,
-            stage=int(stage),
-        ),
-        term(
-            "states_over_memory_ratio",
-            "model states / card memory",
-            states / mem,
-            Unit.ratio,
-            formula="model_states / memory",
-            source="seed 000 summary (444.5 GB = 5.6 × 80 GB)",
-            model_states=states,
-            memory=mem,
-        ),
-        term(
-            "free_for_activations_bytes",
-            "left for activations",
-            mem - states,
-            Unit.bytes,
-            formula="memory - model_states",
-            source="seed 000 summary (80 - 55.6 = 24.4 GB)",
-            memory=mem,
-            model_states=states,
-        ),
-    ]
-    if activation_bytes is not None:
-        out.append(
-            term(
-                "activation_bytes",
-                "activations (given)",
-                activation_bytes,
-                Unit.bytes,
-                formula="the caller's activations per rank",
-                source="e.g. Korthikanti et al. 2022 Table 2 (tpcalc.calc.activations.paper)",
-            )
-        )
-        out.append(
-            term(
-                "activations_fit",
-                "activations fit",
-                activation_bytes <= mem - states,
-                Unit.text,
-                formula="activations <= memory - model_states",
-                source="seed 000 summary (45.6 GB does not fit in 24.4 GB)",
-                activations=activation_bytes,
-                memory=mem,
-                model_states=states,
-            )
-        )
-    out.extend(
-        comm_terms(params, recipe, stage, n, hw, link, with_latency=with_latency, nodes=nodes)
+    fit = None if activation_bytes is None else activation_bytes <= mem - states
+    return ZeroStates(
+        stage=stage,
+        n=n,
+        recipe=recipe,
+        parts=state_parts(params, rb, divisors),
+        model_states_bytes=states,
+        memory_bytes=mem,
+        states_over_memory_ratio=states / mem,
+        free_for_activations_bytes=mem - states,
+        activation_bytes=activation_bytes,
+        activations_fit=fit,
     )
-    return tuple(out)
 
 
-def comm_terms(
+@dataclass(frozen=True, slots=True)
+class ZeroComm:
+    """Bytes each rank sends per step by collective (every collective in every row, 0 when the
+    stage does not run it), their total, its time on ``link`` and the ratio to plain DP."""
+
+    stage: ZeroStage
+    n: int
+    params: int
+    grad_bytes_per_param: int
+    weight_bytes_per_param: int
+    all_reduce_grads_send_bytes: float
+    reduce_scatter_grads_send_bytes: float
+    all_gather_params_update_send_bytes: float
+    all_gather_params_fwd_send_bytes: float
+    all_gather_params_bwd_send_bytes: float
+    comm_send_bytes_per_rank: float
+    dp_send_bytes_per_rank: float
+    link: Link
+    nodes: int
+    latency_steps: LatencySteps
+    with_latency: bool
+    comm_time_s: float
+    comm_vs_dp_ratio: float
+
+
+def zero_comm(
     params: int,
     recipe: StateRecipe,
     stage: ZeroStage,
@@ -231,45 +206,33 @@ def comm_terms(
     *,
     with_latency: bool = False,
     nodes: int | None = None,
-) -> list[Term]:
-    """Per-collective bytes per rank, their total, its time on ``link`` and the ratio to DP.
+) -> ZeroComm:
+    """``zero_comm_parts``, their total, its alpha-beta time on ``link`` and the ratio to DP.
 
     ``nodes`` = nodes the group spans (default ``links.link_nodes``) for the ring latency."""
     rb = recipe_bytes(recipe)
     parts = zero_comm_parts(params, recipe, stage, n)
-    total = "comm_send_bytes_per_rank"
-    out = []
-    for key, value in parts.items():
-        label, formula = COMM_LABELS[key]
-        out.append(
-            term(
-                f"{key}_send_bytes",
-                label,
-                value,
-                Unit.bytes,
-                formula=formula,
-                source=ZERO_COMM_SOURCE,
-                part_of=total,
-                n=n,
-                N=params,
-                grad_bytes=rb.grad_bytes,
-                weight_bytes=rb.weight_bytes,
-            )
-        )
     comm = sum(parts.values())
     dp = zero_comm_bytes(params, recipe, ZeroStage.none, n)
     nodes = link_nodes(link, n) if nodes is None else nodes
     steps = zero_latency_steps(parts, n, nodes)
-    time_s = steps_time_s(comm, steps, hw, link, with_latency=with_latency)
-    out += [
-        term(total, "sent per rank per step", comm, Unit.bytes, formula="sum of the collectives",
-             source=ZERO_COMM_SOURCE, stage=int(stage), n=n),
-        term("comm_time_s", f"comm time on {link.value}", time_s, Unit.seconds,
-             formula=f"bytes / bandwidth + {LATENCY_FORMULA}",
-             source=f"{hw.name} {link.value}: alpha-beta model (seed 003 table 7-7); "
-             + latency_source(hw, with_latency),
-             bytes=comm, nodes=nodes, **latency_inputs(hw, steps, with_latency)),
-        term("comm_vs_dp_ratio", "comm / plain DP", comm / dp if dp else 0.0, Unit.ratio,
-             formula="comm / comm(stage 0)", source=ZERO_COMM_SOURCE, comm=comm, dp_comm=dp),
-    ]  # fmt: skip
-    return out
+    return ZeroComm(
+        stage=stage,
+        n=n,
+        params=params,
+        grad_bytes_per_param=rb.grad_bytes,
+        weight_bytes_per_param=rb.weight_bytes,
+        all_reduce_grads_send_bytes=parts["all_reduce_grads"],
+        reduce_scatter_grads_send_bytes=parts["reduce_scatter_grads"],
+        all_gather_params_update_send_bytes=parts["all_gather_params_update"],
+        all_gather_params_fwd_send_bytes=parts["all_gather_params_fwd"],
+        all_gather_params_bwd_send_bytes=parts["all_gather_params_bwd"],
+        comm_send_bytes_per_rank=comm,
+        dp_send_bytes_per_rank=dp,
+        link=link,
+        nodes=nodes,
+        latency_steps=steps,
+        with_latency=with_latency,
+        comm_time_s=steps_time_s(comm, steps, hw, link, with_latency=with_latency),
+        comm_vs_dp_ratio=comm / dp if dp else 0.0,
+    )

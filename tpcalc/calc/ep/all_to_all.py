@@ -9,30 +9,16 @@ memory per rank in ``tpcalc.calc.ep.memory``.
 
 from __future__ import annotations
 
-from tpcalc.calc.ep.memory import memory_terms, require_moe
-from tpcalc.calc.ep.routing import (
-    SRC_A2A,
-    SRC_NODE,
-    a2a_terms,
-    copies_per_token,
-    max_nodes_per_token,
-)
-from tpcalc.calc.links.collectives import Collective
-from tpcalc.calc.links.link import (
-    LATENCY_FORMULA,
-    Link,
-    bandwidth_bytes_per_s,
-    latency_inputs,
-    latency_source,
-    nodes_spanned,
-    ring_steps,
-)
+from dataclasses import dataclass
+
+from tpcalc.calc.ep.memory import ExpertMemory, expert_memory, require_moe
+from tpcalc.calc.ep.routing import AllToAll, all_to_all, copies_per_token, max_nodes_per_token
+from tpcalc.calc.links.link import nodes_spanned
 from tpcalc.calc.params.counts import mlp_params
 from tpcalc.calc.tp.flops import FLOP_PER_PARAM_TOKEN_FWD
 from tpcalc.choices import EpRouting, MoeDispatcher, StateRecipe
 from tpcalc.errors import InputError
 from tpcalc.specs import HardwareSpec, ModelSpec
-from tpcalc.terms import Row, Scalar, Term, Unit, term
 from tpcalc.units import Dtype
 
 SRC_FLOP = "2 FLOP per weight per token (Kaplan et al. 2020 §2.1), k experts per token"
@@ -58,83 +44,13 @@ def routed_copies(k: int, capacity_factor: float | None) -> float:
     return capacity_factor * k
 
 
-# The four all-to-alls of one MoE layer, fwd + bwd: (key, label, which dtype they carry).
+# The four all-to-alls of one MoE layer, fwd + bwd: (name, which dtype they carry).
 A2A_KINDS = (
-    ("fwd_dispatch", "forward dispatch", "dispatch"),
-    ("fwd_combine", "forward combine", "combine"),
-    ("bwd_dispatch", "backward: output grads to experts", "dispatch"),
-    ("bwd_combine", "backward: input grads back", "combine"),
+    ("fwd_dispatch", "dispatch"),
+    ("fwd_combine", "combine"),
+    ("bwd_dispatch", "dispatch"),
+    ("bwd_combine", "combine"),
 )
-
-
-def _routing_terms(
-    spec: ModelSpec,
-    ep: int,
-    nodes: int,
-    m: int | None,
-    routing: EpRouting,
-    ib: float,
-    nv: float,
-    stride: int,
-    g: int,
-) -> list[Term]:
-    k = spec.num_experts_per_tok or 0
-    return [
-        term(
-            "max_nodes_per_token",
-            "nodes a token may reach (M)",
-            m,
-            Unit.count,
-            formula="topk_group (node groups = nodes)",
-            source=SRC_NODE,
-            n_group=spec.n_group,
-            topk_group=spec.topk_group,
-        ),
-        term(
-            "ep_nodes",
-            "nodes the EP group spans (N)",
-            nodes,
-            Unit.count,
-            formula="nodes_spanned(ep, stride, gpus_per_node)",
-            source="node-major rank numbering (links.py)",
-            ep=ep,
-            stride=stride,
-            gpus_per_node=g,
-        ),
-        term(
-            "ib_copies_per_token",
-            "copies per token over IB",
-            ib,
-            Unit.count,
-            formula="k(N-1)/N uniform; min(M,N,k)(N-1)/N node-limited",
-            source=SRC_NODE,
-            k=k,
-            N=nodes,
-            M=m,
-            routing=routing.value,
-        ),
-        term(
-            "nvlink_copies_per_token",
-            "copies per token over NVLink",
-            nv,
-            Unit.count,
-            formula="k(ep-1)/ep - ib_copies",
-            source=SRC_NODE,
-            k=k,
-            ep=ep,
-            ib_copies=ib,
-        ),
-        term(
-            "cross_node_share_ratio",
-            "share of a token's k copies sent over IB",
-            ib / k,
-            Unit.ratio,
-            formula="ib_copies / k",
-            source=SRC_NODE,
-            ib_copies=ib,
-            k=k,
-        ),
-    ]
 
 
 def resolve_routing(spec: ModelSpec, routing: EpRouting | None) -> EpRouting:
@@ -149,7 +65,47 @@ def resolve_routing(spec: ModelSpec, routing: EpRouting | None) -> EpRouting:
     return routing
 
 
-def ep_row(
+@dataclass(frozen=True, slots=True)
+class EpComm:
+    """Experts and expert memory per rank, the four all-to-alls of an MoE layer and their
+    time, and the forward expert compute they compare with, for one ep.
+
+    Labels, formulas and sources: ``tpcalc.calc.ep.all_to_all_explain``."""
+
+    memory: ExpertMemory
+    ep: int
+    etp: int
+    tokens: int
+    stride: int
+    gpus_per_node: int
+    routing: EpRouting
+    dispatcher: MoeDispatcher
+    capacity_factor: float | None
+    with_latency: bool
+    k: int
+    hidden_size: int
+    moe_layers: int
+    max_nodes_per_token: int | None
+    ep_nodes: int
+    ib_copies_per_token: float
+    nvlink_copies_per_token: float
+    cross_node_share_ratio: float
+    dispatch_dtype: Dtype
+    combine_dtype: Dtype
+    a2a_message_bytes: int
+    all_to_alls: tuple[AllToAll, ...]  # in A2A_KINDS order
+    send_bytes_per_layer: float
+    send_bytes_per_micro_batch: float
+    a2a_time_per_layer_s: float
+    comm_time_s: float
+    expert_params: int
+    expert_flop_fwd_per_layer: float
+    achieved_flop_per_s: float
+    expert_time_fwd_s: float
+    a2a_over_compute_ratio: float
+
+
+def ep_comm(
     spec: ModelSpec,
     hw: HardwareSpec,
     *,
@@ -165,7 +121,7 @@ def ep_row(
     etp: int = 1,
     dispatcher: MoeDispatcher = MoeDispatcher.alltoall,
     capacity_factor: float | None = None,
-) -> Row:
+) -> EpComm:
     """Experts per rank, expert memory, all-to-all bytes and time, and compute, for one ep.
 
     ``tokens`` = tokens this rank holds per micro-batch (s·b, divided by cp and, with sequence
@@ -189,116 +145,49 @@ def ep_row(
         ib, nv = copies_per_token(k, ep, nodes, routing, m)
         scale = routed_copies(k, capacity_factor) / k
         ib, nv = ib * scale, nv * scale
-    h, layers = spec.hidden_size, spec.moe_layers
+    h, L_moe = spec.hidden_size, spec.moe_layers
     dtypes = {"dispatch": dispatch_dtype, "combine": combine_dtype}
-    parts = [
-        a2a_terms(key, label, tokens, h, dtypes[kind], ib, nv, hw, with_latency, ep, nodes)
-        for key, label, kind in A2A_KINDS
-    ]
-    per_layer = sum(t.number for t, _ in parts)
-    layer_time = sum(time for _, time in parts)
-    fwd_a2a_time = parts[0][1] + parts[1][1]
+    a2as = tuple(
+        all_to_all(tokens, h, dtypes[kind], ib, nv, hw, with_latency, ep, nodes)
+        for _, kind in A2A_KINDS
+    )
+    per_layer = sum(a.send_bytes for a in a2as)
+    layer_time = sum(a.time_s for a in a2as)
+    fwd_dispatch, fwd_combine = a2as[0], a2as[1]
     expert = mlp_params(spec, f)
     flop = tokens * routed_copies(k, capacity_factor) * FLOP_PER_PARAM_TOKEN_FWD * expert / etp
     achieved = hw.achieved_flop_per_s.value
     compute = flop / achieved
-    terms: list[Term] = [
-        *memory_terms(spec, ep, recipe, etp=etp),
-        *_routing_terms(spec, ep, nodes, m, routing, ib, nv, stride, g),
-        term(
-            "a2a_message_bytes",
-            "dispatch message (tokens × k copies)",
-            tokens * k * h * dispatch_dtype.bytes,
-            Unit.bytes,
-            formula="tokens·k·h·dtype",
-            source=SRC_A2A,
-            tokens=tokens,
-            k=k,
-            h=h,
-            dtype_bytes=dispatch_dtype.bytes,
-        ),
-        *(t for t, _ in parts),
-        term(
-            "send_bytes_per_layer",
-            "all-to-all sent per MoE layer, fwd+bwd",
-            per_layer,
-            Unit.bytes,
-            formula="2 dispatches + 2 combines",
-            source=SRC_A2A,
-        ),
-        term(
-            "send_bytes_per_micro_batch",
-            "all-to-all sent per micro-batch",
-            layers * per_layer,
-            Unit.bytes,
-            formula="L_moe·send_bytes_per_layer",
-            source=SRC_A2A,
-            L_moe=layers,
-        ),
-        term(
-            "a2a_time_per_layer_s",
-            "all-to-all time per MoE layer, fwd+bwd",
-            layer_time,
-            Unit.seconds,
-            formula=f"sum of 4 × max(IB bytes/IB bw, NVLink bytes/NVLink bw) + {LATENCY_FORMULA}",
-            source=f"{SRC_NODE}; {latency_source(hw, with_latency)}",
-            ib_bw=bandwidth_bytes_per_s(hw, Link.inter_node),
-            nvlink_bw=bandwidth_bytes_per_s(hw, Link.intra_node),
-            **latency_inputs(
-                hw, ring_steps(Collective.all_to_all, ep, nodes, len(A2A_KINDS)), with_latency
-            ),
-        ),
-        term(
-            "comm_time_s",
-            "all-to-all time per micro-batch if not hidden",
-            layers * layer_time,
-            Unit.seconds,
-            formula="L_moe·a2a_time_per_layer",
-            source=SRC_NODE,
-            L_moe=layers,
-        ),
-        term(
-            "expert_flop_fwd_per_layer",
-            "expert FLOP per rank per layer, forward",
-            flop,
-            Unit.flop,
-            formula="tokens·k·2·expert_params",
-            source=SRC_FLOP,
-            tokens=tokens,
-            k=k,
-            expert_params=expert,
-        ),
-        term(
-            "expert_time_fwd_s",
-            "expert compute per layer, forward",
-            compute,
-            Unit.seconds,
-            formula="expert_flop / achieved FLOP/s",
-            source=SRC_FLOP,
-            achieved_flop_per_s=achieved,
-        ),
-        term(
-            "a2a_over_compute_ratio",
-            "forward all-to-all / expert compute",
-            fwd_a2a_time / compute,
-            Unit.ratio,
-            formula="(dispatch + combine time) / expert time",
-            source="seed 000 summary: cross-node EP compute : communication ≈ 1 : 1",
-        ),
-    ]
-    inputs: dict[str, Scalar] = {
-        "model": spec.name,
-        "ep": ep,
-        "tokens": tokens,
-        "stride": stride,
-        "gpus_per_node": g,
-        "routing": routing.value,
-        "dispatch_dtype": dispatch_dtype.value,
-        "combine_dtype": combine_dtype.value,
-        "recipe": recipe.value,
-        "latency": with_latency,
-        "etp": etp,
-        "dispatcher": dispatcher.value,
-        "capacity_factor": "none" if capacity_factor is None else capacity_factor,
-    }
-    return Row(inputs=inputs, terms=tuple(terms))
+    return EpComm(
+        memory=expert_memory(spec, ep, recipe, etp=etp),
+        ep=ep,
+        etp=etp,
+        tokens=tokens,
+        stride=stride,
+        gpus_per_node=g,
+        routing=routing,
+        dispatcher=dispatcher,
+        capacity_factor=capacity_factor,
+        with_latency=with_latency,
+        k=k,
+        hidden_size=h,
+        moe_layers=L_moe,
+        max_nodes_per_token=m,
+        ep_nodes=nodes,
+        ib_copies_per_token=ib,
+        nvlink_copies_per_token=nv,
+        cross_node_share_ratio=ib / k,
+        dispatch_dtype=dispatch_dtype,
+        combine_dtype=combine_dtype,
+        a2a_message_bytes=tokens * k * h * dispatch_dtype.bytes,
+        all_to_alls=a2as,
+        send_bytes_per_layer=per_layer,
+        send_bytes_per_micro_batch=L_moe * per_layer,
+        a2a_time_per_layer_s=layer_time,
+        comm_time_s=L_moe * layer_time,
+        expert_params=expert,
+        expert_flop_fwd_per_layer=flop,
+        achieved_flop_per_s=achieved,
+        expert_time_fwd_s=compute,
+        a2a_over_compute_ratio=(fwd_dispatch.time_s + fwd_combine.time_s) / compute,
+    )

@@ -8,12 +8,13 @@ side is in ``tpcalc.calc.ep.all_to_all``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from tpcalc.calc.params.counts import mlp_params, routed_expert_params
 from tpcalc.calc.params.states import recipe_bytes
 from tpcalc.choices import StateRecipe
 from tpcalc.errors import InputError, divide
 from tpcalc.specs import ModelSpec
-from tpcalc.terms import Term, Unit, term
 
 SRC_EP = "seed 000 summary (EP): 256 routed experts / 64 cards = 4 per card per layer"
 SRC_PARAMS = (
@@ -37,8 +38,30 @@ def experts_per_rank(spec: ModelSpec, ep: int) -> int:
     return divide(n_routed, ep, what="n_routed_experts", by="ep")
 
 
-def memory_terms(spec: ModelSpec, ep: int, recipe: StateRecipe, *, etp: int = 1) -> list[Term]:
-    """Routed experts, their parameters, weights and model states per rank (before ZeRO).
+@dataclass(frozen=True, slots=True)
+class ExpertMemory:
+    """Routed experts, their parameters, weights and model states on one rank (before ZeRO).
+
+    Labels, formulas and sources: ``tpcalc.calc.ep.all_to_all_explain``."""
+
+    ep: int
+    etp: int
+    recipe: StateRecipe
+    n_routed_experts: int
+    expert_params: int  # one expert's MLP
+    weight_bytes_per_param: int
+    state_bytes_per_param: int
+    experts_per_rank: int
+    moe_layers: int
+    routed_expert_params: int
+    routed_expert_params_per_rank: int
+    expert_weights_bytes_per_rank: int
+    expert_states_bytes_per_rank: int
+
+
+def expert_memory(spec: ModelSpec, ep: int, recipe: StateRecipe, *, etp: int = 1) -> ExpertMemory:
+    """E/ep experts per rank; L_moe·E·expert_params routed parameters, 1/(ep·etp) of them per
+    rank, at the recipe's bytes per parameter.
 
     Sources: ``SRC_EP`` (experts / ep), ``SRC_PARAMS`` (parameter count), the state recipe.
     """
@@ -49,66 +72,18 @@ def memory_terms(spec: ModelSpec, ep: int, recipe: StateRecipe, *, etp: int = 1)
     divide(f, etp, what="moe_intermediate_size", by="etp")
     per_rank = total // (ep * etp)
     rb = recipe_bytes(recipe)
-    return [
-        term(
-            "experts_per_rank",
-            "routed experts per rank per layer",
-            experts_per_rank(spec, ep),
-            Unit.count,
-            formula="n_routed_experts / ep",
-            source=SRC_EP,
-            n_routed_experts=n_routed,
-            ep=ep,
-        ),
-        term(
-            "moe_layers",
-            "MoE layers",
-            spec.moe_layers,
-            Unit.count,
-            formula="num_hidden_layers - first_k_dense_replace",
-            source="model config",
-            num_hidden_layers=spec.num_hidden_layers,
-            first_k_dense_replace=spec.first_k_dense_replace,
-        ),
-        term(
-            "routed_expert_params",
-            "routed-expert parameters",
-            total,
-            Unit.params,
-            formula="L_moe·E·expert_params",
-            source=SRC_PARAMS,
-            L_moe=spec.moe_layers,
-            E=n_routed,
-            expert_params=mlp_params(spec, f),
-        ),
-        term(
-            "routed_expert_params_per_rank",
-            "routed-expert parameters per rank",
-            per_rank,
-            Unit.params,
-            formula="routed_expert_params / (ep·etp)",
-            source=f"{SRC_EP}; Megatron-Core expert tensor parallel splits each expert by etp",
-            ep=ep,
-            etp=etp,
-        ),
-        term(
-            "expert_weights_bytes_per_rank",
-            "expert weights per rank",
-            per_rank * rb.weight_bytes,
-            Unit.bytes,
-            formula="params_per_rank·weight_bytes",
-            source=rb.source,
-            weight_bytes=rb.weight_bytes,
-            recipe=recipe.value,
-        ),
-        term(
-            "expert_states_bytes_per_rank",
-            "expert model states per rank (before ZeRO)",
-            per_rank * rb.total_bytes,
-            Unit.bytes,
-            formula="params_per_rank·bytes_per_param",
-            source=rb.source,
-            bytes_per_param=rb.total_bytes,
-            recipe=recipe.value,
-        ),
-    ]
+    return ExpertMemory(
+        ep=ep,
+        etp=etp,
+        recipe=recipe,
+        n_routed_experts=n_routed,
+        expert_params=mlp_params(spec, f),
+        weight_bytes_per_param=rb.weight_bytes,
+        state_bytes_per_param=rb.total_bytes,
+        experts_per_rank=experts_per_rank(spec, ep),
+        moe_layers=spec.moe_layers,
+        routed_expert_params=total,
+        routed_expert_params_per_rank=per_rank,
+        expert_weights_bytes_per_rank=per_rank * rb.weight_bytes,
+        expert_states_bytes_per_rank=per_rank * rb.total_bytes,
+    )

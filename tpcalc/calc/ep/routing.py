@@ -12,11 +12,12 @@ all) travels over NVLink.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from tpcalc.calc.links.collectives import Collective
 from tpcalc.calc.links.link import Link, bandwidth_bytes_per_s, ring_steps
 from tpcalc.choices import EpRouting
 from tpcalc.specs import HardwareSpec, ModelSpec
-from tpcalc.terms import Term, Unit, term
 from tpcalc.units import Dtype
 
 SRC_A2A = (
@@ -48,9 +49,19 @@ def copies_per_token(
     return ib, max(0.0, off_rank - ib)
 
 
-def a2a_terms(
-    name: str,
-    label: str,
+@dataclass(frozen=True, slots=True)
+class AllToAll:
+    """One all-to-all of an MoE layer on one rank: the bytes it sends over IB and NVLink, and
+    its time, the slower link + one latency step."""
+
+    dtype_bytes: int
+    ib_send_bytes: float
+    nvlink_send_bytes: float
+    send_bytes: float
+    time_s: float
+
+
+def all_to_all(
     tokens: int,
     hidden: int,
     dtype: Dtype,
@@ -60,27 +71,18 @@ def a2a_terms(
     with_latency: bool,
     ep: int,
     nodes: int,
-) -> tuple[Term, float]:
-    """One all-to-all over ``ep`` ranks on ``nodes`` nodes: bytes this rank sends (part of the
-    layer total) and its time, max(IB, NVLink) + one latency step (``links.ring_steps``)."""
+) -> AllToAll:
+    """One all-to-all over ``ep`` ranks on ``nodes`` nodes: tokens·copies·h·dtype bytes per link,
+    time max(IB, NVLink) + one latency step (``links.ring_steps``). Source: ``SRC_A2A``."""
     per_copy = tokens * hidden * dtype.bytes
     ib_b, nv_b = ib_copies * per_copy, nv_copies * per_copy
     t_ib = ib_b / bandwidth_bytes_per_s(hw, Link.inter_node)
     t_nv = nv_b / bandwidth_bytes_per_s(hw, Link.intra_node)
     alpha = ring_steps(Collective.all_to_all, ep, nodes).time_s(hw) if with_latency else 0.0
-    time = alpha + max(t_ib, t_nv)
-    t = term(
-        f"{name}_bytes_per_layer",
-        f"{label} sent per layer",
-        ib_b + nv_b,
-        Unit.bytes,
-        formula="tokens·(ib_copies + nvlink_copies)·h·dtype",
-        source=SRC_A2A,
-        part_of="send_bytes_per_layer",
-        tokens=tokens,
-        ib_copies=ib_copies,
-        nvlink_copies=nv_copies,
-        h=hidden,
+    return AllToAll(
         dtype_bytes=dtype.bytes,
+        ib_send_bytes=ib_b,
+        nvlink_send_bytes=nv_b,
+        send_bytes=ib_b + nv_b,
+        time_s=alpha + max(t_ib, t_nv),
     )
-    return t, time

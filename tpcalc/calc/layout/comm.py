@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from tpcalc.calc.cp.ring import ring_latency_steps_per_layer
 from tpcalc.calc.cp.ring_explain import cp_row
 from tpcalc.calc.dp.zero import COMM_LABELS, zero_comm_parts, zero_latency_steps
-from tpcalc.calc.ep.all_to_all import A2A_KINDS, ep_row
+from tpcalc.calc.ep import all_to_all_explain as ep_explain
+from tpcalc.calc.ep.all_to_all import A2A_KINDS, ep_comm
 from tpcalc.calc.layout.groups import SRC_ORDER, Group, LayoutRun, ParallelLayout
 from tpcalc.calc.links.collectives import Collective, ring_factor
 from tpcalc.calc.links.link import (
@@ -198,19 +199,19 @@ def ep_cost(
     if layout.ep == 1 or moe_layers == 0:
         return DimCost()
     tokens = run.seq * run.micro_batch // (layout.cp * layout.tp)
-    row = ep_row(
+    r = ep_comm(
         spec, hw, ep=layout.ep, tokens=tokens, stride=group.stride,
         gpus_per_node=layout.gpus_per_node, dispatch_dtype=run.dtype, combine_dtype=run.dtype,
         recipe=run.recipe, with_latency=run.with_latency, etp=layout.etp,
         dispatcher=MoeDispatcher(run.memory.moe_dispatcher),
         capacity_factor=run.memory.capacity_factor,
     )  # fmt: skip
-    total = run.microbatches * moe_layers * float(row.value("send_bytes_per_layer"))
-    time = run.microbatches * moe_layers * float(row.value("a2a_time_per_layer_s"))
+    total = run.microbatches * moe_layers * r.send_bytes_per_layer
+    time = run.microbatches * moe_layers * r.a2a_time_per_layer_s
     hidden_by = compute_s if run.schedule is Schedule.dualpipe else 0.0
     details = [
-        row.get("experts_per_rank"),
-        row.get("cross_node_share_ratio"),
+        *ep_explain.memory_row_terms(r.memory, spec, only=("experts_per_rank",)),
+        *ep_explain.ep_comm_terms(r, spec, hw, only=("cross_node_share_ratio",)),
         term("ep_tokens_per_rank", "tokens dispatched per micro-batch", tokens, Unit.count,
              formula="s·b/(cp·tp)", source=SRC_EP, s=run.seq, b=run.micro_batch),
     ]  # fmt: skip

@@ -15,12 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpcalc.calc.activations.exact.options import ActivationOptions
-from tpcalc.calc.activations.paper import paper_layer_terms
+from tpcalc.calc.activations.paper import paper_layer
 from tpcalc.calc.dp.zero import zero_states_bytes
 from tpcalc.calc.ep.all_to_all import routed_copies
 from tpcalc.calc.layout.groups import MemoryTechniques, ParallelLayout
 from tpcalc.calc.params.counts import (
-    SRC_TP_REPLICATED,
     embedding_params,
     final_norm_params,
     layer_params,
@@ -39,7 +38,6 @@ from tpcalc.calc.pipeline.schedule import (
 from tpcalc.choices import ActivationModel, Recompute, RouterDtype, Schedule, StateRecipe
 from tpcalc.errors import InputError
 from tpcalc.specs import HardwareSpec, ModelSpec
-from tpcalc.terms import Term, Unit, term
 from tpcalc.units import Dtype
 
 LOGITS_BYTES = Dtype.fp32.bytes  # fp32 logits for the cross-entropy (seed 003 §7.3.4)
@@ -185,11 +183,11 @@ def layer_activation_bytes(
     memory techniques (``tpcalc.calc.activations.exact.techniques``).
     """
     if model is ActivationModel.paper:
-        terms = paper_layer_terms(
+        layer = paper_layer(
             spec, seq=seq // layout.cp, micro_batch=micro_batch, t=layout.tp, sp=sp,
             recompute=recompute,
         )  # fmt: skip
-        return [float(terms[-1].value)] * spec.num_hidden_layers  # type: ignore[arg-type]
+        return [float(layer.activation_bytes_per_layer)] * spec.num_hidden_layers
     from tpcalc.calc.activations.exact.layer import layer_kind
     from tpcalc.calc.activations.exact.summary import exact_activation_terms
 
@@ -298,75 +296,80 @@ def _holds_last_stage(schedule: Schedule, p: int, v: int, r: int) -> bool:
     return (p * v - 1) in rank_chunks(p, v, r)
 
 
-def _offload_time(worst: RankMemory, hw: HardwareSpec) -> list[Term]:
-    """Host transfer of the offloaded activations per step, on the host link (PCIe or C2C)."""
-    if not worst.offload_transfer_bytes_per_step:
-        return []
-    if hw.host_bandwidth_bytes_per_s is None:
+@dataclass(frozen=True, slots=True)
+class LayoutMemory:
+    """The most loaded rank's memory as parts of a total, against the card.
+
+    Field names are the keys ``tpcalc layout`` prints; labels, formulas and sources are in
+    ``tpcalc.calc.layout.memory_explain``."""
+
+    # inputs the formulas substitute
+    tp: int
+    ep: int
+    etp: int
+    zero: int
+    grad_group: int  # dp·cp: the ranks ZeRO shards dense states over
+    expert_dp: int  # dp·cp·tp/(ep·etp): ... and expert states over
+    in_flight: int
+    host_bandwidth_bytes_per_s: float  # 0 when the card names none
+    # the result
+    worst_pp_rank: int
+    dense_params_per_rank: int
+    expert_params_per_rank: int
+    dense_states_bytes: float
+    expert_states_bytes: float
+    activation_bytes: float
+    buffer_bytes: float
+    states_bytes: float
+    tp_replicated_params_per_rank: int
+    offloaded_activation_bytes: float
+    offload_transfer_bytes_per_step: float
+    offload_transfer_time_s: float
+    memory_bytes_per_rank: float
+    card_memory_bytes: float
+    memory_free_bytes: float
+    memory_over_card_times: float
+    memory_fits: bool
+
+
+def layout_memory(worst: RankMemory, layout: ParallelLayout, hw: HardwareSpec) -> LayoutMemory:
+    """``worst`` (the most loaded rank of ``rank_memory``) against the card: total = states +
+    activations + buffers, free = card − total; offloaded activations cross the host link
+    twice per step (``SRC_OFFLOAD``)."""
+    transfer = worst.offload_transfer_bytes_per_step
+    host = hw.host_bandwidth_bytes_per_s
+    if transfer and host is None:
         raise InputError(
             f"--offload-layers: {hw.name} has no host_bandwidth_bytes_per_s in its config; add "
             "one (PCIe or NVLink-C2C, one direction) or use --offload-layers 0"
         )
-    bw = hw.host_bandwidth_bytes_per_s
-    b = worst.offload_transfer_bytes_per_step
-    return [
-        term("offload_transfer_bytes_per_step", "offload traffic per step (out + back)", b,
-             Unit.bytes, formula="2 · m · offloaded share · one micro-batch's activations",
-             source=SRC_OFFLOAD),
-        term("offload_transfer_time_s", "offload transfer time per step", b / bw.value,
-             Unit.seconds, formula="bytes / host bandwidth (overlapped with compute when shorter)",
-             source=f"{SRC_OFFLOAD}; {bw.source}", host_bandwidth_bytes_per_s=bw.value),
-    ]  # fmt: skip
-
-
-def memory_terms(
-    worst: RankMemory, layout: ParallelLayout, hw: HardwareSpec, activations: ActivationModel
-) -> list[Term]:
-    """The most loaded rank's memory as parts of a total, against the card; the activation
-    term names the model it comes from (``SRC_ACT``)."""
+    host_bw = host.value if host is not None else 0.0
     card = hw.memory_bytes.value
-    total = "memory_bytes_per_rank"
-    return [
-        term("worst_pp_rank", "most loaded pipeline rank", worst.pp_rank, Unit.count,
-             formula="argmax over PP ranks of states + activations", source=SRC_STATES),
-        term("dense_params_per_rank", "dense parameters per rank", worst.dense_params,
-             Unit.params, formula="stage TP-split params / tp + TP-replicated params",
-             source=f"{SRC_STATES}; {SRC_TP_REPLICATED}", tp=layout.tp),
-        term("expert_params_per_rank", "expert parameters per rank", worst.expert_params,
-             Unit.params, formula="stage routed params / (ep·etp)", source=SRC_STATES,
-             ep=layout.ep, etp=layout.etp),
-        term("dense_states_bytes", "dense model states (ZeRO over dp·cp)",
-             worst.dense_states_bytes, Unit.bytes, formula="zero_states(dense, stage, dp·cp)",
-             source=SRC_STATES, part_of=total, zero=int(layout.zero), n=layout.grad_group),
-        term("expert_states_bytes", "expert model states (ZeRO over dp·cp·tp/(ep·etp))",
-             worst.expert_states_bytes, Unit.bytes,
-             formula="zero_states(expert, stage, dp·cp·tp/(ep·etp))", source=SRC_STATES,
-             part_of=total,
-             zero=int(layout.zero), n=layout.expert_dp),
-        term("activation_bytes", "activations in flight", worst.activation_bytes, Unit.bytes,
-             formula="in_flight · layers/v · per-layer bytes (+ MTP on the last stage) − offloaded",
-             source=SRC_ACT[activations], part_of=total, in_flight=worst.in_flight,
-             activations=activations.value),
-        term("buffer_bytes", "buffers (logits, MoE dispatch)", worst.buffer_bytes, Unit.bytes,
-             formula="last stage: 4·s·b·V/(cp·tp); MoE: 2·T·k·h·2 (one layer's alltoall)",
-             source=SRC_BUFFERS, part_of=total),
-        term("states_bytes", "model states", worst.states_bytes, Unit.bytes,
-             formula="dense + expert states", source=SRC_STATES),
-        term("tp_replicated_params_per_rank", "TP-replicated params per rank (norms, router)",
-             worst.replicated_params, Unit.params, formula="whole on every TP rank",
-             source=SRC_TP_REPLICATED),
-        term("offloaded_activation_bytes", "activations offloaded to host", worst.offload_bytes,
-             Unit.bytes, formula="activations of the offloaded layers", source=SRC_OFFLOAD),
-        *_offload_time(worst, hw),
-        term(total, "memory per rank", worst.total_bytes, Unit.bytes,
-             formula="states + activations + buffers", source=SRC_STATES),
-        term("card_memory_bytes", "card memory", card, Unit.bytes, formula="hardware config",
-             source=hw.memory_bytes.source),
-        term("memory_free_bytes", "left on the card", card - worst.total_bytes, Unit.bytes,
-             formula="card - memory per rank", source=SRC_STATES),
-        term("memory_over_card_times", "memory per rank / card", worst.total_bytes / card,
-             Unit.times, formula="memory per rank / card", source=SRC_STATES,
-             memory_bytes_per_rank=worst.total_bytes, card_memory_bytes=card),
-        term("memory_fits", "fits on the card", worst.total_bytes <= card, Unit.text,
-             formula="memory per rank <= card", source=SRC_STATES),
-    ]  # fmt: skip
+    total = worst.total_bytes
+    return LayoutMemory(
+        tp=layout.tp,
+        ep=layout.ep,
+        etp=layout.etp,
+        zero=int(layout.zero),
+        grad_group=layout.grad_group,
+        expert_dp=layout.expert_dp,
+        in_flight=worst.in_flight,
+        host_bandwidth_bytes_per_s=host_bw,
+        worst_pp_rank=worst.pp_rank,
+        dense_params_per_rank=worst.dense_params,
+        expert_params_per_rank=worst.expert_params,
+        dense_states_bytes=worst.dense_states_bytes,
+        expert_states_bytes=worst.expert_states_bytes,
+        activation_bytes=worst.activation_bytes,
+        buffer_bytes=worst.buffer_bytes,
+        states_bytes=worst.states_bytes,
+        tp_replicated_params_per_rank=worst.replicated_params,
+        offloaded_activation_bytes=worst.offload_bytes,
+        offload_transfer_bytes_per_step=transfer,
+        offload_transfer_time_s=transfer / host_bw if transfer else 0.0,
+        memory_bytes_per_rank=total,
+        card_memory_bytes=card,
+        memory_free_bytes=card - total,
+        memory_over_card_times=total / card,
+        memory_fits=total <= card,
+    )

@@ -21,10 +21,6 @@ from tpcalc.calc.layout.comm import (
     tp_cost,
 )
 from tpcalc.calc.layout.compute import (
-    SRC_FLOP,
-    SRC_MFU,
-    mfu_peak,
-    model_flop_per_step,
     rank_flops,
     stage_times,
 )
@@ -36,7 +32,10 @@ from tpcalc.calc.layout.groups import (
     place_groups,
     placement_warnings,
 )
-from tpcalc.calc.layout.memory import memory_terms, rank_layers, rank_memory
+from tpcalc.calc.layout.memory import layout_memory, rank_layers, rank_memory
+from tpcalc.calc.layout.memory_explain import layout_memory_terms
+from tpcalc.calc.layout.summary import DIM_ORDER, fixed_step_summary
+from tpcalc.calc.layout.summary_explain import fixed_summary_terms
 from tpcalc.calc.layout.timed import (
     ROOFLINE_COMM,
     roofline_costs,
@@ -48,16 +47,7 @@ from tpcalc.calc.pipeline.schedule import bubble_time_s
 from tpcalc.calc.time.step import TimeOptions, step_time
 from tpcalc.choices import TimeModel
 from tpcalc.specs import HardwareSpec, ModelSpec
-from tpcalc.terms import Report, Row, Scalar, Term, Unit, term
-
-DIM_ORDER = ("tp", "cp", "pp", "dp", "ep")
-SRC_TOKENS = "Narayanan et al. 2021 §2: global batch = micro-batch · micro-batches · dp sequences"
-SRC_STEP = (
-    "Narayanan et al. 2021 §2.2 (step = m micro-batches + pipeline bubble) plus the exposed "
-    "communication of every dimension (tpcalc.calc.layout.comm overlap assumptions)"
-)
-SRC_OVERLAP = "tpcalc.calc.layout.comm.OVERLAP: the named overlap assumption of each dimension"
-SRC_DIMS = "tpcalc.calc.layout.comm: bytes each rank sends per step, per dimension"
+from tpcalc.terms import Report, Row, Scalar
 
 
 @dataclass(frozen=True)
@@ -152,8 +142,9 @@ def layout_report(
         in_stage = sum(costs[d].exposed_s for d in ("tp", "cp", "ep")) / run.microbatches
         times = stage_times(mb_s, in_stage, recompute_share)
         bubble = bubble_time_s(run.schedule, layout.pp, run.microbatches, times, run.vpp)
-        summary = _summary_terms(spec, hw, layout, run, costs, mb_s, bubble, cited)
-    summary += memory_terms(worst, layout, hw, run.activations)
+        fixed = fixed_step_summary(spec, hw, layout, run, costs, mb_s, bubble, cited)
+        summary = fixed_summary_terms(fixed, hw)
+    summary += layout_memory_terms(layout_memory(worst, layout, hw), hw, run.activations)
     rows.append(Row(inputs={**inputs, "dimension": "total"}, terms=tuple(summary)))
     return Report(
         title=(
@@ -163,73 +154,6 @@ def layout_report(
         rows=tuple(rows),
         warnings=tuple(_warnings(groups, layout, worst.total_bytes, hw, costs)),
     )
-
-
-def _summary_terms(
-    spec: ModelSpec, hw: HardwareSpec, lay: ParallelLayout, run: LayoutRun,
-    costs: dict[str, DimCost], mb_s: float, bubble: float, cited: Cited | None,
-) -> list[Term]:  # fmt: skip
-    m = run.microbatches
-    step = "step_time_s"
-    compute = m * mb_s
-    exposed = {d: costs[d].exposed_s for d in DIM_ORDER}
-    step_s = compute + bubble + sum(exposed.values())
-    model_flop = model_flop_per_step(
-        spec, lay, seq=run.seq, micro_batch=run.micro_batch, microbatches=m
-    )
-    peak, peak_dtype, peak_src = mfu_peak(hw, run.dtype)
-    mfu = model_flop / (lay.world * peak * step_s)
-    out = [
-        term("tokens_per_step", "tokens per step", run.seq * run.micro_batch * m * lay.dp,
-             Unit.count, formula="s·b·m·dp", source=SRC_TOKENS, s=run.seq, b=run.micro_batch,
-             m=m, dp=lay.dp),
-        term("compute_time_s", "compute (slowest stage)", compute, Unit.seconds,
-             formula="m · stage FLOP / achieved FLOP/s", source=SRC_FLOP, part_of=step,
-             m=m, micro_batch_time_s=mb_s, achieved_flop_per_s=hw.achieved_flop_per_s.value),
-        term("bubble_time_s", "pipeline bubble", bubble, Unit.seconds,
-             formula=f"bubble of {run.schedule.value} with F,B,W of the slowest stage",
-             source="tpcalc.calc.pipeline.schedule.bubble_time_s", part_of=step, p=lay.pp, m=m,
-             v=run.vpp),
-    ]  # fmt: skip
-    for d in DIM_ORDER:
-        out.append(
-            term(f"{d}_exposed_time_s", f"{d.upper()} exposed", exposed[d], Unit.seconds,
-                 formula=f"{d} row: exposed_time_s", source=SRC_OVERLAP, part_of=step)
-        )  # fmt: skip
-    for d in DIM_ORDER:
-        out.append(
-            term(f"{d}_send_bytes_per_step", f"{d.upper()} sent", costs[d].send_bytes,
-                 Unit.bytes, formula=f"{d} row: send_bytes_per_step", source=SRC_DIMS,
-                 part_of="send_bytes_per_step")
-        )  # fmt: skip
-    out += [
-        term(step, "step time (estimate)", step_s, Unit.seconds,
-             formula="compute + bubble + Σ exposed communication", source=SRC_STEP,
-             compute_time_s=compute, bubble_time_s=bubble, exposed_time_s=sum(exposed.values())),
-        term("send_bytes_per_step", "sent per rank per step, all dimensions",
-             sum(c.send_bytes for c in costs.values()), Unit.bytes,
-             formula="Σ over tp, cp, pp, dp, ep of send_bytes_per_step", source=SRC_DIMS),
-        term("bubble_share_ratio", "bubble / step", bubble / step_s, Unit.ratio,
-             formula="bubble_time / step_time", source=SRC_STEP, bubble_time_s=bubble,
-             step_time_s=step_s),
-        term("model_flop_per_step", "model FLOP per step", model_flop, Unit.flop,
-             formula="6·N_active·tokens + attention (no recompute)", source=SRC_MFU),
-        term("achieved_flop_per_s", "achieved FLOP/s (assumption)",
-             hw.achieved_flop_per_s.value, Unit.flop_per_s, formula="hardware config",
-             source=hw.achieved_flop_per_s.source),
-        term("peak_flop_per_s", f"peak {peak_dtype.upper()} per GPU", peak, Unit.flop_per_s,
-             formula=f"hardware config: peak_{peak_dtype}_flop_per_s", source=peak_src,
-             dtype=run.dtype.value),
-        term("mfu_estimate_ratio", "MFU (estimate)", mfu, Unit.ratio,
-             formula="model FLOP / (world · peak · step time)", source=SRC_MFU,
-             world=lay.world, peak_flop_per_s=peak, peak_dtype=peak_dtype, step_time_s=step_s),
-    ]  # fmt: skip
-    if cited is not None:
-        out.append(
-            term("mfu_cited_ratio", "MFU (cited, measured)", cited.mfu, Unit.ratio,
-                 formula="measured, as cited", source=cited.source)
-        )  # fmt: skip
-    return out
 
 
 def _warnings(

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 from tpcalc.choices import StateRecipe
 from tpcalc.errors import InputError
-from tpcalc.terms import Term, Unit, term
 from tpcalc.units import Dtype
 
 # Adam keeps two moments per parameter (Kingma & Ba 2015): m and v.
@@ -119,50 +118,61 @@ def model_states_bytes(params: int, recipe: StateRecipe, *, shards: int = 1) -> 
     return params * recipe_bytes(recipe).total_bytes / shards
 
 
-# (key, label, StateBytes field) of the three parts of the model states, in display order.
-STATE_PARTS = (
-    ("weights_bytes", "weights", "weight_bytes"),
-    ("grads_bytes", "gradients", "grad_bytes"),
-    ("optimizer_bytes", "optimizer (fp32 master + Adam m, v)", "optimizer_bytes"),
-)
+@dataclass(frozen=True, slots=True)
+class StateParts:
+    """Weights, gradients and optimizer bytes per rank: N × bytes / d, each part with its own
+    divisor d (t for a model-parallel split; ZeRO's stage divisors over DP)."""
+
+    params: int
+    weight_bytes_per_param: int
+    grad_bytes_per_param: int
+    optimizer_bytes_per_param: int
+    weights_divisor: int
+    grads_divisor: int
+    optimizer_divisor: int
+    weights_bytes: float
+    grads_bytes: float
+    optimizer_bytes: float
 
 
-def state_part_terms(
-    params: int,
-    rb: StateBytes,
-    divisors: tuple[int, int, int],
-    *,
-    source: str,
-    total: str = "model_states_bytes",
-) -> list[Term]:
-    """Weights, gradients and optimizer bytes per rank, N × bytes / d with each part's divisor d
-    (all t for a model-parallel split; ZeRO's stage divisors over DP). Source: ``source``."""
-    return [
-        term(key, label, params * getattr(rb, field) / d, Unit.bytes,
-             formula=f"N × {field} / d", source=source, part_of=total,
-             N=params, **{field: getattr(rb, field)}, d=d)
-        for (key, label, field), d in zip(STATE_PARTS, divisors, strict=True)
-    ]  # fmt: skip
+def state_parts(params: int, rb: StateBytes, divisors: tuple[int, int, int]) -> StateParts:
+    """N × weight/d_w, N × grad/d_g, N × optimizer/d_o bytes per rank."""
+    dw, dg, do = divisors
+    return StateParts(
+        params=params,
+        weight_bytes_per_param=rb.weight_bytes,
+        grad_bytes_per_param=rb.grad_bytes,
+        optimizer_bytes_per_param=rb.optimizer_bytes,
+        weights_divisor=dw,
+        grads_divisor=dg,
+        optimizer_divisor=do,
+        weights_bytes=params * rb.weight_bytes / dw,
+        grads_bytes=params * rb.grad_bytes / dg,
+        optimizer_bytes=params * rb.optimizer_bytes / do,
+    )
 
 
-def model_states_terms(params: int, recipe: StateRecipe, *, shards: int = 1) -> tuple[Term, ...]:
-    """Weights + gradients + optimizer = model states, bytes per rank, as a breakdown."""
+@dataclass(frozen=True, slots=True)
+class ModelStates:
+    """Weights + gradients + optimizer of N parameters split evenly over ``shards`` ranks."""
+
+    recipe: StateRecipe
+    parts: StateParts
+    shards: int
+    bytes_per_param: int
+    model_states_bytes: float
+
+
+def model_states(params: int, recipe: StateRecipe, *, shards: int = 1) -> ModelStates:
+    """N/shards × bytes_per_param, as three parts (source: the recipe, ``StateRecipe``)."""
     check_params(params)
     if shards < 1:
         raise InputError(f"shards={shards} must be a positive integer")
     rb = recipe_bytes(recipe)
-    total = "model_states_bytes"
-    return (
-        *state_part_terms(params, rb, (shards, shards, shards), source=rb.source, total=total),
-        term(
-            total,
-            "model states",
-            params * rb.total_bytes / shards,
-            Unit.bytes,
-            formula="N/shards × bytes_per_param",
-            source=rb.source,
-            N=params,
-            shards=shards,
-            bytes_per_param=rb.total_bytes,
-        ),
+    return ModelStates(
+        recipe=recipe,
+        parts=state_parts(params, rb, (shards, shards, shards)),
+        shards=shards,
+        bytes_per_param=rb.total_bytes,
+        model_states_bytes=params * rb.total_bytes / shards,
     )

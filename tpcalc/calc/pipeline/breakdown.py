@@ -1,4 +1,4 @@
-"""The pipeline breakdown of one model on one layout: the terms ``tpcalc pipeline`` prints.
+"""The pipeline breakdown of one model on one layout: what ``tpcalc pipeline`` prints.
 
 Formulas and their sources live in ``tpcalc.calc.pipeline.schedule``; this module feeds them a
 model (layers, parameters per stage from ``tpcalc.calc.params.counts``) and a card (achieved
@@ -8,6 +8,7 @@ FLOP/s, links).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from tpcalc.calc.dp.gradients import (
     BACKWARD_INPUT_FLOP_PER_PARAM_TOKEN,
@@ -16,15 +17,7 @@ from tpcalc.calc.dp.gradients import (
 )
 from tpcalc.calc.layout.memory import rank_activation_bytes, rank_layers
 from tpcalc.calc.links.collectives import Collective
-from tpcalc.calc.links.link import (
-    LATENCY_FORMULA,
-    Link,
-    latency_inputs,
-    latency_source,
-    link_nodes,
-    ring_steps,
-    steps_time_s,
-)
+from tpcalc.calc.links.link import LatencySteps, Link, link_nodes, ring_steps, steps_time_s
 from tpcalc.calc.params.counts import (
     active_layer_params,
     declared_params,
@@ -39,7 +32,6 @@ from tpcalc.calc.pipeline import schedule as pp
 from tpcalc.calc.pipeline.schedule import StageTimes
 from tpcalc.choices import Schedule
 from tpcalc.specs import HardwareSpec, ModelSpec
-from tpcalc.terms import Term, Unit, term
 from tpcalc.units import Dtype
 
 SRC_TIMES = (
@@ -84,7 +76,64 @@ def flop_stage_times(
     )
 
 
-def pipeline_terms(
+@dataclass(frozen=True, slots=True)
+class PipelineActivations:
+    """The activations of the most loaded rank, given each layer's bytes for one micro-batch."""
+
+    rank: int
+    layers: int
+    in_flight: int
+    per_layer_min_bytes: float
+    per_layer_max_bytes: float
+    stage_activation_bytes: float
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineBreakdown:
+    """Layers and parameters per stage, p2p bytes and time, bubble and in-flight micro-batches
+    of one pipeline layout. Labels, formulas and sources: ``breakdown_explain``."""
+
+    # inputs the formulas substitute
+    schedule: Schedule
+    num_layers: int
+    p: int
+    m: int
+    v: int
+    seq: int
+    micro_batch: int
+    hidden_size: int
+    tp: int
+    dtype_bytes: int
+    scatter_gather: bool
+    link: Link
+    with_latency: bool
+    latency_steps: LatencySteps
+    times_given: bool  # F, B, W given by the caller, not 2·N_stage FLOP each
+    stage_matmul_params_max: int
+    achieved_flop_per_s: float
+    in_flight_chunks: int
+    # the result
+    stage_layers: tuple[int, ...]  # layers on each rank (its v chunks)
+    layers_per_stage_max_count: int
+    stage_params_max: int
+    param_copies_count: int
+    p2p_bytes_per_microbatch: float
+    p2p_send_bytes_per_rank: float
+    p2p_time_s: float
+    forward_time_s: float
+    backward_input_time_s: float
+    backward_weight_time_s: float
+    compute_time_s: float
+    bubble_time_s: float
+    step_time_s: float
+    bubble_ratio: float
+    bubble_share_ratio: float
+    bubble_vs_1f1b_ratio: float
+    in_flight_microbatches: float  # an int when v divides the in-flight chunks
+    activations: PipelineActivations | None
+
+
+def pipeline_breakdown(
     spec: ModelSpec,
     hw: HardwareSpec,
     *,
@@ -103,7 +152,7 @@ def pipeline_terms(
     layer_act_bytes: float | Sequence[float] | None = None,
     with_latency: bool = False,
     nodes: int | None = None,
-) -> tuple[Term, ...]:
+) -> PipelineBreakdown:
     """Layers and parameters per stage, p2p bytes and time, bubble, in-flight activations.
 
     ``times`` defaults to ``flop_stage_times``; ``layer_act_bytes`` is each layer's activations
@@ -122,112 +171,59 @@ def pipeline_terms(
     )
     sends = pp.p2p_sends_per_rank(schedule, p, m, v)
     steps = ring_steps(Collective.p2p, p, link_nodes(link, p) if nodes is None else nodes, sends)
-    p2p_s = steps_time_s(sends * msg, steps, hw, link, with_latency=with_latency)
     bubble = pp.bubble_time_s(schedule, p, m, t, v)
     ref = pp.bubble_time_s(Schedule.one_f_one_b, p, m, t)
-    sched_src = {
-        Schedule.gpipe: pp.SRC_GPIPE,
-        Schedule.one_f_one_b: pp.SRC_GPIPE,
-        Schedule.interleaved: pp.SRC_INTERLEAVED,
-        Schedule.zb_h1: pp.SRC_ZB,
-        Schedule.dualpipe: pp.SRC_DUALPIPE,
-    }[schedule]
-    fb = dict(p=p, m=m, v=v, F=t.forward_s, B=t.backward_input_s, W=t.backward_weight_s)
-    flop_in = {} if times else dict(
-        N_stage=max(stage_matmul_params(spec, p, v)), s=seq, b=micro_batch, t=tp,
-        achieved=hw.achieved_flop_per_s.value,
-    )  # fmt: skip
-    copies = pp.DUALPIPE_PARAM_COPIES if schedule is Schedule.dualpipe else 1
-    out = [
-        term("stage_layers", "layers per stage", ",".join(map(str, layers)), Unit.text,
-             formula="L over p·v chunks", source=pp.SRC_SPLIT, L=L, p=p, v=v),
-        term("layers_per_stage_max_count", "layers, most loaded stage", max(layers), Unit.count,
-             formula="max over stages", source=pp.SRC_SPLIT, L=L, p=p, v=v),
-        term("stage_params_max", "parameters, most loaded stage", max(params), Unit.params,
-             formula="layers + embedding (first) + LM head (last)" + (" ×2" if copies > 1 else ""),
-             source=pp.SRC_DUALPIPE if copies > 1 else pp.SRC_SPLIT, p=p, v=v),
-        term("param_copies_count", "parameter copies", copies, Unit.count,
-             formula="2 for DualPipe, else 1", source=pp.SRC_DUALPIPE),
-        term("p2p_bytes_per_microbatch", "stage-to-stage, per micro-batch", msg, Unit.bytes,
-             formula="s·b·h·dtype" + ("/t" if scatter_gather and tp > 1 else ""), source=pp.SRC_P2P,
-             s=seq, b=micro_batch, h=spec.hidden_size, dtype_bytes=dtype.bytes,
-             t=tp if scatter_gather else 1),
-        term("p2p_send_bytes_per_rank", "p2p sent per rank per step", sends * msg, Unit.bytes,
-             formula="2·m·(v) × message (activations forward, gradients back)", source=pp.SRC_P2P,
-             m=m, v=v, message=msg),
-        term("p2p_time_s", f"p2p time on {link.value}", p2p_s, Unit.seconds,
-             formula=f"bytes / bandwidth + {LATENCY_FORMULA}",
-             source=f"{hw.name} {link.value}: alpha-beta model; "
-             + latency_source(hw, with_latency),
-             bytes=sends * msg, **latency_inputs(hw, steps, with_latency)),
-        term("forward_time_s", "F (one micro-batch, one stage)", t.forward_s, Unit.seconds,
-             formula="given" if times else "2·N_stage·s·b/(t·achieved)", source=SRC_TIMES,
-             symbols=flop_in),
-        term("backward_input_time_s", "B (grad w.r.t. inputs)", t.backward_input_s, Unit.seconds,
-             formula="given" if times else "2·N_stage·s·b/(t·achieved)", source=SRC_TIMES,
-             symbols=flop_in),
-        term("backward_weight_time_s", "W (grad w.r.t. weights)", t.backward_weight_s, Unit.seconds,
-             formula="given" if times else "2·N_stage·s·b/(t·achieved)", source=SRC_TIMES,
-             symbols=flop_in),
-        term("compute_time_s", "useful compute per step", m * t.full_s, Unit.seconds,
-             formula="m·(F+B+W)", source=pp.SRC_GPIPE, part_of="step_time_s", symbols=fb),
-        term("bubble_time_s", "bubble per step", bubble, Unit.seconds,
-             formula=bubble_formula(schedule), source=sched_src, part_of="step_time_s", symbols=fb),
-        term("step_time_s", "step (compute + bubble)", m * t.full_s + bubble, Unit.seconds,
-             formula="m·(F+B+W) + bubble", source=pp.SRC_GPIPE),
-        term("bubble_ratio", "bubble / compute", pp.bubble_ratio(schedule, p, m, t, v), Unit.ratio,
-             formula="bubble / (m·(F+B+W))", source=sched_src, symbols=fb),
-        term("bubble_share_ratio", "bubble / step", pp.bubble_share(schedule, p, m, t, v),
-             Unit.ratio, formula="bubble / (bubble + m·(F+B+W))", source=sched_src, symbols=fb),
-        term("bubble_vs_1f1b_ratio", "bubble / 1F1B's", bubble / ref if ref else 0.0, Unit.ratio,
-             formula="bubble / ((p-1)(F+B+W))", source=sched_src, symbols=fb),
-    ]  # fmt: skip
-    out += memory_terms(schedule, p, m, v, L, layer_act_bytes)
-    return tuple(out)
-
-
-def bubble_formula(schedule: Schedule) -> str:
-    """The bubble formula of a schedule, as text for --explain (sources in pipeline.py)."""
-    return {
-        Schedule.gpipe: "(p-1)(F+B+W)",
-        Schedule.one_f_one_b: "(p-1)(F+B+W)",
-        Schedule.interleaved: "(p-1)(F+B+W)/v",
-        Schedule.zb_h1: "(p-1)(F+B-W)",
-        Schedule.dualpipe: "(p/2-1)(F&B + (B+W) - 3W), F&B = F+B+W",
-    }[schedule]
-
-
-def memory_terms(
-    schedule: Schedule,
-    p: int,
-    m: int,
-    v: int,
-    num_layers: int,
-    layer_act_bytes: float | Sequence[float] | None,
-) -> list[Term]:
-    """Micro-batches in flight on the worst rank and, given per-layer bytes, the activations of
-    the most loaded rank (``layout.memory.rank_activation_bytes``)."""
     chunks = max(pp.in_flight_chunks(schedule, p, m, v, r) for r in range(p))
-    out = [
-        term("in_flight_microbatches", "micro-batches in flight (worst rank)",
-             chunks // v if chunks % v == 0 else chunks / v,
-             Unit.count, formula="in-flight chunks / v", source=pp.SRC_INFLIGHT,
-             p=p, m=m, v=v, chunks=chunks),
-    ]  # fmt: skip
-    if layer_act_bytes is not None:
-        per_layer = (
-            [float(layer_act_bytes)] * num_layers
-            if isinstance(layer_act_bytes, int | float)
-            else list(layer_act_bytes)
-        )
-        loads = rank_activation_bytes(schedule, p, m, v, per_layer)
-        rank = max(range(p), key=lambda r: loads[r])
-        mine = [per_layer[i] for i in rank_layers(num_layers, p, v)[rank]]
-        out.append(
-            term("stage_activation_bytes", "activations, most loaded stage", loads[rank],
-                 Unit.bytes, formula="in-flight chunks / v × Σ per-layer bytes of its layers",
-                 source=pp.SRC_INFLIGHT, rank=rank, layers=len(mine),
-                 in_flight=pp.in_flight_chunks(schedule, p, m, v, rank),
-                 per_layer_min=min(mine), per_layer_max=max(mine))
-        )  # fmt: skip
-    return out
+    return PipelineBreakdown(
+        schedule=schedule, num_layers=L, p=p, m=m, v=v, seq=seq, micro_batch=micro_batch,
+        hidden_size=spec.hidden_size, tp=tp, dtype_bytes=dtype.bytes,
+        scatter_gather=scatter_gather, link=link, with_latency=with_latency,
+        latency_steps=steps, times_given=times is not None,
+        stage_matmul_params_max=max(stage_matmul_params(spec, p, v)),
+        achieved_flop_per_s=hw.achieved_flop_per_s.value, in_flight_chunks=chunks,
+        stage_layers=tuple(layers),
+        layers_per_stage_max_count=max(layers),
+        stage_params_max=max(params),
+        param_copies_count=pp.DUALPIPE_PARAM_COPIES if schedule is Schedule.dualpipe else 1,
+        p2p_bytes_per_microbatch=msg,
+        p2p_send_bytes_per_rank=sends * msg,
+        p2p_time_s=steps_time_s(sends * msg, steps, hw, link, with_latency=with_latency),
+        forward_time_s=t.forward_s,
+        backward_input_time_s=t.backward_input_s,
+        backward_weight_time_s=t.backward_weight_s,
+        compute_time_s=m * t.full_s,
+        bubble_time_s=bubble,
+        step_time_s=m * t.full_s + bubble,
+        bubble_ratio=pp.bubble_ratio(schedule, p, m, t, v),
+        bubble_share_ratio=pp.bubble_share(schedule, p, m, t, v),
+        bubble_vs_1f1b_ratio=bubble / ref if ref else 0.0,
+        in_flight_microbatches=chunks // v if chunks % v == 0 else chunks / v,
+        activations=(
+            None
+            if layer_act_bytes is None
+            else pipeline_activations(schedule, p, m, v, L, layer_act_bytes)
+        ),
+    )  # fmt: skip
+
+
+def pipeline_activations(
+    schedule: Schedule, p: int, m: int, v: int, num_layers: int,
+    layer_act_bytes: float | Sequence[float],
+) -> PipelineActivations:  # fmt: skip
+    """The activations of the most loaded rank (``layout.memory.rank_activation_bytes``)."""
+    per_layer = (
+        [float(layer_act_bytes)] * num_layers
+        if isinstance(layer_act_bytes, int | float)
+        else list(layer_act_bytes)
+    )
+    loads = rank_activation_bytes(schedule, p, m, v, per_layer)
+    rank = max(range(p), key=lambda r: loads[r])
+    mine = [per_layer[i] for i in rank_layers(num_layers, p, v)[rank]]
+    return PipelineActivations(
+        rank=rank,
+        layers=len(mine),
+        in_flight=pp.in_flight_chunks(schedule, p, m, v, rank),
+        per_layer_min_bytes=min(mine),
+        per_layer_max_bytes=max(mine),
+        stage_activation_bytes=loads[rank],
+    )

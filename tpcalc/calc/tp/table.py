@@ -9,13 +9,12 @@ declared parts.
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Any
 
 from tpcalc.calc.tp.rules import Split
 from tpcalc.calc.tp.weights import ShardedWeight, layer_weights, model_weights
 from tpcalc.choices import DEFAULT_VOCAB_PAD_MULTIPLE
 from tpcalc.specs import ModelSpec
-from tpcalc.terms import Row, Scalar, Term, Unit, term
+from tpcalc.terms import Scalar, Term, Unit, term
 
 LAYERS_PY = "Megatron-LM core/tensor_parallel/layers.py"
 SRC_KV = "vLLM QKVParallelLinear (KV heads replicated when t > n_kv); seed 000 GQA paragraph"
@@ -64,64 +63,6 @@ def total_term(ws: tuple[ShardedWeight, ...], t: int) -> Term:
         t=t,
         weights=len(ws),
     )
-
-
-Dim = tuple[str, dict[str, Any]]
-
-
-def _shard_dims(w: ShardedWeight, t: int, n_kv: int) -> tuple[Dim, Dim]:
-    """(formula, inputs) of the shard's rows and of its columns."""
-    keep_rows: Dim = ("rows", {"rows": w.rows})
-    keep_cols: Dim = ("cols", {"cols": w.cols})
-    if w.replicas > 1:
-        return keep_rows, ("cols / n_kv (one KV head per rank)", {"cols": w.cols, "n_kv": n_kv})
-    if w.split is Split.column:
-        return keep_rows, ("cols / t", {"cols": w.cols, "t": t})
-    if w.split is Split.row:
-        return ("rows / t", {"rows": w.rows, "t": t}), keep_cols
-    if w.split is Split.vocab and w.block == "embedding":
-        return ("V_pad / t", {"V_pad": w.shard_rows * t, "t": t}), keep_cols
-    if w.split is Split.vocab:
-        return keep_rows, ("V_pad / t", {"V_pad": w.shard_cols * t, "t": t})
-    return keep_rows, keep_cols
-
-
-def _shard_row(spec: ModelSpec, t: int, pad: int, w: ShardedWeight) -> Row:
-    src = SRC_KV if w.replicas > 1 else SRC_SPLIT[w.split]
-    (f_rows, in_rows), (f_cols, in_cols) = _shard_dims(w, t, spec.kv_heads)
-    terms = (
-        term("full_rows", "rows", w.rows, Unit.count),
-        term("full_cols", "cols", w.cols, Unit.count),
-        term("shard_rows", "shard rows", w.shard_rows, Unit.count, formula=f_rows, source=src,
-             **in_rows),
-        term("shard_cols", "shard cols", w.shard_cols, Unit.count, formula=f_cols, source=src,
-             **in_cols),
-        term("kv_replicas", "ranks per shard", w.replicas, Unit.count),
-        term("instances", "instances", w.instances, Unit.count),
-        term("shard_params", "params per shard", w.shard_params, Unit.params,
-             formula="shard_rows · shard_cols", source=src,
-             shard_rows=w.shard_rows, shard_cols=w.shard_cols),
-        term("params_per_rank", "params per rank", w.params_per_rank, Unit.params,
-             formula="instances · shard_params", source=SRC_PARAMS,
-             instances=w.instances, shard_params=w.shard_params),
-    )  # fmt: skip
-    block = BLOCK_LABELS.get(w.block, w.block)
-    inputs = row_inputs(spec, t, pad, block=block, weight=w.weight, module=w.module,
-                        split=w.split.value)  # fmt: skip
-    return Row(inputs=inputs, terms=terms)
-
-
-def shard_shapes(
-    spec: ModelSpec, t: int, *, vocab_pad_multiple: int = DEFAULT_VOCAB_PAD_MULTIPLE
-) -> tuple[Row, ...]:
-    """Seed 003 §7.3.4's per-card shard table: one row per weight, shapes as [in, out] ints.
-
-    Llama 3 70B at t=8 (pad multiple 1): W_Q [8192, 1024], W_K/W_V [8192, 128], W_O [1024, 8192],
-    gate/up [8192, 3584], down [3584, 8192], embedding [16032, 8192]. The rows'
-    ``params_per_rank`` add up to ``per_rank_params``. Raises like ``check_tp`` for a bad t.
-    """
-    ws = model_weights(spec, t, vocab_pad_multiple)
-    return tuple(_shard_row(spec, t, vocab_pad_multiple, w) for w in ws)
 
 
 def _detail_terms(spec: ModelSpec, t: int, ws: tuple[ShardedWeight, ...]) -> list[Term]:
