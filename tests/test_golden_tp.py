@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 
 from tests.golden import expected
-from tpcalc.calc.activations.paper_explain import logits_terms, paper_model_terms
+from tpcalc.calc.activations.paper import logits, paper_activations
+from tpcalc.calc.activations.paper_explain import logits_row_terms, model_terms
 from tpcalc.calc.tp.flops import tp_flops
 from tpcalc.choices import ParamConvention, Recompute, TimeModel
 from tpcalc.reports.request import Workload
@@ -111,11 +112,15 @@ def test_latency_only_adds(llama70b, h100):
 
 def test_q_act_selective(qwen38):
     # seed 000 q-act-selective: 34·s·b·h·L = 45.6 GB; q-act-selective-tp8-sp: /8 = 5.7 GB
-    one = paper_model_terms(
-        qwen38, seq=4096, micro_batch=1, t=1, sp=False, recompute=Recompute.selective
+    one = model_terms(
+        paper_activations(
+            qwen38, seq=4096, micro_batch=1, t=1, sp=False, recompute=Recompute.selective
+        )
     )
-    sp8 = paper_model_terms(
-        qwen38, seq=4096, micro_batch=1, t=8, sp=True, recompute=Recompute.selective
+    sp8 = model_terms(
+        paper_activations(
+            qwen38, seq=4096, micro_batch=1, t=8, sp=True, recompute=Recompute.selective
+        )
     )
     assert close("q-act-selective", one[-1].value)
     assert close("q-act-selective-tp8-sp", sp8[-1].value)
@@ -126,14 +131,18 @@ def test_l_unsplit_activations(llama70b):
     # 0.084 GB per layer with SP (t = 8)
     tp = {
         t.key: t.value
-        for t in paper_model_terms(
-            llama70b, seq=8192, micro_batch=1, t=8, sp=False, recompute=Recompute.selective
+        for t in model_terms(
+            paper_activations(
+                llama70b, seq=8192, micro_batch=1, t=8, sp=False, recompute=Recompute.selective
+            )
         )
     }
     sp = {
         t.key: t.value
-        for t in paper_model_terms(
-            llama70b, seq=8192, micro_batch=1, t=8, sp=True, recompute=Recompute.selective
+        for t in model_terms(
+            paper_activations(
+                llama70b, seq=8192, micro_batch=1, t=8, sp=True, recompute=Recompute.selective
+            )
         )
     }
     assert close("l-unsplit-act-layer", tp["unsplit_bytes_per_layer"])
@@ -143,7 +152,9 @@ def test_l_unsplit_activations(llama70b):
 
 def test_l_logits(llama70b):
     # seed 003 §7.3.4: logits [8192, 128256] 2.10 GB in BF16, 4.20 GB in FP32
-    terms = {t.key: t.value for t in logits_terms(llama70b, seq=8192, micro_batch=1, t=8)}
+    terms = {
+        t.key: t.value for t in logits_row_terms(logits(llama70b, seq=8192, micro_batch=1, t=8))
+    }
     assert close("l-logits-bf16", terms["logits_bf16_bytes"])
     assert close("l-logits-fp32", terms["logits_fp32_bytes"])
 
@@ -151,9 +162,15 @@ def test_l_logits(llama70b):
 def test_korthikanti_table2_forms(llama70b):
     # Korthikanti et al. 2022 Table 2: TP form sbh(10 + 24/t + 5as/(ht)); SP form sbh/t(34 + 5as/h)
     s, b, h, a, t = 2048, 2, llama70b.hidden_size, llama70b.num_attention_heads, 4
-    tp = paper_model_terms(llama70b, seq=s, micro_batch=b, t=t, sp=False, recompute=Recompute.none)
-    sp = paper_model_terms(llama70b, seq=s, micro_batch=b, t=t, sp=True, recompute=Recompute.none)
-    full = paper_model_terms(llama70b, seq=s, micro_batch=b, t=t, sp=True, recompute=Recompute.full)
+    tp = model_terms(
+        paper_activations(llama70b, seq=s, micro_batch=b, t=t, sp=False, recompute=Recompute.none)
+    )
+    sp = model_terms(
+        paper_activations(llama70b, seq=s, micro_batch=b, t=t, sp=True, recompute=Recompute.none)
+    )
+    full = model_terms(
+        paper_activations(llama70b, seq=s, micro_batch=b, t=t, sp=True, recompute=Recompute.full)
+    )
     per_layer = {x.key: x.value for x in tp}["activation_bytes_per_layer"]
     assert per_layer == pytest.approx(s * b * h * (10 + 24 / t + 5 * a * s / (h * t)))
     per_layer_sp = {x.key: x.value for x in sp}["activation_bytes_per_layer"]

@@ -19,8 +19,8 @@ from tpcalc.calc.params.counts import (
     total_params,
 )
 from tpcalc.calc.pipeline import schedule as pp
-from tpcalc.calc.pipeline.breakdown import stage_matmul_params, stage_params
-from tpcalc.calc.pipeline.breakdown_explain import pipeline_terms
+from tpcalc.calc.pipeline.breakdown import pipeline_breakdown, stage_matmul_params, stage_params
+from tpcalc.calc.pipeline.breakdown_explain import breakdown_terms
 from tpcalc.calc.pipeline.schedule import EQUAL_TIMES, StageTimes
 from tpcalc.choices import Schedule
 from tpcalc.errors import DivisibilityError, InputError
@@ -151,10 +151,10 @@ def test_impossible_pipelines_raise_one_line(args, kwargs, error, message):
 
 
 def test_pipeline_row_on_the_seed(qwen38, h800):
-    terms = pipeline_terms(
+    terms = breakdown_terms(pipeline_breakdown(
         qwen38, h800, p=8, m=32, seq=4096, micro_batch=1, link=Link.inter_node,
         layer_act_bytes=1e9,
-    )  # fmt: skip
+    ), h800)  # fmt: skip
     row = Row(inputs={}, terms=terms)
     assert row.check_breakdowns() == []
     assert row.value("stage_layers") == "8,8,8,8,8,8,8,8"
@@ -214,10 +214,10 @@ def test_split_covers_every_layer(L, p):
 def test_pipeline_rows_add_up(qwen38, h800, p, mult, schedule):
     m = 2 * p * mult
     v = 2 if schedule is Schedule.interleaved else 1
-    terms = pipeline_terms(
+    terms = breakdown_terms(pipeline_breakdown(
         qwen38, h800, p=p, m=m, v=v, schedule=schedule, seq=4096, micro_batch=1,
         link=Link.inter_node, layer_act_bytes=1e9,
-    )  # fmt: skip
+    ), h800)  # fmt: skip
     row = Row(inputs={}, terms=terms)
     assert row.check_breakdowns() == []
     assert 0 <= row.value("bubble_share_ratio") < 1

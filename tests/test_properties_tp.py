@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpcalc.calc.activations.paper_explain import paper_model_terms
+from tpcalc.calc.activations.paper import paper_activations
+from tpcalc.calc.activations.paper_explain import model_terms
 from tpcalc.calc.links.collectives import Collective, ring_factor
 from tpcalc.catalog import load_hardware, load_model
 from tpcalc.choices import FullRecomputeSharding, Recompute, StateRecipe
@@ -122,7 +123,8 @@ def test_activation_per_layer_is_table_2(model, s, b, t, sp, recompute):
     # TP sbh(10 + 24/t + 5as/(ht)), SP sbh/t(34 + 5as/h); selective recompute drops the 5as/h
     # scores; full recompute keeps the layer input 2sbh (the paper's sharding: not split).
     spec = load_model(model)
-    terms = paper_model_terms(spec, seq=s, micro_batch=b, t=t, sp=sp, recompute=recompute)
+    act = paper_activations(spec, seq=s, micro_batch=b, t=t, sp=sp, recompute=recompute)
+    terms = model_terms(act)
     row = Row(inputs={}, terms=terms)
     sbh, a, h = s * b * spec.hidden_size, spec.num_attention_heads, spec.hidden_size
     scores = 5 * a * s / h if recompute is Recompute.none else 0.0

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tpcalc.calc.activations.paper_explain import paper_model_terms
+from tpcalc.calc.activations.paper import paper_activations
+from tpcalc.calc.activations.paper_explain import model_terms
 from tpcalc.calc.dp.zero import (
     ZeroStage,
     zero_comm_bytes,
@@ -59,8 +60,10 @@ def test_zero3_comm_is_one_and_a_half_dp(qwen38, h800):
 
 def selective_activations(spec) -> float:
     """Seed 000's 45.6 GB: selective recompute, s = 4,096, b = 1, t = 1, all 64 layers."""
-    terms = paper_model_terms(
-        spec, seq=4096, micro_batch=1, t=1, sp=False, recompute=Recompute.selective
+    terms = model_terms(
+        paper_activations(
+            spec, seq=4096, micro_batch=1, t=1, sp=False, recompute=Recompute.selective
+        )
     )
     return Row(inputs={}, terms=terms).value("activation_bytes")
 

@@ -12,7 +12,8 @@ from tpcalc.calc.layout.groups import ParallelLayout
 from tpcalc.calc.layout.memory import layer_activation_bytes
 from tpcalc.calc.params.counts import params_for, total_params
 from tpcalc.calc.params.states import recipe_bytes
-from tpcalc.calc.pipeline.breakdown_explain import pipeline_terms
+from tpcalc.calc.pipeline.breakdown import pipeline_breakdown
+from tpcalc.calc.pipeline.breakdown_explain import breakdown_terms
 from tpcalc.choices import DDP_BUCKET_MIB, LinkChoice, ParamConvention, Schedule, TimeModel
 from tpcalc.reports.inputs import int_list, pick_link, pick_nodes, positive
 from tpcalc.reports.request import Layout, Workload
@@ -173,12 +174,13 @@ def pipeline_report(
     sizes = int_list(pp, "--pp", [8])
     for p in sizes:
         lk = pick_link(link, p, tp * dp, g)
-        terms = pipeline_terms(
+        breakdown = pipeline_breakdown(
             spec, workload.hw, p=p, m=microbatches, v=vpp, schedule=schedule, seq=seq,
             micro_batch=micro_batch, tp=tp, dtype=workload.dtype, scatter_gather=scatter_gather,
             link=lk, allow_uneven=allow_uneven, layer_act_bytes=per_layer,
             with_latency=with_latency, nodes=pick_nodes(link, p, tp * dp, g),
         )  # fmt: skip
+        terms = breakdown_terms(breakdown, workload.hw)
         echo = {**base, "pp": p, "microbatches": microbatches, "vpp": vpp,
                 "schedule": schedule.value, "tp": tp, "dp": dp, "seq": seq,
                 "micro_batch": micro_batch, "dtype": workload.dtype.value, "sp": sp,

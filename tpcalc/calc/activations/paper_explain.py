@@ -9,8 +9,6 @@ from tpcalc.calc.activations.paper import (
     Logits,
     PaperActivations,
     PaperLayer,
-    logits,
-    paper_activations,
     paper_layer,
 )
 from tpcalc.choices import FullRecomputeSharding, Recompute
@@ -158,27 +156,3 @@ def paper_layer_terms(
             full_sharding=full_sharding,
         )
     )  # fmt: skip
-
-
-def paper_model_terms(
-    spec: ModelSpec,
-    *,
-    seq: int,
-    micro_batch: int,
-    t: int,
-    sp: bool,
-    recompute: Recompute,
-    full_sharding: FullRecomputeSharding = FullRecomputeSharding.paper,
-) -> tuple[Term, ...]:
-    """``paper_activations`` with its explanations: per-layer parts, then the L-layer total."""
-    return model_terms(
-        paper_activations(
-            spec, seq=seq, micro_batch=micro_batch, t=t, sp=sp, recompute=recompute,
-            full_sharding=full_sharding,
-        )
-    )  # fmt: skip
-
-
-def logits_terms(spec: ModelSpec, *, seq: int, micro_batch: int, t: int) -> tuple[Term, ...]:
-    """``logits`` with its explanations (seed 003 §7.3.4: 2.10 GB and 4.20 GB)."""
-    return logits_row_terms(logits(spec, seq=seq, micro_batch=micro_batch, t=t))

@@ -4,22 +4,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from tpcalc.calc.links.link import LATENCY_FORMULA, Link, latency_inputs, latency_source
 from tpcalc.calc.pipeline import schedule as pp
 from tpcalc.calc.pipeline.breakdown import (
     SRC_TIMES,
     PipelineActivations,
     PipelineBreakdown,
-    pipeline_breakdown,
 )
-from tpcalc.calc.pipeline.schedule import StageTimes
 from tpcalc.choices import Schedule
 from tpcalc.explain import Explanation, terms
-from tpcalc.specs import HardwareSpec, ModelSpec
+from tpcalc.specs import HardwareSpec
 from tpcalc.terms import Scalar, Term, Unit
-from tpcalc.units import Dtype
 
 STEP = "step_time_s"
 SCHEDULE_SOURCE = {
@@ -228,32 +223,3 @@ def breakdown_terms(b: PipelineBreakdown, hw: HardwareSpec) -> tuple[Term, ...]:
     rest = terms(b, {k: table[k] for k in ROWS[1:]}, symbols=sym)
     acts = activation_terms(b.activations) if b.activations is not None else ()
     return (layers, *rest, *acts)
-
-
-def pipeline_terms(
-    spec: ModelSpec,
-    hw: HardwareSpec,
-    *,
-    p: int,
-    m: int,
-    v: int = 1,
-    schedule: Schedule = Schedule.one_f_one_b,
-    seq: int,
-    micro_batch: int,
-    tp: int = 1,
-    dtype: Dtype = Dtype.bf16,
-    scatter_gather: bool = True,
-    link: Link,
-    allow_uneven: bool = True,
-    times: StageTimes | None = None,
-    layer_act_bytes: float | Sequence[float] | None = None,
-    with_latency: bool = False,
-    nodes: int | None = None,
-) -> tuple[Term, ...]:
-    """``pipeline_breakdown`` with its explanations: the rows of ``tpcalc pipeline``."""
-    b = pipeline_breakdown(
-        spec, hw, p=p, m=m, v=v, schedule=schedule, seq=seq, micro_batch=micro_batch, tp=tp,
-        dtype=dtype, scatter_gather=scatter_gather, link=link, allow_uneven=allow_uneven,
-        times=times, layer_act_bytes=layer_act_bytes, with_latency=with_latency, nodes=nodes,
-    )  # fmt: skip
-    return breakdown_terms(b, hw)

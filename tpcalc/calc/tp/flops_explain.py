@@ -4,7 +4,7 @@ and the conversion to the ``Term`` rows ``tpcalc flops`` prints."""
 from __future__ import annotations
 
 from tpcalc.calc.activations.exact.linear_attention import FLA_CHUNK_SIZE
-from tpcalc.calc.tp.flops import TpFlops, tp_flops
+from tpcalc.calc.tp.flops import TpFlops
 from tpcalc.choices import AttentionFlops, ParamConvention
 from tpcalc.explain import Explanation, terms
 from tpcalc.specs import HardwareSpec, ModelSpec
@@ -146,23 +146,3 @@ def symbols(f: TpFlops, spec: ModelSpec) -> dict[str, dict[str, Scalar]]:
 def tp_flops_terms(f: TpFlops, spec: ModelSpec, hw: HardwareSpec) -> tuple[Term, ...]:
     """The rows of ``tpcalc flops`` for one result, in display order."""
     return terms(f, result_explanations(f, hw), symbols=symbols(f, spec))
-
-
-def flops_terms(
-    spec: ModelSpec,
-    hw: HardwareSpec,
-    *,
-    t: int,
-    seq: int,
-    micro_batch: int,
-    params: ParamConvention,
-    attention: bool = False,
-    mask: AttentionFlops = AttentionFlops.full,
-    mtp: bool | None = None,
-) -> tuple[Term, ...]:
-    """``tp_flops`` with its explanations: the rows of ``tpcalc flops`` for one t."""
-    f = tp_flops(
-        spec, hw, t=t, seq=seq, micro_batch=micro_batch, params=params, attention=attention,
-        mask=mask, mtp=mtp,
-    )  # fmt: skip
-    return tp_flops_terms(f, spec, hw)
