@@ -3,7 +3,6 @@ and the conversion to the ``Term`` rows ``tpcalc flops`` prints."""
 
 from __future__ import annotations
 
-from tpcalc.calc.activations.exact.linear_attention import FLA_CHUNK_SIZE
 from tpcalc.calc.tp.flops import TpFlops
 from tpcalc.choices import AttentionFlops, ParamConvention
 from tpcalc.explain import Explanation, terms
@@ -125,6 +124,9 @@ def result_explanations(f: TpFlops, hw: HardwareSpec) -> dict[str, Explanation]:
 
 def symbols(f: TpFlops, spec: ModelSpec) -> dict[str, dict[str, Scalar]]:
     """The numbers substituted into each row's formula (shown by --explain)."""
+    # Here, not at the top: the activation records it pulls in cost every command's start-up.
+    from tpcalc.calc.activations.exact.linear_attention import FLA_CHUNK_SIZE
+
     d_qk = spec.head_dim_resolved
     return {
         "tokens": {"s": f.seq, "b": f.micro_batch},
