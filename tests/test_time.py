@@ -321,3 +321,25 @@ def test_the_mtp_modules_moe_layer_pays_the_moe_layer_cost():
     for part in ("forward", "backward_input"):
         added = getattr(with_mtp, part).overhead_s - getattr(without, part).overhead_s
         assert added == pytest.approx(ds.mtp_layers * per_layer, rel=1e-12)
+
+
+def test_zero_2_and_3_repeat_their_collectives_every_micro_batch():
+    # Rajbhandari et al. 2020 §5.2, §7.2.2: ZeRO-2 reduce-scatters each micro-batch's
+    # gradients; ZeRO-3 also gathers the parameters before each forward and each backward.
+    # With RS and AG one step's collectives under ZeRO-1 (distributed optimizer):
+    # ZeRO-1 = RS + AG, ZeRO-2 = m·RS + AG, ZeRO-3 = m·(RS + 2·AG).
+    spec, hw = load_model("llama3-8b"), load_hardware("h100-sxm")
+    m = 4
+    run = LayoutRun(seq=4096, microbatches=m)
+
+    def dp_s(zero: int) -> tuple[float, float]:
+        lay = ParallelLayout(tp=1, dp=16, zero=ZeroStage(zero), gpus_per_node=8)
+        st = step_time(spec, hw, lay, run)
+        return st.dp_comm_time_s, st.step_time_s
+
+    (z1, step1), (z2, step2), (z3, step3) = dp_s(1), dp_s(2), dp_s(3)
+    rs = (z2 - z1) / (m - 1)
+    ag = z1 - rs
+    assert rs > 0 and ag > 0
+    assert z3 == pytest.approx(m * (rs + 2 * ag), rel=1e-12)
+    assert step1 <= step2 <= step3

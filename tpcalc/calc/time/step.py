@@ -24,7 +24,12 @@ What real frameworks overlap, each an explicit ``Overlap`` flag with its source:
 - DP: gradient reduce-scatter (all-reduce without a distributed optimizer) runs in buckets
   under the backward of the last micro-batch, parameter all-gather under the first forward
   (Megatron DDP overlap_grad_reduce / overlap_param_gather; Li et al. 2020, PyTorch DDP §3.2.3):
-  the last (first) bucket and what exceeds the pass are exposed.
+  the last (first) bucket and what exceeds the pass are exposed. ZeRO-2 shards the gradients,
+  so every micro-batch's gradients are reduce-scattered after its backward; ZeRO-3 also shards
+  the parameters, so every micro-batch gathers them before its forward and again before its
+  backward (Rajbhandari et al. 2020 §5.2, §7.2.2: 1.5x the data-parallel volume per
+  micro-batch; DeepSpeed ZeRO stage 2/3 reduce after each backward): each runs under its own
+  micro-batch's pass, and only what that pass cannot cover is exposed.
 """
 
 from __future__ import annotations
@@ -356,6 +361,7 @@ class _Ctx:
     opts: TimeOptions
     links: dict[str, Group]  # place_groups' tp, cp, dp, pp, ep, and the expert-DP group edp
     ep_overlap: bool
+    microbatches: int = 1  # per step (the run's gradient-accumulation steps)
     # One layer kind's work and parameters, computed once per step for every stage holding it.
     kinds: dict[tuple[str, bool], _LayerKind] = field(default_factory=dict)
 
@@ -574,14 +580,16 @@ def _stage_params(
 # ---- data parallel tail and optimizer ----
 
 
-def _dp_exposed(ctx: _Ctx, st: StageWork, zero: ZeroStage, vpp: int) -> tuple[float, float]:
+def _dp_exposed(ctx: _Ctx, st: StageWork, zero: ZeroStage, vpp: int, m: int) -> tuple[float, float]:
     """(exposed seconds, total seconds) of the stage's gradient reduction and parameter
     gather over its data-parallel groups (module docstring).
 
     A bucket's reduce-scatter starts once its gradients are final, in the backward of the last
     micro-batch; under pipeline parallelism those backwards spread over the drain, (p−1)/v more
     micro-batch times, and the parameter gathers over the fill likewise (Narayanan et al. 2021
-    §2.2: the flush; Megatron DDP launches each chunk's buckets as its gradients finish)."""
+    §2.2: the flush; Megatron DDP launches each chunk's buckets as its gradients finish).
+    ZeRO-2 and ZeRO-3 repeat their collectives for each of the ``m`` micro-batches, each under
+    its own micro-batch's pass (module docstring)."""
     r, ov, lay = ctx.r, ctx.opts.overlap, ctx.layout
     drain = 1 + (lay.pp - 1) / vpp
     grad_bytes = ctx.opts.grad_reduce_dtype.bytes * ctx.opts.comm_scale
@@ -605,9 +613,19 @@ def _dp_exposed(ctx: _Ctx, st: StageWork, zero: ZeroStage, vpp: int) -> tuple[fl
             gather = 0.0
         reduce_s, gather_s = buckets * one, buckets * gather
         bwd = st.backward_input.total_s + st.backward_weight.total_s + st.recompute.total_s
-        exposed += _exposed(reduce_s, bwd * drain, ov.dp_grad_reduce, one)
-        exposed += _exposed(gather_s, st.forward.total_s * drain, ov.dp_param_gather, gather)
-        total += reduce_s + gather_s
+        fwd = st.forward.total_s
+        if zero >= ZeroStage.parameters:  # gathers before every forward and every backward
+            exposed += _exposed(m * gather_s, m * fwd, ov.dp_param_gather, gather)
+            exposed += _exposed(m * (reduce_s + gather_s), m * bwd, ov.dp_grad_reduce, one)
+            total += m * (reduce_s + 2 * gather_s)
+        elif zero >= ZeroStage.gradients:  # a reduce-scatter after every backward
+            exposed += _exposed(m * reduce_s, m * bwd, ov.dp_grad_reduce, one)
+            exposed += _exposed(gather_s, fwd * drain, ov.dp_param_gather, gather)
+            total += m * reduce_s + gather_s
+        else:
+            exposed += _exposed(reduce_s, bwd * drain, ov.dp_grad_reduce, one)
+            exposed += _exposed(gather_s, fwd * drain, ov.dp_param_gather, gather)
+            total += reduce_s + gather_s
     return exposed, total
 
 
@@ -659,7 +677,7 @@ def _context(spec: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, run: Lay
         ep_overlap = run.schedule is Schedule.dualpipe
     r = rates(hw, run.dtype, efficiency_scale=opts.efficiency_scale)
     links = {**place_groups(layout), "edp": expert_dp_group(layout)}
-    return _Ctx(spec, layout, shard, r, opts, links, ep_overlap)
+    return _Ctx(spec, layout, shard, r, opts, links, ep_overlap, run.microbatches)
 
 
 def _bubble_s(stages: tuple[StageWork, ...], run: LayoutRun, p: int) -> float:
@@ -683,7 +701,7 @@ def _tail(
     step_back = neck.times.backward_input_s + neck.times.backward_weight_s
     best = (-1.0, 0.0, 0.0)
     for st in stages:
-        dp_exp, dp_total = _dp_exposed(ctx, st, zero, vpp)
+        dp_exp, dp_total = _dp_exposed(ctx, st, zero, vpp, ctx.microbatches)
         tail = max(0.0, dp_exp + _optimizer_s(ctx, st, zero) - st.stage * step_back)
         if tail > best[0]:
             best = (tail, dp_exp, dp_total)
