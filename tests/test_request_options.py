@@ -170,3 +170,21 @@ def test_the_one_conversion_to_the_calculators_inputs() -> None:
     assert work.node(Layout(gpus_per_node=4)) == 4
     with pytest.raises(InputError, match="--gpus-per-node must be a positive integer, got 0"):
         work.node(Layout(gpus_per_node=0))
+
+
+def test_calc_inputs_convert_back_to_the_request_they_came_from():
+    """The planner's candidates carry calc inputs; Layout.of / Workload.of_run give the request
+    `tpcalc layout` would build, and converting it again returns the same calc inputs."""
+    from tpcalc.calc.dp.zero import ZeroStage
+    from tpcalc.calc.layout.groups import LayoutRun, MemoryTechniques, ParallelLayout
+    from tpcalc.choices import Recompute, Schedule
+    from tpcalc.reports.request import Layout, Workload
+
+    parallel = ParallelLayout(tp=8, pp=4, dp=2, zero=ZeroStage(1), gpus_per_node=8)
+    run = LayoutRun(
+        seq=8192, microbatches=8, micro_batch=2, vpp=2, schedule=Schedule.interleaved,
+        recompute=Recompute.full, memory=MemoryTechniques(recompute_modules=("core_attn",)),
+    )  # fmt: skip
+    work, lay = Workload.of_run("llama3-70b", "h100-sxm", run), Layout.of(parallel, run)
+    assert lay.parallel(work.node(lay)) == parallel
+    assert work.run(lay, with_latency=run.with_latency) == run

@@ -108,6 +108,18 @@ class Workload:
             warnings=warnings,
         )
 
+    @classmethod
+    def of_run(
+        cls, model: str | ModelSpec, hardware: str | HardwareSpec, run: LayoutRun
+    ) -> Workload:
+        """The request a calculators' ``LayoutRun`` came from (the planner's candidates), so
+        ``reports.layout.layout_report`` prices it exactly as ``tpcalc layout`` would."""
+        return cls.load(
+            model, hardware, seq=run.seq, micro_batch=run.micro_batch, dtype=run.dtype,
+            sp=run.sp, recompute=run.recompute, activations=run.activations,
+            memory=run.memory, recipe=run.recipe,
+        )  # fmt: skip
+
     def run(self, layout: Layout, *, with_latency: bool) -> LayoutRun:
         """The calculators' ``LayoutRun``: this workload on ``layout``'s pipeline schedule."""
         return LayoutRun(
@@ -138,6 +150,16 @@ class Layout:
     microbatches: int = 1  # micro-batches per step (gradient-accumulation steps)
     gpus_per_node: int | None = None  # None: the hardware's
     world_size: int | None = None  # None: tp·cp·pp·dp
+
+    @classmethod
+    def of(cls, parallel: ParallelLayout, run: LayoutRun) -> Layout:
+        """The request a calculators' ``ParallelLayout`` and ``LayoutRun`` came from."""
+        return cls(
+            tp=parallel.tp, cp=parallel.cp, pp=parallel.pp, dp=parallel.dp, ep=parallel.ep,
+            etp=parallel.etp, zero=int(parallel.zero), vpp=run.vpp, schedule=run.schedule,
+            microbatches=run.microbatches, gpus_per_node=parallel.gpus_per_node,
+            world_size=parallel.world_size,
+        )  # fmt: skip
 
     def parallel(self, gpus_per_node: int) -> ParallelLayout:
         """The calculators' ``ParallelLayout`` on nodes of ``gpus_per_node`` GPUs."""
