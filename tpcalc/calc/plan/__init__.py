@@ -1,0 +1,1 @@
+"""The layout planner (issue 11)."""
