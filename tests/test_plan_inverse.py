@@ -14,6 +14,7 @@ from tests.conftest import run_cli
 from tpcalc.calc.dp.zero import ZeroStage
 from tpcalc.calc.layout.groups import LayoutRun, ParallelLayout
 from tpcalc.calc.plan.inverse import (
+    divisors,
     max_micro_batch,
     max_seq,
     memory_budget_bytes,
@@ -95,9 +96,10 @@ def test_headroom_never_lengthens_the_sequence(l405, h100):
 
 
 def test_max_micro_batch_with_a_global_batch_tries_every_divisor(l405, h100):
-    # 2048 sequences over dp = 128: 16 per rank, so b in {1, 2, 4, 8, 16} with m = 16 / b.
+    # 2048 sequences over dp = 128: 16 per rank, so b in {1, 2, 4, 8, 16} with m = 16 / b; the
+    # search stops at the first that does not fit (memory never falls as b grows).
     fit = max_micro_batch(l405, LAYOUT_405, RUN_405, h100.memory_bytes.value, global_batch=2048)
-    assert [p.value for p in fit.probes] == [1, 2, 4, 8, 16]
+    assert [p.value for p in fit.probes] == [1, 2]
     common = ("-m", "llama3-405b", "--tp", "8", "--pp", "16", "--dp", "128", "--zero", "1",
               "--seq", "8192")  # fmt: skip
     # README: b = 1 needs 77.0 GB; b = 2 (m = 8, 8 in flight on the first stage) does not fit.
@@ -139,6 +141,12 @@ def test_min_gpus_skips_counts_with_no_feasible_layout():
 
     found = min_gpus(1.0, [1, 2, 4, 8, 16, 32, 64], [8, 16, 24, 32, 40, 48, 56, 64], best)
     assert found.gpus == 64 and found.step_time_s == pytest.approx(60 / 64)
+
+
+def test_divisors():
+    assert divisors(16) == [1, 2, 4, 8, 16]
+    assert divisors(12) == [1, 2, 3, 4, 6, 12]
+    assert divisors(10**12)[-1] == 10**12 and len(divisors(10**12)) == 169  # (12+1)²
 
 
 def test_gpu_counts():

@@ -117,16 +117,17 @@ def _echo(spec: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, run: Layout
     }  # fmt: skip
 
 
-def _fit_terms(fit: MaxFit, key: str, label: str, budget: Term) -> list[Term]:
+def _fit_terms(fit: MaxFit, key: str, label: str, budget: Term, count: str) -> list[Term]:
     inputs: dict[str, Scalar] = {"step": fit.step, "probes": len(fit.probes)}
     return [
-        term(f"max_{key}", f"largest {label} that fits", fit.value, Unit.count,
+        term(f"max_{key}", f"largest {label} that fits ({count})", fit.value, Unit.count,
              formula=f"largest legal {label} with memory per rank <= budget", source=SRC_SEARCH,
              symbols=inputs),
         term("memory_bytes_per_rank", f"memory per rank at that {label}", fit.memory_bytes,
              Unit.bytes, formula="most loaded pipeline rank: states + activations + buffers",
              source="tpcalc.calc.layout.memory.rank_memory"),
-        term(f"next_{key}", f"next legal {label} (does not fit)", fit.next_value, Unit.count,
+        term(f"next_{key}", f"next legal {label} ({count}; does not fit)", fit.next_value,
+             Unit.count,
              formula=f"the legal {label} after the largest", source=SRC_SEARCH),
         term("next_memory_bytes_per_rank", f"memory per rank at the next {label}",
              fit.next_memory_bytes, Unit.bytes,
@@ -165,7 +166,7 @@ def max_seq_report(
     row = Row(
         inputs={**_echo(spec, hw, layout, run), "micro_batch": run.micro_batch,
                 "microbatches": run.microbatches},
-        terms=tuple(_fit_terms(fit, "seq_tokens", "sequence (tokens)", budget)),
+        terms=tuple(_fit_terms(fit, "seq_tokens", "sequence", budget, "tokens")),
     )  # fmt: skip
     return Report(
         title=f"Longest sequence that fits {spec.name} on {layout.world} × {hw.name}",
@@ -199,7 +200,10 @@ def max_micro_batch_report(
     inputs = {**_echo(spec, hw, layout, run), "seq": s, "global_batch": gb}
     if gb is None:
         inputs["microbatches"] = run.microbatches
-    row = Row(inputs=inputs, terms=tuple(_fit_terms(fit, "micro_batch", "micro-batch", budget)))
+    row = Row(
+        inputs=inputs,
+        terms=tuple(_fit_terms(fit, "micro_batch", "micro-batch", budget, "sequences")),
+    )
     return Report(
         title=f"Largest micro-batch that fits {spec.name} on {layout.world} × {hw.name}",
         rows=(row,),

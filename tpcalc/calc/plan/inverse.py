@@ -173,8 +173,9 @@ def max_micro_batch(
     """The largest micro-batch whose most loaded rank fits ``budget_bytes`` on ``layout``.
 
     With ``global_batch`` (sequences) the micro-batch must divide global_batch/dp and the
-    micro-batches per step follow (global batch = dp·b·m, Narayanan et al. 2021 §2); every
-    divisor is tried, since the pipeline rules (DualPipe's m >= 2·pp) depend on m. Without it
+    micro-batches per step follow (global batch = dp·b·m, Narayanan et al. 2021 §2); divisors
+    are tried in order, skipping those the pipeline rules reject (DualPipe's m >= 2·pp depends
+    on m), up to the first legal one that does not fit. Without it
     ``run.microbatches`` stays and b doubles then bisects. ``run.micro_batch`` is ignored."""
     if global_batch is None:
         if (problem := _layout_problem(spec, layout, replace(run, micro_batch=1))) is not None:
@@ -190,11 +191,13 @@ def max_micro_batch(
         )
     per_rank = global_batch // layout.dp
     probes: list[Probe] = []
-    for b in (d for d in range(1, per_rank + 1) if per_rank % d == 0):
+    for b in divisors(per_rank):
         trial = replace(run, micro_batch=b, microbatches=per_rank // b)
         problem = _layout_problem(spec, layout, trial)
         used = None if problem else worst_rank_bytes(spec, layout, trial)
         probes.append(Probe(b, used, problem))
+        if used is not None and used > budget_bytes:
+            break  # memory is non-decreasing in b: no larger micro-batch fits
     legal = [p for p in probes if p.memory_bytes is not None]
     if not legal:
         raise InputError(probes[0].problem or "no legal micro-batch")
@@ -207,6 +210,19 @@ def max_micro_batch(
         nxt.value if nxt else None, nxt.memory_bytes if nxt else None, budget_bytes, 1,
         tuple(probes),
     )  # fmt: skip
+
+
+def divisors(n: int) -> list[int]:
+    """Every divisor of ``n``, ascending (trial division up to √n)."""
+    small, large = [], []
+    d = 1
+    while d * d <= n:
+        if n % d == 0:
+            small.append(d)
+            if d * d != n:
+                large.append(n // d)
+        d += 1
+    return small + large[::-1]
 
 
 @dataclass(frozen=True)
