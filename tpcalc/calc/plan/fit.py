@@ -76,6 +76,7 @@ class MemoryScreen:
         self.mtp = spec.mtp_layers if techniques.mtp else 0
         self._inventory: dict[tuple, tuple[np.ndarray, np.ndarray, tuple[str, ...]]] = {}
         self._kind_bytes: dict[tuple, np.ndarray] = {}
+        self._mode_bytes: dict[tuple, np.ndarray] = {}
         self._pipes: dict[tuple, Pipe] = {}
         self._params: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._buffers: dict[tuple, float] = {}
@@ -143,6 +144,17 @@ class MemoryScreen:
             np.add.at(out, rows[kept, 0], each[kept])
         self._kind_bytes[key] = out
         return out
+
+    def mode_bytes(
+        self, tp: int, cp: int, sps: tuple[bool, ...], modes: tuple[RecomputeMode, ...], b: int
+    ) -> np.ndarray:
+        """``kind_bytes`` of every (sp, mode): [S, R', K]."""
+        key = (tp, cp, sps, modes, b)
+        if key not in self._mode_bytes:
+            self._mode_bytes[key] = np.array(
+                [[self.kind_bytes(tp, cp, sp, mode, b) for mode in modes] for sp in sps]
+            )
+        return self._mode_bytes[key]
 
     def _techniques(self, mode: RecomputeMode) -> MemoryTechniques:
         return MemoryTechniques(
@@ -247,9 +259,7 @@ class MemoryScreen:
         out = np.empty((len(zeros), len(mbs), len(sps), len(modes)))
         for i, b in enumerate(mbs):
             pipe = self.pipe(shape.pp, v, per_dp // b)
-            kb = np.array(
-                [[self.kind_bytes(shape.tp, shape.cp, sp, mode, b) for mode in modes] for sp in sps]
-            )  # [S, R', K]
+            kb = self.mode_bytes(shape.tp, shape.cp, tuple(sps), tuple(modes), b)  # [S, R', K]
             act = pipe.factors[0] * (kb @ pipe.counts[0].T)  # [S, R', ranks]
             for counts, factor in zip(pipe.counts[1:], pipe.factors[1:], strict=True):
                 act = act + factor * (kb @ counts.T)  # DualPipe's second direction

@@ -168,35 +168,33 @@ class _Search:
 
     # ---- candidates and bounds ----
 
-    def picks(self) -> tuple[list[_Pick], np.ndarray, np.ndarray]:
-        """Every timed candidate that fits, its memory, and its first (loosest) bound."""
-        out: list[_Pick] = []
-        mems: list[float] = []
-        lbs: list[float] = []
-        zi = [self.zeros.index(z) for z in self.timed_zeros]
-        modes = self.d.recompute
+    def picks(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every timed candidate that fits as rows (block, zero, micro-batch, sp, mode) of
+        indices, its memory, and its first (loosest) bound."""
+        zi = np.array([self.zeros.index(z) for z in self.timed_zeros], dtype=np.int64)
+        cols: list[np.ndarray] = []
+        mems: list[np.ndarray] = []
+        lbs: list[np.ndarray] = []
+        bounds = self.bounds
         for k, blk in enumerate(self.blocks):
-            fits = blk.memory <= self.capacity
-            for i, b in enumerate(blk.mbs):
-                m = blk.per_dp // b
-                for s, sp in enumerate(blk.sps):
-                    lb = None
-                    for z in zi:
-                        for r in range(len(modes)):
-                            if not fits[z, i, s, r]:
-                                continue
-                            if lb is None:
-                                lb = self.bounds.lower(blk.shape, blk.variant, b, m, sp, None)
-                            out.append(_Pick(k, z, i, s, r))
-                            mems.append(float(blk.memory[z, i, s, r]))
-                            lbs.append(lb)
-        return out, np.array(mems), np.array(lbs)
+            mem = blk.memory[zi]  # [Z', M, S, R]
+            z, i, s, r = np.nonzero(mem <= self.capacity)
+            if not len(z):
+                continue
+            lb = bounds.block(
+                blk.shape, blk.variant, blk.mbs, blk.per_dp, blk.sps, self.d.recompute,
+                [zero >= 1 for zero in self.timed_zeros],
+            )  # fmt: skip
+            cols.append(np.stack([np.full_like(z, k), zi[z], i, s, r], axis=1))
+            mems.append(mem[z, i, s, r])
+            lbs.append(lb[z, i, s, r] * (1 - BOUND_MARGIN))
+        if not cols:
+            return np.zeros((0, 5), dtype=np.int64), np.zeros(0), np.zeros(0)
+        return np.concatenate(cols), np.concatenate(mems), np.concatenate(lbs)
 
-    def tighter(self, p: _Pick) -> float:
-        blk = self.blocks[p.block]
-        b = blk.mbs[p.m]
-        mode = self.d.recompute[p.r]
-        return self.bounds.lower(blk.shape, blk.variant, b, blk.per_dp // b, blk.sps[p.s], mode)
+    def tighten(self, row: np.ndarray) -> float:
+        """The exact step time of a pick (the tier after its bound)."""
+        return self.exact(_Pick(*(int(x) for x in row))).step_time_s
 
     def exact(self, p: _Pick) -> StepTime:
         if p not in self._exact:
@@ -250,27 +248,24 @@ BOUND_MARGIN = 1e-9
 
 
 def _best_first(
-    search: _Search, picks: list[_Pick], lbs: np.ndarray, want: int
+    search: _Search, picks: np.ndarray, lbs: np.ndarray, want: int
 ) -> list[tuple[float, int]]:
-    """The ``want`` picks of least exact step time (ties: least memory first), in order:
-    pop the least bound; tighten it, then time it exactly; an exact time that is still the
-    least of all bounds is final (module docstring)."""
+    """The ``want`` picks of least exact step time, in order: take picks in order of their
+    bound, time each exactly; a timed pick whose time is at most the next bound is final,
+    since every pick not yet timed has at least that bound, and so that time (module
+    docstring)."""
     order = np.argsort(lbs, kind="stable")
-    heap: list[tuple[float, int, int]] = []  # (bound, tier, pick index)
+    heap: list[tuple[float, int]] = []  # (exact time, pick index)
     out: list[tuple[float, int]] = []
     i = 0
     n = len(order)
     while len(out) < want and (i < n or heap):
-        if i < n and (not heap or lbs[order[i]] <= heap[0][0]):
+        if i < n and (not heap or lbs[order[i]] < heap[0][0]):
             j = int(order[i])
             i += 1
-            heapq.heappush(heap, (search.tighter(picks[j]) * (1 - BOUND_MARGIN), 1, j))
-            continue
-        bound, tier, j = heapq.heappop(heap)
-        if tier == 1:
-            heapq.heappush(heap, (search.exact(picks[j]).step_time_s, 2, j))
+            heapq.heappush(heap, (search.tighten(picks[j]), j))
         else:
-            out.append((bound, j))
+            out.append(heapq.heappop(heap))
     return out
 
 
@@ -290,23 +285,28 @@ def _why(best: Candidate, other: Candidate) -> str:
     return text
 
 
-def _pareto(search: _Search, picks: list[_Pick], mems: np.ndarray, lbs: np.ndarray) -> list[int]:
-    """Picks on the memory-versus-time front, memory ascending, each strictly faster than all
-    with less memory: taken in memory order, timed only when the bound beats the best time
-    seen at lower memory."""
+# A Pareto point must be this much faster than every point with less memory: the front of
+# thousands of layouts is otherwise a staircase of steps a user cannot tell apart.
+PARETO_MIN_GAIN = 0.01
+
+
+def _pareto(search: _Search, picks: np.ndarray, mems: np.ndarray, lbs: np.ndarray) -> list[int]:
+    """Picks on the memory-versus-time front, memory ascending, each at least PARETO_MIN_GAIN
+    faster than all with less memory: taken in memory order, timed only when the bound beats
+    the time a next point must reach."""
     order = np.lexsort((lbs, mems))
-    best = math.inf
+    need = math.inf  # the step time a next point must beat
     front: list[int] = []
     for j in order:
         j = int(j)
-        if lbs[j] >= best or search.tighter(picks[j]) * (1 - BOUND_MARGIN) >= best:
+        if lbs[j] >= need:
             continue
-        t = search.exact(picks[j]).step_time_s
-        if t < best:
+        t = search.tighten(picks[j])
+        if t < need:
             if front and mems[front[-1]] == mems[j]:
                 front.pop()
             front.append(j)
-            best = t
+            need = t * (1 - PARETO_MIN_GAIN)
     return front
 
 
@@ -314,7 +314,6 @@ def _plan_gpus(req: PlanRequest, gpus: int) -> PlanResult:
     search = _Search(req, gpus)
     search.enumerate()
     picks, mems, lbs = search.picks()
-    lbs = lbs * (1 - BOUND_MARGIN)
     if req.include_all:
         want = len(picks)
     elif req.objective is Objective.memory:
@@ -322,14 +321,17 @@ def _plan_gpus(req: PlanRequest, gpus: int) -> PlanResult:
     else:
         want = min(req.top_k, len(picks))
     ranked = _best_first(search, picks, lbs, want)
+    search.timed_top = search.timed
     if req.objective is Objective.memory:
         order = np.lexsort((lbs, mems))[: req.top_k]
-        cands = sorted((search.candidate(picks[int(j)]) for j in order),
+        cands = sorted((search.candidate(_Pick(*map(int, picks[j]))) for j in order),
                        key=lambda c: (c.memory_bytes, c.step_time_s))  # fmt: skip
     else:
-        cands = [search.candidate(picks[j]) for _, j in ranked]
+        cands = [search.candidate(_Pick(*map(int, picks[j]))) for _, j in ranked]
         cands.sort(key=lambda c: (c.step_time_s, c.memory_bytes))
-    front = [search.candidate(picks[j]) for j in _pareto(search, picks, mems, lbs)]
+    front = [
+        search.candidate(_Pick(*map(int, picks[j]))) for j in _pareto(search, picks, mems, lbs)
+    ]
     top = tuple(cands[: req.top_k])
     why = _why(top[0], top[1]) if len(top) > 1 and req.objective is not Objective.memory else ""
     return PlanResult(

@@ -42,7 +42,7 @@ ZIGZAG_CHUNKS = 2  # zig-zag CP cuts the sequence into 2·cp chunks (layout_prob
 # Fine-grained recompute module sets searched: every subset when the model has at most this many
 # applicable modules; beyond, each module alone, every pair and all of them together.
 FULL_POWERSET_MODULES = 4
-# Megatron-LM's ``moe`` module already re-runs everything ``moe_act`` does (step.RECOMPUTE_MODULE_OPS).
+# Megatron-LM's ``moe`` module re-runs everything ``moe_act`` does (step.RECOMPUTE_MODULE_OPS).
 REDUNDANT_MODULES = (("moe", "moe_act"),)
 
 
@@ -252,9 +252,18 @@ def pipeline_rule(layers: int, pp: int, v: Variant, allow_uneven: bool) -> str |
 
 
 def microbatch_rule(pp: int, m: int, v: Variant) -> str | None:
-    """``check_pipeline``'s rule on the micro-batch count (DualPipe)."""
+    """``check_pipeline``'s rule on the micro-batch count (DualPipe), and one the planner adds:
+    the interleaved schedule runs micro-batches in groups of pp, so m must be a multiple of pp
+    (Megatron-LM core/pipeline_parallel/schedules.py, forward_backward_pipelining_with_
+    interleaving: "number of microbatches is not divisible by pipeline-parallel size when using
+    interleaved schedule"). ``layout`` prices such a run; the planner does not propose one."""
     if v.schedule is Schedule.dualpipe and (
         m % DUALPIPE_DIRECTIONS or m < DUALPIPE_DIRECTIONS * pp
     ):
         return "divisibility: DualPipe needs an even microbatches >= 2·pp"
+    if v.schedule is Schedule.interleaved and m % pp:
+        return INTERLEAVED_GROUPS
     return None
+
+
+INTERLEAVED_GROUPS = "divisibility: interleaved needs microbatches a multiple of pp (Megatron)"
