@@ -254,3 +254,35 @@ def test_inverse_needs_a_global_batch():
 def test_units_in_headers(planned):
     r = run_cli(*ARGS)
     assert re.search(r"step time \((ms|s)\)", r.out)
+
+
+def test_objective_gpus_finds_the_fewest_counts_tried(monkeypatch, result):
+    # A planner whose best step halves with every doubling of GPUs (1.0 s on 8 GPUs): a
+    # 0.3 s target needs 8 · 1.0 / 0.3 = 26.7 GPUs, i.e. 32 among whole 8-GPU nodes
+    # (24 gives 0.333 s); the search tries powers of two, then bisects node multiples.
+    from dataclasses import replace
+
+    tried = []
+
+    def fake_plan(model, hardware, *, gpus, **kwargs):
+        tried.append(gpus)
+        assert kwargs["objective"] == "time"
+        top = tuple(replace(c, step_time_s=8.0 / gpus) for c in result.top[:1])
+        return replace(result, gpus=gpus, top=top)
+
+    monkeypatch.setattr("tpcalc.reports.plan.plan", fake_plan)
+    r = run_cli(*ARGS[:3], "--gpus", "64", "--global-batch", "16", "--objective", "gpus",
+                "--target-step-time", "0.3")  # fmt: skip
+    assert r.code == 0, r.err
+    assert "on 32 × h100-sxm" in r.out and "Fewest GPUs for a 0.3 s step" in r.out
+    assert 24 in tried and 32 in tried
+    r = run_cli(*ARGS[:3], "--gpus", "64", "--global-batch", "16", "--objective", "gpus",
+                "-f", "json")  # fmt: skip
+    assert r.code == 1 and "--objective gpus needs --target-step-time" in r.err
+
+
+def test_pareto_is_spread_when_long(result):
+    report = plan_view.pareto_report(result, most=2)
+    assert len(report.rows) == min(2, len(result.pareto))
+    points = plan_view.spread(tuple(range(10)), 4)  # type: ignore[arg-type]
+    assert points == (0, 3, 6, 9)

@@ -299,27 +299,64 @@ def plan(
                             (global_batch_tokens, "--global-batch-tokens")):  # fmt: skip
             if value is not None:
                 positive(value, name)
-        return run_plan(
-            model, hardware, gpus=gpus, seq=seq, global_batch=global_batch,
-            global_batch_tokens=global_batch_tokens, pins=pins, bounds=bounds,
-            memory_headroom=memory_headroom, reserve_bytes=reserve_gb * GB,
-            objective=objective.value, target_step_time_s=target_step_time, top_k=top,
-            include_all=all_layouts, tp_within_node=tp_within_node, allow_uneven=uneven,
-            gpus_per_node=gpus_per_node, recipe=recipe.value, dtype=dtype.value,
-            activations=activations.value,
+        options: dict[str, Any] = dict(
+            seq=seq, global_batch=global_batch, global_batch_tokens=global_batch_tokens,
+            pins=pins, bounds=bounds, memory_headroom=memory_headroom,
+            reserve_bytes=reserve_gb * GB, top_k=top, include_all=all_layouts,
+            tp_within_node=tp_within_node, allow_uneven=uneven, gpus_per_node=gpus_per_node,
+            recipe=recipe.value, dtype=dtype.value, activations=activations.value,
         )  # fmt: skip
+        if objective is not PlanObjective.gpus:
+            return run_plan(model, hardware, gpus=gpus, objective=objective.value, **options), None
+        return _fewest_gpus(model, hardware, gpus, target_step_time, gpus_per_node, options)
 
     try:
-        result = _run_with_progress(search, fmt)
+        result, counts = _run_with_progress(search, fmt)
     except TpcalcError as exc:
         error(str(exc))
         raise typer.Exit(1) from None
-    _print(result, model, hardware, fmt=fmt, units=units, explain=explain, every=all_layouts)
+    if counts is not None and fmt is Format.table:
+        emit(lambda: counts, fmt, units=units)
+    _print(
+        result, model, hardware, fmt=fmt, units=units, explain=explain, every=all_layouts, top=top
+    )
+
+
+def _fewest_gpus(
+    model: str, hardware: str, gpus: int, target: float | None, gpus_per_node: int | None,
+    options: dict[str, Any],
+) -> tuple[Any, Any]:  # fmt: skip
+    """--objective gpus: the fewest GPUs (up to --gpus) whose best layout reaches the target,
+    by ``tpcalc.calc.plan.inverse.min_gpus`` over the planner's best step time per count (powers
+    of two, then bisection over whole nodes); the plan at that count, and the counts tried."""
+    from tpcalc.catalog import load_hardware
+    from tpcalc.reports.plan import plan as run_plan
+    from tpcalc.reports.plan_inverse import gpu_counts, min_gpus_report
+
+    if target is None:
+        raise TpcalcError("--objective gpus needs --target-step-time SECONDS, e.g. 2.0")
+    node = gpus_per_node or load_hardware(hardware).gpus_per_node.value
+    plans: dict[int, Any] = {}
+
+    def at(g: int) -> Any:
+        if g not in plans:
+            plans[g] = run_plan(model, hardware, gpus=g, objective="time", **options)
+        return plans[g]
+
+    def best(g: int) -> float | None:
+        found = at(g).best
+        return None if found is None else found.step_time_s
+
+    coarse, fine = gpu_counts(node, gpus)
+    title = f"Fewest GPUs for a {target:g} s step (best layout per count, up to {gpus:,})"
+    echo = {"model": model, "hardware": hardware}
+    report, found = min_gpus_report(title, echo, target, [*coarse, gpus], fine, best)
+    return at(found.gpus if found.gpus is not None else gpus), report
 
 
 def _print(
     result: Any, model: str, hardware: str, *, fmt: Format, units: ByteUnits, explain: bool,
-    every: bool,
+    every: bool, top: int,
 ) -> None:  # fmt: skip
     from tpcalc.reports import plan_view as view
 
@@ -329,7 +366,7 @@ def _print(
         return
     emit(lambda: view.top_report(result), fmt, units=units)
     if result.pareto:
-        emit(lambda: view.pareto_report(result), fmt, units=units)
+        emit(lambda: view.pareto_report(result, max(top, 2)), fmt, units=units)
     emit(lambda: view.counts_report(result), fmt, units=units)
     if every:
         emit(lambda: view.all_report(result), fmt, units=units)

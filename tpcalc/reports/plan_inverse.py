@@ -8,7 +8,7 @@ memory budget; the GPU question takes the planner's best step time per GPU count
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tpcalc.calc.layout.groups import LayoutRun, MemoryTechniques, ParallelLayout
@@ -225,7 +225,7 @@ def gpu_counts(gpus_per_node: int, max_gpus: int) -> tuple[list[int], list[int]]
 
 def min_gpus_report(
     title: str,
-    echo: dict[str, Scalar],
+    echo: Mapping[str, Scalar],
     target_step_time_s: float,
     coarse: Sequence[int],
     fine: Sequence[int],

@@ -7,9 +7,10 @@ cases), plan the same model on the same GPUs, sequence and global batch, then ch
 2. it ranks in the planner's top k (10), or its predicted step time is within 5% of the best;
 3. the planner's pick is predicted at least as fast as the published layout.
 
-The published layout is priced with the options its source states, memory included (a row's
-``validate_time`` case prices time only): Megatron FSDP as ZeRO-3, CPU offloading of activations,
-full recompute. Where a check fails, ``why`` says what differs, and lists the options the source
+The published layout's step time is ``tpcalc validate``'s prediction (the calibrated one);
+whether it fits is judged with the memory options its source states (a row's ``validate_time``
+case prices time only): Megatron FSDP as ZeRO-3, CPU offloading of activations, full recompute.
+Where a check fails, ``why`` says what differs, and lists the options the source
 states that tpcalc does not model (``UNMODELLED``), each a fact of the row's recipe.
 """
 
@@ -25,7 +26,7 @@ from tpcalc.calc.plan.inverse import worst_rank_bytes
 from tpcalc.calc.time.step import STEP_PARTS, StepTime, TimeOptions, step_time
 from tpcalc.catalog import load_hardware, load_model
 from tpcalc.choices import Recompute
-from tpcalc.reports.validate_time import Case, case_of, layout_text, load_runs, recipe_options
+from tpcalc.reports.validate_time import Case, case_of, load_runs, recipe_options
 from tpcalc.terms import Report, Row, Scalar, Term, Unit, term
 from tpcalc.units import GB
 
@@ -49,16 +50,19 @@ _OFF: tuple[Any, ...] = (None, False, "none", [], {}, 0)
 
 @dataclass(frozen=True)
 class Published:
-    """One published run as the planner sees it: the case (memory options as stated) and the
-    global batch it was measured at."""
+    """One published run as the planner sees it: ``case`` is ``tpcalc validate``'s (its step
+    time is that command's prediction), ``memory_case`` the same layout with the memory options
+    the source states (what "feasible" is judged on), and the global batch it was measured at."""
 
     case: Case
+    memory_case: Case
     global_batch: int
     unmodelled: tuple[str, ...]
 
 
 def published(row: dict[str, Any]) -> Published | str:
-    """The row with the memory options its source states, or why it cannot be computed."""
+    """The row as ``tpcalc validate`` prices it, plus its stated memory options, or why it
+    cannot be computed."""
     case = case_of(row)
     if isinstance(case, str):
         return case
@@ -66,22 +70,34 @@ def published(row: dict[str, Any]) -> Published | str:
     layout, run = case.layout, case.run
     if row.get("fsdp") or recipe.get("use_megatron_fsdp"):
         layout = replace(layout, zero=ZeroStage.parameters)  # runs.yaml: fsdp > 0 = Megatron FSDP
-    granularity = recipe.get("recompute_granularity") or recipe.get(
-        "activations_checkpoint_granularity"
-    )
-    if granularity in (Recompute.full.value, Recompute.selective.value):
-        run = replace(run, recompute=Recompute(granularity))
+    if recipe.get("recompute_granularity") == Recompute.full.value:
+        run = replace(run, recompute=Recompute.full)
     if offload := recipe.get("cpu_offloading_num_layers"):
         run = replace(run, memory=replace(run.memory, offload_layers=int(offload)))
     unmodelled = tuple(text for key, text in UNMODELLED.items() if recipe.get(key) not in _OFF)
-    return Published(replace(case, layout=layout, run=run), row["global_batch"], unmodelled)
+    memory_case = replace(case, layout=layout, run=run)
+    return Published(case, memory_case, row["global_batch"], unmodelled)
+
+
+def choice(layout: Any, run: Any) -> dict[str, Scalar]:
+    """The choices a layout makes, as the planner searches them (compared pick vs published)."""
+    return {
+        "TP": layout.tp, "PP": layout.pp, "CP": layout.cp, "VP": run.vpp, "EP": layout.ep,
+        "DP": layout.dp, "mbs": run.micro_batch, "ZeRO": int(layout.zero),
+        "recompute": run.recompute.value
+        + ("+" + ",".join(run.memory.recompute_modules) if run.memory.recompute_modules else ""),
+    }  # fmt: skip
+
+
+def choice_text(c: dict[str, Scalar]) -> str:
+    return " ".join(f"{k}{v}" if k not in ("recompute",) else str(v) for k, v in c.items())
 
 
 @dataclass(frozen=True)
 class Pick:
     """What the planner returns that the checks read: its best layouts, fastest first."""
 
-    layouts: tuple[str, ...]  # layout_text of each, in rank order
+    choices: tuple[dict[str, Scalar], ...]  # ``choice`` of each, in rank order
     step_times_s: tuple[float, ...]
     steps: tuple[StepTime, ...]
     top_k: int
@@ -145,9 +161,14 @@ class Check:
             best = self.pick.steps[0]
             part = max(STEP_PARTS, key=lambda p: getattr(self.published, p) - getattr(best, p))
             saved = getattr(self.published, part) - getattr(best, part)
+            mine = choice(self.item.case.layout, self.item.case.run)
+            theirs = self.pick.choices[0]
+            changed = ", ".join(
+                f"{k} {mine[k]} -> {theirs[k]}" for k in mine if mine[k] != theirs.get(k)
+            )
             reasons.append(
-                f"the pick ({self.pick.layouts[0]}) saves {saved:.2f} s of "
-                f"{part.removesuffix('_time_s').replace('_', ' ')}"
+                f"the pick changes {changed or 'only overlap options'} and saves {saved:.2f} s "
+                f"of {part.removesuffix('_time_s').replace('_', ' ')}"
             )
         if reasons and self.item.unmodelled:
             reasons.append("not modelled: " + "; ".join(self.item.unmodelled))
@@ -156,11 +177,11 @@ class Check:
 
 def check(item: Published, planner: Callable[[Published], Pick]) -> Check:
     """Price the published layout as stated and run the planner on the same question."""
-    c = item.case
+    c, m = item.case, item.memory_case
     spec, hw = load_model(c.model), load_hardware(c.hardware)
-    problems = layout_problems(spec, c.layout, c.run)
+    problems = layout_problems(spec, m.layout, m.run)
     capacity = hw.memory_bytes.value
-    memory = worst_rank_bytes(spec, c.layout, c.run)
+    memory = worst_rank_bytes(spec, m.layout, m.run)
     problem = "; ".join(problems) if problems else None
     if problem is None and memory > capacity:
         problem = f"needs {memory / GB:.1f} GB per rank of {capacity / GB:.0f} GB"
@@ -186,20 +207,13 @@ def engine_planner(top_k: int = TOP_K) -> Callable[[Published], Pick]:
         )  # fmt: skip
         result = plan(request)
         return Pick(
-            tuple(_text(cand.layout, cand.run) for cand in result.top),
+            tuple(choice(cand.layout, cand.run) for cand in result.top),
             tuple(cand.step_time_s for cand in result.top),
             tuple(cand.step for cand in result.top),
             top_k,
         )
 
     return run
-
-
-def _text(layout: Any, run: Any) -> str:
-    return (
-        f"TP{layout.tp} PP{layout.pp} CP{layout.cp} VP{run.vpp} EP{layout.ep} DP{layout.dp} "
-        f"mbs{run.micro_batch} m{run.microbatches}"
-    )
 
 
 def published_items(ids: set[str] | None = None) -> tuple[list[Published], list[str]]:
@@ -228,8 +242,9 @@ def _row(ch: Check) -> Row:
     c = ch.item.case
     inputs: dict[str, Scalar] = {
         "id": c.id, "model": c.model, "hardware": c.hardware, "gpus": c.gpus, "seq": c.run.seq,
-        "global_batch": ch.item.global_batch, "published": layout_text(c),
-        "pick": ch.pick.layouts[0] if ch.pick.layouts else None,
+        "global_batch": ch.item.global_batch,
+        "published": choice_text(choice(ch.item.memory_case.layout, ch.item.memory_case.run)),
+        "pick": choice_text(ch.pick.choices[0]) if ch.pick.choices else None,
     }  # fmt: skip
     terms: list[Term] = [
         term("published_feasible", "published feasible", ch.feasible, Unit.text,

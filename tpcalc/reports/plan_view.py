@@ -95,7 +95,12 @@ def _shared(result: PlanResult) -> dict[str, Scalar]:
 
 
 def candidates_report(
-    result: PlanResult, candidates: tuple[Candidate, ...], title: str, *, compact: bool
+    result: PlanResult,
+    candidates: tuple[Candidate, ...],
+    title: str,
+    *,
+    compact: bool,
+    index: str = "rank",
 ) -> Report:
     """One row per candidate, ranked; ``compact`` keeps the layout as one text column (the
     table), otherwise every choice is its own column (JSON, CSV)."""
@@ -103,7 +108,7 @@ def candidates_report(
     rows = []
     for rank, c in enumerate(candidates, start=1):
         inputs: dict[str, Scalar] = {
-            "rank": rank, "layout": layout_text(c), "dominated_by": dominant(c), **shared
+            index: rank, "layout": layout_text(c), "dominated_by": dominant(c), **shared
         }  # fmt: skip
         if not compact:
             inputs.update(candidate_inputs(c))
@@ -129,11 +134,30 @@ def no_layout(result: PlanResult) -> tuple[str, ...]:
     return (f"no feasible layout among {result.enumerated:,} (rejected: {reasons})",)
 
 
-def pareto_report(result: PlanResult) -> Report:
-    return candidates_report(
-        result, result.pareto, "Memory versus step time: the Pareto front (less memory first)",
-        compact=True,
-    )  # fmt: skip
+def spread(points: tuple[Candidate, ...], most: int) -> tuple[Candidate, ...]:
+    """At most ``most`` points of a front, evenly spaced by position, both ends kept."""
+    n = len(points)
+    if n <= most:
+        return points
+    if most < 2:
+        return points[-1:]
+    picks = sorted({round(i * (n - 1) / (most - 1)) for i in range(most)})
+    return tuple(points[i] for i in picks)
+
+
+def pareto_report(result: PlanResult, most: int = 10) -> Report:
+    """The memory-versus-time front, less memory first: every point, or ``most`` of them evenly
+    spread (the note says how many there are)."""
+    shown = spread(result.pareto, most)
+    title = "Memory versus step time: the Pareto front (less memory first, each one faster)"
+    report = candidates_report(result, shown, title, compact=True, index="point")
+    if len(shown) < len(result.pareto):
+        note = (
+            f"{len(shown)} of the front's {len(result.pareto)} layouts shown, evenly spread; "
+            "--all --format csv lists every feasible layout"
+        )
+        report = report.model_copy(update={"notes": (note,)})
+    return report
 
 
 def all_report(result: PlanResult) -> Report:
