@@ -286,3 +286,30 @@ def test_pareto_is_spread_when_long(result):
     assert len(report.rows) == min(2, len(result.pareto))
     points = plan_view.spread(tuple(range(10)), 4)  # type: ignore[arg-type]
     assert points == (0, 3, 6, 9)
+
+
+# --- the real search, small --------------------------------------------------------------
+@pytest.fixture(scope="module")
+def real():
+    from tpcalc.reports.plan import plan
+
+    return plan("llama3-8b", "h100-sxm", gpus=8, seq=4096, global_batch=16, top_k=3)
+
+
+def test_real_search_output_contract(real):
+    r = run_cli(*ARGS, "--top", "3", "-f", "json")
+    assert r.code == 0, r.err
+    rows = json.loads(r.out)
+    assert [row["rank"] for row in rows] == [1, 2, 3]
+    times = [row["step_time_s"] for row in rows]
+    assert times == sorted(times) and times[0] == real.top[0].step_time_s
+    assert plan_view.counts_report(real).rows[0].check_breakdowns() == []
+
+
+def test_real_search_layouts_reproduce_in_tpcalc_layout(real):
+    for c in real.top:
+        r = run_cli("layout", *plan_view.layout_args("llama3-8b", "h100-sxm", c), "-f", "json")
+        assert r.code == 0, r.err
+        total = json.loads(r.out)[-1]
+        assert total["step_time_s"] == pytest.approx(c.step_time_s, rel=1e-9)
+        assert total["memory_bytes_per_rank"] == pytest.approx(c.memory_bytes, rel=1e-9)

@@ -34,6 +34,13 @@ from tpcalc.units import GB, ByteUnits, Dtype
 
 app = typer.Typer()
 
+# Input bounds that keep one command within seconds: beyond them a value is a typo, not a run.
+# 2^20 GPUs is beyond any cluster built to date; 2^16 sequences per step is 32x DeepSeek-V3's
+# 15,360 (DeepSeek-V3 report §4.2) and 32x Llama 3 405B's 2,048 at 8K (Llama 3 paper Table 4);
+# more than 100 listed layouts is what --all is for.
+MAX_GPUS = 2**20
+MAX_GLOBAL_BATCH = 2**16
+MAX_TOP = 100
 # A search that has not finished after this long gets a progress display on stderr (issue 11:
 # "a rich progress bar when a search will take more than about a second").
 PROGRESS_AFTER_S = 1.0
@@ -138,6 +145,12 @@ def _words(value: str | None, option: str, enum: type) -> tuple[str, ...] | None
             f"{option} {value!r}: give one or more of {', '.join(valid)} separated by commas"
         )
     return words
+
+
+def _bounded(value: int, option: str, most: int, what: str) -> int:
+    if not 1 <= value <= most:
+        raise TpcalcError(f"{option} must be between 1 and {most:,} ({what}), got {value:,}")
+    return value
 
 
 def _run_with_progress(work: Callable[[], Any], fmt: Format) -> Any:
@@ -294,11 +307,18 @@ def plan(
         from tpcalc.reports.inputs import positive
         from tpcalc.reports.plan import plan as run_plan
 
-        positive(gpus, "--gpus")  # one line naming the option; sizes beyond any run refused
-        for value, name in ((global_batch, "--global-batch"),
-                            (global_batch_tokens, "--global-batch-tokens")):  # fmt: skip
-            if value is not None:
-                positive(value, name)
+        _bounded(positive(gpus, "--gpus"), "--gpus", MAX_GPUS, "GPUs")
+        _bounded(top, "--top", MAX_TOP, "layouts; --all lists every feasible one")
+        if global_batch is not None:
+            _bounded(positive(global_batch, "--global-batch"), "--global-batch",
+                     MAX_GLOBAL_BATCH, "sequences")  # fmt: skip
+        if global_batch_tokens is not None:
+            from tpcalc.catalog import load_model
+
+            tokens = positive(global_batch_tokens, "--global-batch-tokens")
+            s = seq if seq is not None else load_model(model).seq_length
+            _bounded(-(-tokens // max(s, 1)), "--global-batch-tokens / --seq", MAX_GLOBAL_BATCH,
+                     "sequences")  # fmt: skip
         options: dict[str, Any] = dict(
             seq=seq, global_batch=global_batch, global_batch_tokens=global_batch_tokens,
             pins=pins, bounds=bounds, memory_headroom=memory_headroom,
