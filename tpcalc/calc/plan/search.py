@@ -83,6 +83,7 @@ class _Search:
         self.blocks: list[_Block] = []
         self.rejections: Counter[str] = Counter()
         self.enumerated = 0
+        self.fitting = 0  # candidates that divide and fit, counted as the blocks are screened
         self.timed = 0
         self._exact: dict[_Pick, tuple[StepTime, ParallelLayout, LayoutRun]] = {}
         # of the stages >= 1, only the highest allowed is timed (module docstring)
@@ -159,12 +160,13 @@ class _Search:
             over = int((mem > self.capacity).sum())
             if over:
                 self.rejections[MEMORY] += over
+            self.fitting += mem.size - over
             if over < mem.size:
                 self.blocks.append(_Block(shape, v, good, per_dp, ok, mem))
 
     @property
     def feasible(self) -> int:
-        return self.enumerated - sum(self.rejections.values())
+        return self.fitting
 
     # ---- candidates and bounds ----
 
@@ -285,28 +287,48 @@ def _why(best: Candidate, other: Candidate) -> str:
     return text
 
 
-# A Pareto point must be this much faster than every point with less memory: the front of
-# thousands of layouts is otherwise a staircase of steps a user cannot tell apart.
+# A Pareto point is shown only if it is this much faster than the shown point with the next
+# lower memory: the exact front of thousands of layouts is a staircase of steps a user cannot
+# tell apart. Thinning is done on exact times, after the exact front is found.
 PARETO_MIN_GAIN = 0.01
 
 
-def _pareto(search: _Search, picks: np.ndarray, mems: np.ndarray, lbs: np.ndarray) -> list[int]:
-    """Picks on the memory-versus-time front, memory ascending, each at least PARETO_MIN_GAIN
-    faster than all with less memory: taken in memory order, timed only when the bound beats
-    the time a next point must reach."""
-    order = np.lexsort((lbs, mems))
-    need = math.inf  # the step time a next point must beat
-    front: list[int] = []
-    for j in order:
+def _fastest(
+    search: _Search, picks: np.ndarray, idx: np.ndarray, lbs: np.ndarray, mems: np.ndarray
+) -> int:
+    """The pick of least exact time among ``idx`` (sorted by bound; ties: least memory):
+    picks are timed in bound order until the next bound is no less than the best time."""
+    best_t, best_j = math.inf, -1
+    for j in idx:
         j = int(j)
-        if lbs[j] >= need:
-            continue
+        if lbs[j] > best_t:
+            break
         t = search.tighten(picks[j])
-        if t < need:
-            if front and mems[front[-1]] == mems[j]:
-                front.pop()
+        if t < best_t or (t == best_t and mems[j] < mems[best_j]):
+            best_t, best_j = t, j
+    return best_j
+
+
+def _pareto(search: _Search, picks: np.ndarray, mems: np.ndarray, lbs: np.ndarray) -> list[int]:
+    """Picks on the memory-versus-time front, memory ascending: the fastest of all, then the
+    fastest with less memory than that, and so on (each found by branch-and-bound over the
+    picks with less memory), thinned to points PARETO_MIN_GAIN faster than the previous."""
+    order = np.argsort(lbs, kind="stable")
+    by_mem = mems[order]
+    exact: list[int] = []
+    limit = math.inf
+    while True:
+        idx = order[by_mem < limit]
+        if not len(idx):
+            break
+        j = _fastest(search, picks, idx, lbs, mems)
+        exact.append(j)
+        limit = mems[j]
+    front: list[int] = []
+    for j in reversed(exact):  # memory ascending, time descending
+        t = search.tighten(picks[j])
+        if not front or t < search.tighten(picks[front[-1]]) * (1 - PARETO_MIN_GAIN):
             front.append(j)
-            need = t * (1 - PARETO_MIN_GAIN)
     return front
 
 
@@ -321,7 +343,6 @@ def _plan_gpus(req: PlanRequest, gpus: int) -> PlanResult:
     else:
         want = min(req.top_k, len(picks))
     ranked = _best_first(search, picks, lbs, want)
-    search.timed_top = search.timed
     if req.objective is Objective.memory:
         order = np.lexsort((lbs, mems))[: req.top_k]
         cands = sorted((search.candidate(_Pick(*map(int, picks[j]))) for j in order),
