@@ -275,6 +275,7 @@ def test_result_counts_and_candidates(best8b):
     assert r.why_best.startswith("best is ")
     mems = [c.memory_bytes for c in r.pareto]
     assert mems == sorted(mems)
+    assert r.pareto[-1].step_time_s == r.top[0].step_time_s  # the fastest ends the front
     assert [c.step_time_s for c in r.pareto] == sorted((c.step_time_s for c in r.pareto),
                                                         reverse=True)  # fmt: skip
 

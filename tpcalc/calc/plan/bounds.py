@@ -350,13 +350,9 @@ class StepBounds:
         d = 1 + (shape.pp - 1) / v.vpp
         a2, c2 = a + d * first_f, c + d * first_bwd  # arrays; -inf stays -inf
 
-        def h(n: np.ndarray) -> np.ndarray:
-            return m * n + np.maximum(0.0, a2 - d * n) + np.maximum(0.0, c2 - d * n)
-
-        best = h(slowest)
-        for brk in (a2 / d, c2 / d):
-            best = np.minimum(best, h(np.maximum(slowest, brk)))
-        return best + const
+        n = np.stack([slowest, np.maximum(slowest, a2 / d), np.maximum(slowest, c2 / d)])
+        h = m * n + np.maximum(0.0, a2 - d * n) + np.maximum(0.0, c2 - d * n)
+        return h.min(axis=0) + const
 
     def stacked(
         self, shape: Shape, b: int, sp: bool, modes: tuple[RecomputeMode, ...]

@@ -287,9 +287,11 @@ def _why(best: Candidate, other: Candidate) -> str:
     return text
 
 
-# A Pareto point is shown only if it is this much faster than the shown point with the next
-# lower memory: the exact front of thousands of layouts is a staircase of steps a user cannot
-# tell apart. Thinning is done on exact times, after the exact front is found.
+# The exact front of thousands of layouts is a staircase of steps a user cannot tell apart, so
+# the front is taken at memory budgets each this much below the previous point's memory (every
+# point is still exactly the fastest layout within its own memory), and a point is shown only
+# if it is PARETO_MIN_GAIN faster than the shown point with the next lower memory.
+PARETO_MEMORY_STEP = 0.05
 PARETO_MIN_GAIN = 0.01
 
 
@@ -311,8 +313,9 @@ def _fastest(
 
 def _pareto(search: _Search, picks: np.ndarray, mems: np.ndarray, lbs: np.ndarray) -> list[int]:
     """Picks on the memory-versus-time front, memory ascending: the fastest of all, then the
-    fastest with less memory than that, and so on (each found by branch-and-bound over the
-    picks with less memory), thinned to points PARETO_MIN_GAIN faster than the previous."""
+    fastest with PARETO_MEMORY_STEP less memory than that, and so on (each found by
+    branch-and-bound over the picks under the budget), keeping the fastest and then each
+    point that the kept faster one beats by PARETO_MIN_GAIN."""
     order = np.argsort(lbs, kind="stable")
     by_mem = mems[order]
     exact: list[int] = []
@@ -323,13 +326,14 @@ def _pareto(search: _Search, picks: np.ndarray, mems: np.ndarray, lbs: np.ndarra
             break
         j = _fastest(search, picks, idx, lbs, mems)
         exact.append(j)
-        limit = mems[j]
+        limit = mems[j] * (1 - PARETO_MEMORY_STEP)
     front: list[int] = []
-    for j in reversed(exact):  # memory ascending, time descending
-        t = search.tighten(picks[j])
-        if not front or t < search.tighten(picks[front[-1]]) * (1 - PARETO_MIN_GAIN):
+    for j in exact:  # time ascending from the fastest, memory descending
+        if not front or search.tighten(picks[front[-1]]) < search.tighten(picks[j]) * (
+            1 - PARETO_MIN_GAIN
+        ):
             front.append(j)
-    return front
+    return front[::-1]
 
 
 def _plan_gpus(req: PlanRequest, gpus: int) -> PlanResult:
