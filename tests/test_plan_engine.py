@@ -272,7 +272,12 @@ def test_result_counts_and_candidates(best8b):
     times = [c.step_time_s for c in r.top]
     assert times == sorted(times)
     assert all(c.fits for c in r.top)
-    assert r.why_best.startswith("best is ")
+    assert r.why_best.startswith("the best spends less on ")
+    w = r.why
+    a, b = r.top[0].step.parts_s, r.top[1].step.parts_s
+    assert w.step_gain_s == pytest.approx(r.top[1].step_time_s - r.top[0].step_time_s)
+    assert w.gained_s == pytest.approx(b[w.gained_part] - a[w.gained_part])
+    assert w.gained_s == pytest.approx(max(b[k] - a[k] for k in a))
     mems = [c.memory_bytes for c in r.pareto]
     assert mems == sorted(mems)
     assert r.pareto[-1].step_time_s == r.top[0].step_time_s  # the fastest ends the front

@@ -31,7 +31,7 @@ from tpcalc.calc.plan import space
 from tpcalc.calc.plan.bounds import StepBounds
 from tpcalc.calc.plan.fit import MemoryScreen
 from tpcalc.calc.plan.space import RecomputeMode, Shape, Variant
-from tpcalc.calc.plan.types import Candidate, Objective, PlanRequest, PlanResult
+from tpcalc.calc.plan.types import BestMargin, Candidate, Objective, PlanRequest, PlanResult
 from tpcalc.calc.time.step import STEP_PARTS, StepTime, TimeOptions, step_time
 from tpcalc.errors import InputError
 
@@ -271,20 +271,25 @@ def _best_first(
     return out
 
 
-def _why(best: Candidate, other: Candidate) -> str:
-    """One line: the parts of the step where the best gains most on the runner-up."""
+def _part_name(part: str) -> str:
+    return part.removesuffix("_time_s").replace("_", " ")
+
+
+def _why(best: Candidate, other: Candidate) -> tuple[str, BestMargin]:
+    """Why the best beats the runner-up: the part of the step where it saves most and the one
+    where it spends most extra (the two breakdowns, part by part), in words and in seconds."""
     a, b = best.step.parts_s, other.step.parts_s
     diffs = sorted(((b[k] - a[k], k) for k in STEP_PARTS), reverse=True)
     gain, part = diffs[0]
-    loss, lpart = diffs[-1]
-    name = part.removesuffix("_time_s").replace("_", " ")
-    text = (
-        f"best is {other.step_time_s - best.step_time_s:.4g} s faster per step than the "
-        f"runner-up: {gain:.4g} s less {name}"
-    )
-    if loss < 0:
-        text += f", for {-loss:.4g} s more {lpart.removesuffix('_time_s').replace('_', ' ')}"
-    return text
+    loss, lost = diffs[-1]
+    margin = BestMargin(
+        step_gain_s=other.step_time_s - best.step_time_s, gained_part=part, gained_s=gain,
+        lost_part=lost if loss < 0 else None, lost_s=-loss if loss < 0 else 0.0,
+    )  # fmt: skip
+    text = f"the best spends less on {_part_name(part)} than the runner-up"
+    if margin.lost_part is not None:
+        text += f", more on {_part_name(lost)}"
+    return text, margin
 
 
 # The exact front of thousands of layouts is a staircase of steps a user cannot tell apart, so
@@ -358,12 +363,14 @@ def _plan_gpus(req: PlanRequest, gpus: int) -> PlanResult:
         search.candidate(_Pick(*map(int, picks[j]))) for j in _pareto(search, picks, mems, lbs)
     ]
     top = tuple(cands[: req.top_k])
-    why = _why(top[0], top[1]) if len(top) > 1 and req.objective is not Objective.memory else ""
+    why, margin = "", None
+    if len(top) > 1 and req.objective is not Objective.memory:
+        why, margin = _why(top[0], top[1])
     return PlanResult(
         request=req, gpus=gpus, top=top, pareto=tuple(front),
         all_feasible=tuple(cands) if req.include_all else (), enumerated=search.enumerated,
         feasible=search.feasible, timed_exactly=search.timed,
-        rejections=tuple(sorted(search.rejections.items())), why_best=why,
+        rejections=tuple(sorted(search.rejections.items())), why_best=why, why=margin,
     )  # fmt: skip
 
 
