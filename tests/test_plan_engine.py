@@ -21,6 +21,7 @@ from tpcalc.calc.layout.memory import layer_activation_bytes, rank_memory
 from tpcalc.calc.plan import search as S
 from tpcalc.calc.plan.request import build_request
 from tpcalc.calc.plan.space import INTERLEAVED_GROUPS, RecomputeMode, Variant
+from tpcalc.calc.time.step import TimeOptions
 from tpcalc.catalog import load_hardware, load_model
 from tpcalc.choices import Recompute, Schedule
 from tpcalc.errors import InputError
@@ -379,11 +380,19 @@ def test_objective_gpus_finds_the_fewest():
         ({"objective": "gpus"}, "target_step_time_s"),
         ({"global_batch": None, "global_batch_tokens": 4097}, "global_batch_tokens"),
         ({"bounds": {"tpx": 2}}, "bound tpx"),
+        ({"time_options": TimeOptions(recompute_layers=2)}, "recompute_layers"),
     ],
 )
 def test_bad_input_names_the_field(h100, kw, field):
     with pytest.raises(InputError, match=field):
         _request("llama3-8b", h100, **kw)
+
+
+def test_dp_pin_filters(h100):
+    req = _request("llama3-8b", h100, pins={"dp": (4,)})
+    s = S._Search(req, req.gpus)
+    s.enumerate()
+    assert s.blocks and {b.shape.dp for b in s.blocks} == {4}
 
 
 def test_tokens_become_sequences(h100):

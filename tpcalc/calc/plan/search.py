@@ -106,6 +106,8 @@ class _Search:
                     if self.gpus % (tp * cp * pp):
                         continue
                     dp = self.gpus // (tp * cp * pp)
+                    if dp not in req.pins.get("dp", (dp,)) or dp > req.bounds.get("dp", dp):
+                        continue  # dp follows from the others; a pin or bound on it filters
                     per_dp = req.global_batch // dp if req.global_batch % dp == 0 else 0
                     mbs = space.micro_batches(d, per_dp) if per_dp else []
                     vs = space.variants(d, req, pp)
@@ -187,11 +189,11 @@ class _Search:
                 blk.shape, blk.variant, blk.mbs, blk.per_dp, blk.sps, self.d.recompute,
                 [zero >= 1 for zero in self.timed_zeros],
             )  # fmt: skip
-            cols.append(np.stack([np.full_like(z, k), zi[z], i, s, r], axis=1))
+            cols.append(np.stack([np.full_like(z, k), zi[z], i, s, r], axis=1).astype(np.int32))
             mems.append(mem[z, i, s, r])
             lbs.append(lb[z, i, s, r] * (1 - BOUND_MARGIN))
         if not cols:
-            return np.zeros((0, 5), dtype=np.int64), np.zeros(0), np.zeros(0)
+            return np.zeros((0, 5), dtype=np.int32), np.zeros(0), np.zeros(0)
         return np.concatenate(cols), np.concatenate(mems), np.concatenate(lbs)
 
     def tighten(self, row: np.ndarray) -> float:
