@@ -278,12 +278,17 @@ class StepBounds:
         docstring): the constant holds the least pipeline sends, stage 0's Adam step and the
         first bucket of its gradient reduction and parameter gather; A and C are what remains
         of each to hide under stage 0's backward and forward (at most N each) over the drain."""
-        key = (shape.tp, shape.cp, shape.pp, shape.dp, v.vpp, b, sp, distributed)
+        const, a, c = self.dp_tail(shape, v, distributed)
+        return const + self.pp_sends(shape, b, sp), a, c
+
+    def dp_tail(self, shape: Shape, v: Variant, distributed: bool) -> tuple[float, float, float]:
+        """``rest`` without the pipeline sends (it does not depend on the micro-batch)."""
+        key = (shape.tp, shape.cp, shape.pp, shape.dp, v.vpp, distributed)
         if key in self._rest:
             return self._rest[key]
         r, opts, ov = self.r, self.opts, self.opts.overlap
         links = self.links(shape)
-        const = self.pp_sends(shape, b, sp)
+        const = 0.0
         a = c = -math.inf
         params = self.first_stage_dense(shape, v)
         group = links["dp"]
@@ -393,6 +398,7 @@ class StepBounds:
         p = shape.pp
         counts = self.stage_counts(p, v.vpp)
         ctuple = tuple(modes)
+        d = 1 + (p - 1) / v.vpp  # the drain, as step._dp_exposed takes it
         for i, b in enumerate(mbs):
             m = per_dp // b
             for j, sp in enumerate(sps):
@@ -404,9 +410,19 @@ class StepBounds:
                 f0 = kind_f @ counts[0] + first_f
                 bubble = _bubble(v, p, f / p, bi / p, w / p, (f + bi + w) / p)
                 slowest = per.max(axis=1)
-                for z, dist in enumerate(distributed):
-                    rest = self.with_rest(shape, v, b, m, sp, dist, slowest, f0, total0 - f0)
-                    out[z, i, j] = rest + bubble
+                tails = [self.rest(shape, v, b, sp, dist) for dist in distributed]
+                const = np.array([t[0] for t in tails])[:, None]  # [Z, 1]
+                a2 = np.array([t[1] for t in tails])[:, None] + d * f0  # [Z, R]
+                c2 = np.array([t[2] for t in tails])[:, None] + d * (total0 - f0)
+                n = np.stack(
+                    [
+                        np.broadcast_to(slowest, a2.shape),
+                        np.maximum(slowest, a2 / d),
+                        np.maximum(slowest, c2 / d),
+                    ]
+                )
+                h = m * n + np.maximum(0.0, a2 - d * n) + np.maximum(0.0, c2 - d * n)
+                out[:, i, j] = h.min(axis=0) + const + bubble
         return out
 
     def lower(
