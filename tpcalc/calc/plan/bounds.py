@@ -101,8 +101,8 @@ class StepBounds:
         self.spec, self.hw, self.node, self.opts = spec, hw, gpus_per_node, opts
         self.dtype, self.seq, self.tech = dtype, seq, techniques
         self._work: dict[tuple, ShardWork] = {}
-        self._times: dict[tuple, StageTimes] = {}
-        self._rest: dict[tuple, float] = {}
+        self._times: dict[tuple, StageBound] = {}
+        self._rest: dict[tuple, tuple[float, float, float]] = {}
         self._first_params: dict[tuple, int] = {}
         self.r = rates(hw, dtype, efficiency_scale=opts.efficiency_scale)
         kinds: dict[tuple[str, bool], list[int]] = {}
@@ -115,6 +115,9 @@ class StepBounds:
             for i in layers:
                 self.kind_index[i] = k
         self._stage_counts: dict[tuple[int, int], np.ndarray] = {}
+        self._stacked: dict[tuple, tuple[np.ndarray, ...]] = {}
+        self._links: dict[tuple, dict] = {}
+        self._sends: dict[tuple, float] = {}
         self.shards = 0
 
     def work(self, shape: Shape, b: int, sp: bool) -> ShardWork:
@@ -159,7 +162,8 @@ class StepBounds:
             ep_f = ep_b = 0.0
             if moe and shape.ep > 1:
                 a2a = self._a2a(shard, shape.ep, links["ep"].nodes)
-                ep_f, ep_b = _exposed(a2a, kb + kw, ov.ep_a2a), _exposed(a2a, kf, ov.ep_a2a)
+                ep_on = bool(ov.ep_a2a)  # set explicitly by the planner (space.overlap)
+                ep_f, ep_b = _exposed(a2a, kb + kw, ep_on), _exposed(a2a, kf, ep_on)
             fs.append(kf + _exposed(tp_pass, gemm_f, ov.tp_comm, first_chunk) + ep_f)
             bs.append(kb + _exposed(tp_pass, gemm_b, ov.tp_comm, first_chunk) + ep_b)
             ws.append(kw)
@@ -274,21 +278,18 @@ class StepBounds:
         docstring): the constant holds the least pipeline sends, stage 0's Adam step and the
         first bucket of its gradient reduction and parameter gather; A and C are what remains
         of each to hide under stage 0's backward and forward (at most N each) over the drain."""
-        key = (shape.tp, shape.cp, shape.pp, shape.dp, v.vpp, b, sp, distributed)
+        const, a, c = self.dp_tail(shape, v, distributed)
+        return const + self.pp_sends(shape, b, sp), a, c
+
+    def dp_tail(self, shape: Shape, v: Variant, distributed: bool) -> tuple[float, float, float]:
+        """``rest`` without the pipeline sends (it does not depend on the micro-batch)."""
+        key = (shape.tp, shape.cp, shape.pp, shape.dp, v.vpp, distributed)
         if key in self._rest:
             return self._rest[key]
         r, opts, ov = self.r, self.opts, self.opts.overlap
-        layout = ParallelLayout(
-            gpus_per_node=self.node, tp=shape.tp, cp=shape.cp, pp=shape.pp, dp=shape.dp
-        )
-        links = place_groups(layout)  # the pp and dp groups do not depend on ep, etp
-        const, a, c = 0.0, -math.inf, -math.inf
-        if shape.pp > 1:
-            tokens = self.seq * b // shape.cp
-            sp_tokens = tokens // shape.tp if sp and shape.tp > 1 else tokens
-            msg = sp_tokens * self.spec.hidden_size * Dtype.bf16.bytes * opts.comm_scale
-            one = collective_time_s(r, Collective.p2p, msg, 2, min(2, links["pp"].nodes))
-            const += P2P_PASSES * (shape.pp - 1) * one
+        links = self.links(shape)
+        const = 0.0
+        a = c = -math.inf
         params = self.first_stage_dense(shape, v)
         group = links["dp"]
         if params and group.size > 1:
@@ -317,6 +318,31 @@ class StepBounds:
         self._rest[key] = (const, a, c)
         return const, a, c
 
+    def links(self, shape: Shape) -> dict:
+        """The pp and dp groups (they do not depend on ep, etp)."""
+        key = (shape.tp, shape.cp, shape.pp, shape.dp)
+        if key not in self._links:
+            self._links[key] = place_groups(
+                ParallelLayout(
+                    gpus_per_node=self.node, tp=shape.tp, cp=shape.cp, pp=shape.pp, dp=shape.dp
+                )
+            )
+        return self._links[key]
+
+    def pp_sends(self, shape: Shape, b: int, sp: bool) -> float:
+        """The pipeline sends of the fill and drain, 2(p−1) of them (step._pp_exposed)."""
+        if shape.pp == 1:
+            return 0.0
+        key = (shape.tp, shape.cp, shape.pp, shape.dp, b, sp and shape.tp > 1)
+        if key not in self._sends:
+            tokens = self.seq * b // shape.cp
+            sp_tokens = tokens // shape.tp if sp and shape.tp > 1 else tokens
+            msg = sp_tokens * self.spec.hidden_size * Dtype.bf16.bytes * self.opts.comm_scale
+            nodes = min(2, self.links(shape)["pp"].nodes)
+            one = collective_time_s(self.r, Collective.p2p, msg, 2, nodes)
+            self._sends[key] = P2P_PASSES * (shape.pp - 1) * one
+        return self._sends[key]
+
     def with_rest(
         self, shape: Shape, v: Variant, b: int, m: int, sp: bool, distributed: bool,
         slowest: np.ndarray, first_f: np.ndarray, first_bwd: np.ndarray,
@@ -329,13 +355,39 @@ class StepBounds:
         d = 1 + (shape.pp - 1) / v.vpp
         a2, c2 = a + d * first_f, c + d * first_bwd  # arrays; -inf stays -inf
 
-        def h(n: np.ndarray) -> np.ndarray:
-            return m * n + np.maximum(0.0, a2 - d * n) + np.maximum(0.0, c2 - d * n)
+        n = np.stack([slowest, np.maximum(slowest, a2 / d), np.maximum(slowest, c2 / d)])
+        h = m * n + np.maximum(0.0, a2 - d * n) + np.maximum(0.0, c2 - d * n)
+        return h.min(axis=0) + const
 
-        best = h(slowest)
-        for brk in (a2 / d, c2 / d):
-            best = np.minimum(best, h(np.maximum(slowest, brk)))
-        return best + const
+    def stacked(
+        self, shape: Shape, b: int, sp: bool, modes: tuple[RecomputeMode, ...]
+    ) -> tuple[np.ndarray, ...]:
+        """``stage`` of every mode as arrays: per-kind totals and forwards [R, K], ends [R],
+        summed F, B, W [R]."""
+        key = (
+            shape.tp,
+            shape.cp,
+            shape.ep,
+            shape.etp,
+            sp and shape.tp > 1,
+            b,
+            modes,
+            shape.pp == 1,
+        )
+        if key not in self._stacked:
+            t = [self.stage(shape, b, sp, mode) for mode in modes]
+            self._stacked[key] = (
+                np.array([x.per_kind_s for x in t]),
+                np.array([x.per_kind_f_s for x in t]),
+                np.array([x.first_end_s for x in t]),
+                np.array([x.last_end_s for x in t]),
+                np.array([x.first_end_f_s + (x.last_end_f_s if shape.pp == 1 else 0.0)
+                          for x in t]),
+                np.array([x.sums.forward_s for x in t]),
+                np.array([x.sums.backward_input_s for x in t]),
+                np.array([x.sums.backward_weight_s for x in t]),
+            )  # fmt: skip
+        return self._stacked[key]
 
     def block(
         self, shape: Shape, v: Variant, mbs: list[int], per_dp: int, sps: list[bool],
@@ -345,24 +397,32 @@ class StepBounds:
         out = np.empty((len(distributed), len(mbs), len(sps), len(modes)))
         p = shape.pp
         counts = self.stage_counts(p, v.vpp)
+        ctuple = tuple(modes)
+        d = 1 + (p - 1) / v.vpp  # the drain, as step._dp_exposed takes it
         for i, b in enumerate(mbs):
             m = per_dp // b
             for j, sp in enumerate(sps):
-                t = [self.stage(shape, b, sp, mode) for mode in modes]
-                f = np.array([x.sums.forward_s for x in t]) / p
-                bi = np.array([x.sums.backward_input_s for x in t]) / p
-                w = np.array([x.sums.backward_weight_s for x in t]) / p
-                per = np.array([x.per_kind_s for x in t]) @ counts.T  # [R, stages]
-                per[:, 0] += np.array([x.first_end_s for x in t])
-                per[:, -1] += np.array([x.last_end_s for x in t])
-                f0 = np.array([x.per_kind_f_s for x in t]) @ counts[0] + t[0].first_end_f_s
-                if p == 1:
-                    f0 = f0 + t[0].last_end_f_s
-                bubble = _bubble(v, p, f, bi, w, f + bi + w)
+                kind, kind_f, first, last, first_f, f, bi, w = self.stacked(shape, b, sp, ctuple)
+                per = kind @ counts.T  # [R, stages]
+                per[:, 0] += first
+                per[:, -1] += last
+                total0 = per[:, 0]
+                f0 = kind_f @ counts[0] + first_f
+                bubble = _bubble(v, p, f / p, bi / p, w / p, (f + bi + w) / p)
                 slowest = per.max(axis=1)
-                for z, dist in enumerate(distributed):
-                    rest = self.with_rest(shape, v, b, m, sp, dist, slowest, f0, per[:, 0] - f0)
-                    out[z, i, j] = rest + bubble
+                tails = [self.rest(shape, v, b, sp, dist) for dist in distributed]
+                const = np.array([t[0] for t in tails])[:, None]  # [Z, 1]
+                a2 = np.array([t[1] for t in tails])[:, None] + d * f0  # [Z, R]
+                c2 = np.array([t[2] for t in tails])[:, None] + d * (total0 - f0)
+                n = np.stack(
+                    [
+                        np.broadcast_to(slowest, a2.shape),
+                        np.maximum(slowest, a2 / d),
+                        np.maximum(slowest, c2 / d),
+                    ]
+                )
+                h = m * n + np.maximum(0.0, a2 - d * n) + np.maximum(0.0, c2 - d * n)
+                out[:, i, j] = h.min(axis=0) + const + bubble
         return out
 
     def lower(

@@ -80,6 +80,8 @@ class MemoryScreen:
         self._pipes: dict[tuple, Pipe] = {}
         self._params: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._buffers: dict[tuple, float] = {}
+        self._buffer_rows: dict[tuple, np.ndarray] = {}
+        self._factors: dict[tuple, float] = {}
         rb = recipe_bytes(recipe)
         self._rb = (rb.weight_bytes, rb.grad_bytes, rb.optimizer_bytes)
 
@@ -183,6 +185,8 @@ class MemoryScreen:
                 per_chunk[c, self.kind_of[i]] += 1
             start += size
         per_chunk[-1, self.kind_of[n - 1]] += self.mtp
+        counts: tuple[np.ndarray, ...]
+        factors: tuple[np.ndarray, ...]
         if v.schedule is Schedule.dualpipe:
             counts = (per_chunk[:pp], per_chunk[::-1][:pp])
             factors = (
@@ -225,9 +229,12 @@ class MemoryScreen:
 
     def state_factor(self, zero: ZeroStage, n: int) -> float:
         """Bytes of model states per parameter at ``zero`` over n ranks (zero_states_bytes)."""
-        dw, dg, do = state_divisors(zero, n)
-        w, g, o = self._rb
-        return w / dw + g / dg + o / do
+        key = (zero, n)
+        if key not in self._factors:
+            dw, dg, do = state_divisors(zero, n)
+            w, g, o = self._rb
+            self._factors[key] = w / dw + g / dg + o / do
+        return self._factors[key]
 
     def buffer(self, shape: Shape, b: int, last: bool) -> float:
         key = (shape.tp, shape.cp, shape.ep, b, last)
@@ -265,7 +272,12 @@ class MemoryScreen:
                 act = act + factor * (kb @ counts.T)  # DualPipe's second direction
             if self.tech.offload_layers:
                 act = act - act * pipe.offload_share
-            buf = np.array([self.buffer(shape, b, bool(x)) for x in pipe.last])
+            bkey = (shape.tp, shape.cp, shape.ep, shape.etp, b, shape.pp, v)
+            if bkey not in self._buffer_rows:
+                self._buffer_rows[bkey] = np.array(
+                    [self.buffer(shape, b, bool(x)) for x in pipe.last]
+                )
+            buf = self._buffer_rows[bkey]
             total = states[:, None, None, :] + act[None] + buf
             out[:, i] = total.max(axis=-1)
         return out

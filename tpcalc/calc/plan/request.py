@@ -126,6 +126,14 @@ def build_request(
     obj = _choice(Objective, objective, "objective")
     if obj is Objective.gpus and (target_step_time_s is None or not target_step_time_s > 0):
         raise InputError("objective gpus needs a positive target_step_time_s")
+    opts = time_options or TimeOptions()
+    fixed = [n for n in ("first_stage_layers", "last_stage_layers", "recompute_layers")
+             if getattr(opts, n) is not None]  # fmt: skip
+    if fixed:
+        raise InputError(
+            f"time_options {', '.join(fixed)}: the planner splits layers evenly and searches "
+            "recompute itself; leave them unset (price such a layout with `tpcalc layout`)"
+        )
     node = _positive_int(gpus_per_node or hw.gpus_per_node.value, "gpus_per_node")
     return PlanRequest(
         spec=spec, hw=hw, gpus=gpus, seq=seq, global_batch=batch, pins=typed_pins,
@@ -135,7 +143,7 @@ def build_request(
         tp_within_node=tp_within_node, allow_uneven=allow_uneven, gpus_per_node=node,
         recipe=_choice(StateRecipe, recipe, "recipe"), dtype=_choice(Dtype, dtype, "dtype"),
         activations=_choice(ActivationModel, activations, "activations"),
-        memory=memory or MemoryTechniques(), time_options=time_options or TimeOptions(),
+        memory=memory or MemoryTechniques(), time_options=opts,
     )  # fmt: skip
 
 

@@ -31,7 +31,7 @@ from tpcalc.calc.plan import space
 from tpcalc.calc.plan.bounds import StepBounds
 from tpcalc.calc.plan.fit import MemoryScreen
 from tpcalc.calc.plan.space import RecomputeMode, Shape, Variant
-from tpcalc.calc.plan.types import Candidate, Objective, PlanRequest, PlanResult
+from tpcalc.calc.plan.types import BestMargin, Candidate, Objective, PlanRequest, PlanResult
 from tpcalc.calc.time.step import STEP_PARTS, StepTime, TimeOptions, step_time
 from tpcalc.errors import InputError
 
@@ -83,6 +83,7 @@ class _Search:
         self.blocks: list[_Block] = []
         self.rejections: Counter[str] = Counter()
         self.enumerated = 0
+        self.fitting = 0  # candidates that divide and fit, counted as the blocks are screened
         self.timed = 0
         self._exact: dict[_Pick, tuple[StepTime, ParallelLayout, LayoutRun]] = {}
         # of the stages >= 1, only the highest allowed is timed (module docstring)
@@ -105,6 +106,8 @@ class _Search:
                     if self.gpus % (tp * cp * pp):
                         continue
                     dp = self.gpus // (tp * cp * pp)
+                    if dp not in req.pins.get("dp", (dp,)) or dp > req.bounds.get("dp", dp):
+                        continue  # dp follows from the others; a pin or bound on it filters
                     per_dp = req.global_batch // dp if req.global_batch % dp == 0 else 0
                     mbs = space.micro_batches(d, per_dp) if per_dp else []
                     vs = space.variants(d, req, pp)
@@ -159,12 +162,13 @@ class _Search:
             over = int((mem > self.capacity).sum())
             if over:
                 self.rejections[MEMORY] += over
+            self.fitting += mem.size - over
             if over < mem.size:
                 self.blocks.append(_Block(shape, v, good, per_dp, ok, mem))
 
     @property
     def feasible(self) -> int:
-        return self.enumerated - sum(self.rejections.values())
+        return self.fitting
 
     # ---- candidates and bounds ----
 
@@ -185,11 +189,11 @@ class _Search:
                 blk.shape, blk.variant, blk.mbs, blk.per_dp, blk.sps, self.d.recompute,
                 [zero >= 1 for zero in self.timed_zeros],
             )  # fmt: skip
-            cols.append(np.stack([np.full_like(z, k), zi[z], i, s, r], axis=1))
+            cols.append(np.stack([np.full_like(z, k), zi[z], i, s, r], axis=1).astype(np.int32))
             mems.append(mem[z, i, s, r])
             lbs.append(lb[z, i, s, r] * (1 - BOUND_MARGIN))
         if not cols:
-            return np.zeros((0, 5), dtype=np.int64), np.zeros(0), np.zeros(0)
+            return np.zeros((0, 5), dtype=np.int32), np.zeros(0), np.zeros(0)
         return np.concatenate(cols), np.concatenate(mems), np.concatenate(lbs)
 
     def tighten(self, row: np.ndarray) -> float:
@@ -269,45 +273,74 @@ def _best_first(
     return out
 
 
-def _why(best: Candidate, other: Candidate) -> str:
-    """One line: the parts of the step where the best gains most on the runner-up."""
+def _part_name(part: str) -> str:
+    return part.removesuffix("_time_s").replace("_", " ")
+
+
+def _why(best: Candidate, other: Candidate) -> tuple[str, BestMargin]:
+    """Why the best beats the runner-up: the part of the step where it saves most and the one
+    where it spends most extra (the two breakdowns, part by part), in words and in seconds."""
     a, b = best.step.parts_s, other.step.parts_s
     diffs = sorted(((b[k] - a[k], k) for k in STEP_PARTS), reverse=True)
     gain, part = diffs[0]
-    loss, lpart = diffs[-1]
-    name = part.removesuffix("_time_s").replace("_", " ")
-    text = (
-        f"best is {other.step_time_s - best.step_time_s:.4g} s faster per step than the "
-        f"runner-up: {gain:.4g} s less {name}"
-    )
-    if loss < 0:
-        text += f", for {-loss:.4g} s more {lpart.removesuffix('_time_s').replace('_', ' ')}"
-    return text
+    loss, lost = diffs[-1]
+    margin = BestMargin(
+        step_gain_s=other.step_time_s - best.step_time_s, gained_part=part, gained_s=gain,
+        lost_part=lost if loss < 0 else None, lost_s=-loss if loss < 0 else 0.0,
+    )  # fmt: skip
+    text = f"the best spends less on {_part_name(part)} than the runner-up"
+    if margin.lost_part is not None:
+        text += f", more on {_part_name(lost)}"
+    return text, margin
 
 
-# A Pareto point must be this much faster than every point with less memory: the front of
-# thousands of layouts is otherwise a staircase of steps a user cannot tell apart.
+# The exact front of thousands of layouts is a staircase of steps a user cannot tell apart, so
+# the front is taken at memory budgets each this much below the previous point's memory (every
+# point is still exactly the fastest layout within its own memory), and a point is shown only
+# if it is PARETO_MIN_GAIN faster than the shown point with the next lower memory.
+PARETO_MEMORY_STEP = 0.05
 PARETO_MIN_GAIN = 0.01
 
 
-def _pareto(search: _Search, picks: np.ndarray, mems: np.ndarray, lbs: np.ndarray) -> list[int]:
-    """Picks on the memory-versus-time front, memory ascending, each at least PARETO_MIN_GAIN
-    faster than all with less memory: taken in memory order, timed only when the bound beats
-    the time a next point must reach."""
-    order = np.lexsort((lbs, mems))
-    need = math.inf  # the step time a next point must beat
-    front: list[int] = []
-    for j in order:
+def _fastest(
+    search: _Search, picks: np.ndarray, idx: np.ndarray, lbs: np.ndarray, mems: np.ndarray
+) -> int:
+    """The pick of least exact time among ``idx`` (sorted by bound; ties: least memory):
+    picks are timed in bound order until the next bound is no less than the best time."""
+    best_t, best_j = math.inf, -1
+    for j in idx:
         j = int(j)
-        if lbs[j] >= need:
-            continue
+        if lbs[j] > best_t:
+            break
         t = search.tighten(picks[j])
-        if t < need:
-            if front and mems[front[-1]] == mems[j]:
-                front.pop()
+        if t < best_t or (t == best_t and mems[j] < mems[best_j]):
+            best_t, best_j = t, j
+    return best_j
+
+
+def _pareto(search: _Search, picks: np.ndarray, mems: np.ndarray, lbs: np.ndarray) -> list[int]:
+    """Picks on the memory-versus-time front, memory ascending: the fastest of all, then the
+    fastest with PARETO_MEMORY_STEP less memory than that, and so on (each found by
+    branch-and-bound over the picks under the budget), keeping the fastest and then each
+    point that the kept faster one beats by PARETO_MIN_GAIN."""
+    order = np.argsort(lbs, kind="stable")
+    by_mem = mems[order]
+    exact: list[int] = []
+    limit = math.inf
+    while True:
+        idx = order[by_mem < limit]
+        if not len(idx):
+            break
+        j = _fastest(search, picks, idx, lbs, mems)
+        exact.append(j)
+        limit = mems[j] * (1 - PARETO_MEMORY_STEP)
+    front: list[int] = []
+    for j in exact:  # time ascending from the fastest, memory descending
+        if not front or search.tighten(picks[front[-1]]) < search.tighten(picks[j]) * (
+            1 - PARETO_MIN_GAIN
+        ):
             front.append(j)
-            need = t * (1 - PARETO_MIN_GAIN)
-    return front
+    return front[::-1]
 
 
 def _plan_gpus(req: PlanRequest, gpus: int) -> PlanResult:
@@ -321,7 +354,6 @@ def _plan_gpus(req: PlanRequest, gpus: int) -> PlanResult:
     else:
         want = min(req.top_k, len(picks))
     ranked = _best_first(search, picks, lbs, want)
-    search.timed_top = search.timed
     if req.objective is Objective.memory:
         order = np.lexsort((lbs, mems))[: req.top_k]
         cands = sorted((search.candidate(_Pick(*map(int, picks[j]))) for j in order),
@@ -333,12 +365,14 @@ def _plan_gpus(req: PlanRequest, gpus: int) -> PlanResult:
         search.candidate(_Pick(*map(int, picks[j]))) for j in _pareto(search, picks, mems, lbs)
     ]
     top = tuple(cands[: req.top_k])
-    why = _why(top[0], top[1]) if len(top) > 1 and req.objective is not Objective.memory else ""
+    why, margin = "", None
+    if len(top) > 1 and req.objective is not Objective.memory:
+        why, margin = _why(top[0], top[1])
     return PlanResult(
         request=req, gpus=gpus, top=top, pareto=tuple(front),
         all_feasible=tuple(cands) if req.include_all else (), enumerated=search.enumerated,
         feasible=search.feasible, timed_exactly=search.timed,
-        rejections=tuple(sorted(search.rejections.items())), why_best=why,
+        rejections=tuple(sorted(search.rejections.items())), why_best=why, why=margin,
     )  # fmt: skip
 
 

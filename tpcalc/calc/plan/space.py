@@ -165,6 +165,8 @@ class Domains:
 
 
 def domains(req: PlanRequest, gpus: int) -> Domains:
+    """The values of every dimension for ``gpus`` GPUs after pins and bounds (module
+    docstring)."""
     spec, node = req.spec, req.gpus_per_node or req.hw.gpus_per_node.value
     div = divisors(gpus)
     tp = [t for t in div if t <= node] if req.tp_within_node else div
@@ -212,6 +214,7 @@ def micro_batches(d: Domains, per_dp: int) -> list[int]:
 
 
 def tp_rule(spec: ModelSpec, tp: int) -> str | None:
+    """``tp.rules.tp_problem``: t splits the heads, widths and KV heads."""
     return "divisibility: tp (heads, widths, KV heads)" if tp_problem(spec, tp) else None
 
 
@@ -227,6 +230,7 @@ def cp_rule(seq: int, tp: int, cp: int, sp: bool) -> str | None:
 
 
 def ep_rule(spec: ModelSpec, s: Shape) -> str | None:
+    """``layout_problems``' expert-grid rules (Megatron-Core: ep·etp ranks from dp·cp·tp)."""
     if s.ep == 1 and s.etp == 1:
         return None
     if (s.dp * s.cp * s.tp) % (s.ep * s.etp):

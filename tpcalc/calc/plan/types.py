@@ -109,6 +109,18 @@ class Candidate:
 
 
 @dataclass(frozen=True, kw_only=True)
+class BestMargin:
+    """Why the best beats the runner-up, from the two step breakdowns (calc.time.step
+    STEP_PARTS): the part where the best saves most, and the part where it spends most extra."""
+
+    step_gain_s: float  # runner-up step time − best step time
+    gained_part: str
+    gained_s: float
+    lost_part: str | None  # None: the best is no slower in any part
+    lost_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
 class PlanResult:
     """The best layouts, the Pareto front and how the search got there.
 
@@ -125,7 +137,8 @@ class PlanResult:
     feasible: int
     timed_exactly: int  # exact step_time calls
     rejections: tuple[tuple[str, int], ...]
-    why_best: str  # one line: why the best beats the runner-up ("" with fewer than two)
+    why_best: str  # one line in words: why the best beats the runner-up ("" with fewer than two)
+    why: BestMargin | None = None  # the same, in seconds, for the renderer
 
     @property
     def best(self) -> Candidate | None:
