@@ -32,33 +32,35 @@ def _pct(x: float | None) -> str:
     return "–" if x is None else f"{x:+.1%}"
 
 
+def _line(ch: Check) -> str:
+    c = ch.item.case
+    mine = choice_text(choice(ch.item.memory_case.layout, ch.item.memory_case.run))
+    pick = choice_text(ch.pick.choices[0]) if ch.pick.choices else "none feasible"
+    best = f"{ch.best_step_s:.2f}" if ch.best_step_s is not None else "–"
+    rank = str(ch.rank) if ch.rank is not None else f">{ch.pick.top_k}"
+    verdict = "hold" if ch.holds else "fail"
+    return (
+        f"| {c.id} | {c.gpus:,} | {mine} | {pick} | {ch.published_step_s:.2f} | {best} "
+        f"| {_pct(ch.gap_ratio)} | {rank} | {verdict} | {ch.why()} |"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-j", "--jobs", type=int, default=1, help="processes (one plan each)")
     args = parser.parse_args()
     items, skipped = published_items()
     ids = [i.case.id for i in items]
-    if args.jobs > 1:
-        with ProcessPoolExecutor(args.jobs) as pool:
-            done = list(pool.map(_one, ids))
-    else:
-        done = [_one(i) for i in ids]
     print(
         "| run | GPUs | published | planner's pick | published step (s) | best step (s) "
         "| published / best − 1 | rank | checks | why not |"
     )
     print("|---|---:|---|---|---:|---:|---:|---:|---|---|")
-    for ch in done:
-        c = ch.item.case
-        mine = choice_text(choice(ch.item.memory_case.layout, ch.item.memory_case.run))
-        pick = choice_text(ch.pick.choices[0]) if ch.pick.choices else "none feasible"
-        best = f"{ch.best_step_s:.2f}" if ch.best_step_s is not None else "–"
-        rank = str(ch.rank) if ch.rank is not None else f">{ch.pick.top_k}"
-        verdict = "hold" if ch.holds else "fail"
-        print(
-            f"| {c.id} | {c.gpus:,} | {mine} | {pick} | {ch.published_step_s:.2f} | {best} "
-            f"| {_pct(ch.gap_ratio)} | {rank} | {verdict} | {ch.why()} |"
-        )
+    done: list[Check] = []
+    with ProcessPoolExecutor(max(args.jobs, 1)) as pool:
+        for ch in pool.map(_one, ids):  # rows print as they arrive, in table order
+            done.append(ch)
+            print(_line(ch), flush=True)
     held = sum(1 for ch in done if ch.holds)
     feasible = sum(1 for ch in done if ch.feasible)
     close = sum(1 for ch in done if ch.in_top_or_close)
