@@ -312,7 +312,7 @@ def test_wrong_typed_or_absurd_hf_fields_are_one_line_errors(tmp_path, field, va
 
 
 HELP_COMMANDS = ["comm", "memory", "layout", "dp", "zero", "pipeline", "cp", "ep", "check",
-                 "flops", "validate", "show", "hardware"]  # fmt: skip
+                 "flops", "validate", "show", "hardware", "plan"]  # fmt: skip
 
 
 @pytest.mark.parametrize("command", HELP_COMMANDS)

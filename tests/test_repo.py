@@ -28,8 +28,10 @@ def _imports(path: Path) -> set[str]:
 
 @pytest.mark.parametrize("path", sorted((PACKAGE / "calc").rglob("*.py")), ids=lambda p: p.name)
 def test_calculators_are_pure(path):
-    """calc/ imports neither the CLI/render stack nor numpy/torch (design.md: pure functions)."""
-    assert not (_imports(path) & IMPURE), f"{path} imports {_imports(path) & IMPURE}"
+    """calc/ imports neither the CLI/render stack nor numpy/torch (design.md: pure functions);
+    the planner (calc/plan) may use numpy over its candidate grid (issue 11 §2)."""
+    impure = IMPURE - {"numpy"} if path.parent.name == "plan" else IMPURE
+    assert not (_imports(path) & impure), f"{path} imports {_imports(path) & impure}"
 
 
 def test_only_the_cli_exits():

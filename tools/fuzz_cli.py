@@ -81,7 +81,23 @@ VALID: dict[str, tuple[str, ...]] = {
     "--routing": ("node-limited", "uniform"),
     "--example": ("seed003",),
     "--id": ("q-grad-bf16", "q-dp-ring-8"),
+    # tpcalc plan: small jobs, so a generated search stays cheap (issue 11: bounded fuzz cost)
+    "--gpus": ("1", "8", "16"),
+    "--global-batch": ("8", "16", "64"),
+    "--global-batch-tokens": ("32768", "65536"),
+    "--top": ("1", "3", "10"),
+    "--memory-headroom": ("0", "0.1"),
+    "--reserve-gb": ("0", "2"),
+    "--target-step-time": ("0.5", "5"),
+    "--recompute": ("none", "selective", "full", "selective,full"),
+    "--schedule": ("1f1b", "interleaved", "1f1b,interleaved"),
+    "--recompute-modules": ("none", "core_attn", "layernorm,moe_act"),
 }
+# Commands whose cost grows with the model: fuzzed on the smaller built-ins only.
+MODELS_BY_COMMAND = {"plan": ("qwen3.8", "llama3-8b")}
+# Options left out per command: `plan --all` prices every feasible layout (thousands), which is
+# a benchmark, not a contract check.
+SKIP_OPTIONS = {"plan": ("--all",)}
 SEEDS_BY_COMMAND = {"figures": ("000", "003"), "verify": ("0", "7", "42")}
 
 HUGE_INT = "9" * 300
@@ -398,12 +414,15 @@ class Generator:
                 continue
             if rng.random() > 0.45 and p.name not in ("--format",):
                 continue
+            if p.name in SKIP_OPTIONS.get(command, ()):
+                continue
             if p.is_flag:
                 argv.append(rng.choice([*p.opts[:1], *p.secondary]) if p.secondary else p.name)
                 continue
             hostile = rng.random() < hostility
             if p.name in ("--model", "--hardware"):
-                builtins = BUILTIN_MODELS if p.name == "--model" else BUILTIN_HARDWARE
+                models = MODELS_BY_COMMAND.get(command, BUILTIN_MODELS)
+                builtins = models if p.name == "--model" else BUILTIN_HARDWARE
                 kind = "model" if p.name == "--model" else "hardware"
                 if hostile and rng.random() < 0.8:
                     value = self._config_file(rng, case_dir, kind, files)

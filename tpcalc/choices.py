@@ -150,3 +150,11 @@ class TimeModel(str, Enum):
 
     roofline = "roofline"  # per-operation roofline + overlap (tpcalc.calc.time.step)
     fixed = "fixed"  # the seeds' convention: the card's achieved FLOP/s, comm as layout.comm
+
+
+class PlanObjective(str, Enum):
+    """What ``tpcalc plan`` ranks by (the planner's ``tpcalc.calc.plan.types.Objective``)."""
+
+    time = "time"  # shortest predicted step time
+    memory = "memory"  # lowest memory per rank; step time breaks ties
+    gpus = "gpus"  # fewest GPUs whose best layout reaches --target-step-time

@@ -37,6 +37,7 @@ COMMANDS: dict[str, str] = {
     "figures": "figures",
     "validate": "validate",
     "hardware": "hardware",
+    "plan": "plan",
 }
 
 # One line per command for 'tpcalc --help', so the overview imports no command module (and so no
@@ -59,6 +60,7 @@ SUMMARIES: dict[str, str] = {
     "figures": "Every figure the two seed documents print, recomputed from",
     "validate": "Check tpcalc against published training runs, each with its",
     "hardware": "Built-in accelerators: memory, peak and achieved FLOP/s,",
+    "plan": "Find the best layout: every TP, CP, PP, VPP, DP, EP, ETP, ZeRO",
 }
 
 HELP = (

@@ -1,0 +1,99 @@
+"""Time the layout planner (issue 11 §2): one full search per case, with its phases.
+
+Cases: issue 11's two targets, then the cost as the GPU count and the model depth grow.
+- Llama 3 405B on 16,384 H100s, seq 8192, global batch 2048 sequences (Dubey et al. 2024
+  Table 4: 16M tokens per step / 8,192 tokens); target ≤ 1 s.
+- DeepSeek-V3 on 2,048 H800s with EP, seq 4096, global batch 15,360 sequences (DeepSeek-V3
+  report §4.2: batch size raised to 15,360); target ≤ 2 s.
+- Llama 3 405B on 1,024 and 4,096 H100s; Llama 3 8B (32 layers) and 70B (80) on 1,024.
+
+Specs are loaded and the request is built outside the timer. Each line prints the layouts
+enumerated, the feasible ones, the exact step-time evaluations, layouts per second
+(enumerated / wall time) and the wall time of each phase: enumerate + divisibility + memory
+screen, the step-time bounds, the top-k branch-and-bound, the Pareto front, and pricing the
+reported candidates.
+
+    python benchmarks/plan.py            # every case, once
+    python benchmarks/plan.py --quick    # the two targets only
+
+Wall-clock figures are noisy: run on a quiet machine and never gate a unit test on them
+(benchmarks/README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from tpcalc.calc.plan import search as S
+from tpcalc.calc.plan.request import build_request
+from tpcalc.catalog import load_hardware, load_model
+
+TOP_K = 10
+TARGETS = [
+    ("llama3-405b", "h100-sxm", 16384, 8192, 2048, 1.0),
+    ("deepseek-v3", "h800", 2048, 4096, 15360, 2.0),
+]
+GROWTH = [
+    ("llama3-405b", "h100-sxm", 1024, 8192, 2048, None),
+    ("llama3-405b", "h100-sxm", 4096, 8192, 2048, None),
+    ("llama3-8b", "h100-sxm", 1024, 8192, 2048, None),
+    ("llama3-70b", "h100-sxm", 1024, 8192, 2048, None),
+]
+
+
+def run_case(model: str, hardware: str, gpus: int, seq: int, batch: int) -> dict[str, float]:
+    """One full search, phase by phase, as ``search.plan`` runs it."""
+    req = build_request(
+        load_model(model), load_hardware(hardware), gpus=gpus, seq=seq, global_batch=batch,
+        top_k=TOP_K,
+    )  # fmt: skip
+    clock = time.perf_counter
+    t0 = clock()
+    result = S.plan(req)
+    total = clock() - t0
+    # the phases, on a fresh search (the same work plan() does, timed apart)
+    t0 = clock()
+    s = S._Search(req, gpus)
+    s.enumerate()
+    t1 = clock()
+    picks, mems, lbs = s.picks()
+    t2 = clock()
+    ranked = S._best_first(s, picks, lbs, min(TOP_K, len(picks)))
+    t3 = clock()
+    S._pareto(s, picks, mems, lbs)
+    t4 = clock()
+    for _, j in ranked:
+        s.candidate(S._Pick(*(int(x) for x in picks[j])))
+    t5 = clock()
+    return {
+        "total_s": total, "enumerated": result.enumerated, "feasible": result.feasible,
+        "timed": result.timed_exactly, "screen_s": t1 - t0, "bounds_s": t2 - t1,
+        "topk_s": t3 - t2, "pareto_s": t4 - t3, "price_s": t5 - t4,
+        "best_s": result.best.step_time_s if result.best else float("nan"),
+    }  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="the two targets only")
+    args = parser.parse_args()
+    cases = TARGETS if args.quick else TARGETS + GROWTH
+    for model, hw, gpus, seq, batch, target in cases:
+        r = run_case(model, hw, gpus, seq, batch)
+        goal = f" (target {target:g} s)" if target else ""
+        print(
+            f"{model} on {gpus:,} × {hw}, seq {seq}, batch {batch}: {r['total_s']:.2f} s{goal}; "
+            f"{r['enumerated']:,.0f} layouts ({r['enumerated'] / r['total_s']:,.0f}/s), "
+            f"{r['feasible']:,.0f} feasible, {r['timed']:.0f} timed exactly; best step "
+            f"{r['best_s']:.3f} s"
+        )
+        print(
+            f"    phases: enumerate+screen {r['screen_s']:.2f} s, bounds {r['bounds_s']:.2f} s, "
+            f"top-{TOP_K} {r['topk_s']:.2f} s, Pareto {r['pareto_s']:.2f} s, "
+            f"pricing {r['price_s']:.2f} s"
+        )
+
+
+if __name__ == "__main__":
+    main()

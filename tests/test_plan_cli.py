@@ -1,0 +1,315 @@
+"""`tpcalc plan`'s output contract (issue 11 §1): the top-k table, JSON and CSV, --all, the
+counts, --explain as `tpcalc layout --explain`, one-line errors, inverse modes.
+
+The contract is checked on a small result priced here by the same functions `tpcalc layout`
+uses (``reference_result``: every layout of Llama 3 8B on 8 H100 with TP x DP, ranked by step
+time), so it holds whatever the search does; the search itself is tests/test_plan_engine.py's.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+
+import pytest
+
+from tests.conftest import run_cli
+from tpcalc.calc.dp.zero import ZeroStage
+from tpcalc.calc.layout.groups import LayoutRun, ParallelLayout, layout_problems
+from tpcalc.calc.plan.inverse import worst_rank_bytes
+from tpcalc.calc.plan.types import Candidate, PlanRequest, PlanResult
+from tpcalc.calc.time.step import STEP_PARTS, TimeOptions, step_time
+from tpcalc.catalog import load_hardware, load_model
+from tpcalc.reports import plan_view
+
+GPUS, SEQ, BATCH = 8, 4096, 16
+
+
+def reference_result(top_k: int = 10) -> PlanResult:
+    """Every TP x DP layout of Llama 3 8B on 8 H100 (mbs 1, ZeRO-1), priced as tpcalc layout
+    prices it; ranked by step time; the memory-vs-time front built by hand."""
+    spec, hw = load_model("llama3-8b"), load_hardware("h100-sxm")
+    card = hw.memory_bytes.value
+    options = TimeOptions()
+    feasible, rejected = [], {"divisibility": 0, "memory": 0}
+    for tp in (1, 2, 4, 8):
+        dp = GPUS // tp
+        layout = ParallelLayout(gpus_per_node=8, tp=tp, dp=dp, zero=ZeroStage.optimizer)
+        run = LayoutRun(seq=SEQ, microbatches=BATCH // dp, with_latency=True)
+        if layout_problems(spec, layout, run):
+            rejected["divisibility"] += 1
+            continue
+        memory = worst_rank_bytes(spec, layout, run)
+        if memory > card:
+            rejected["memory"] += 1
+            continue
+        st = step_time(spec, hw, layout, run, options)
+        part = max(STEP_PARTS, key=lambda p: getattr(st, p))
+        feasible.append(
+            Candidate(
+                layout=layout,
+                run=run,
+                options=options,
+                memory_bytes=memory,
+                worst_pp_rank=0,
+                card_memory_bytes=card,
+                capacity_bytes=card,
+                step_time_s=st.step_time_s,
+                tokens_per_s_per_gpu=st.tokens_per_s_per_gpu,
+                mfu_ratio=st.mfu_ratio,
+                dominant_part=part,
+                dominant_time_s=getattr(st, part),
+                step=st,
+            )  # fmt: skip
+        )
+    ranked = tuple(sorted(feasible, key=lambda c: c.step_time_s))
+    front, best = [], float("inf")
+    for c in sorted(feasible, key=lambda c: (c.memory_bytes, c.step_time_s)):
+        if c.step_time_s < best:
+            front.append(c)
+            best = c.step_time_s
+    request = PlanRequest(spec=spec, hw=hw, gpus=GPUS, seq=SEQ, global_batch=BATCH, top_k=top_k)
+    return PlanResult(
+        request=request, gpus=GPUS, top=ranked[:top_k], pareto=tuple(front), all_feasible=ranked,
+        enumerated=4, feasible=len(feasible), timed_exactly=len(feasible),
+        rejections=tuple((k, v) for k, v in rejected.items() if v),
+        why_best="reference: fastest of the TP x DP layouts",
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def result() -> PlanResult:
+    return reference_result()
+
+
+@pytest.fixture
+def planned(monkeypatch, result):
+    """`tpcalc plan` with the search replaced by the reference result (same request fields)."""
+    seen = {}
+
+    def fake_plan(model, hardware, **kwargs):
+        seen.update(kwargs, model=model, hardware=hardware)
+        top_k = kwargs["top_k"]
+        return PlanResult(**{**result.__dict__, "top": result.top[:top_k]})
+
+    monkeypatch.setattr("tpcalc.reports.plan.plan", fake_plan)
+    return seen
+
+
+ARGS = ("plan", "-m", "llama3-8b", "--gpus", "8", "--seq", "4096", "--global-batch", "16")
+
+
+def test_reference_is_a_real_choice(result):
+    # Llama 3 8B on 8 H100, 16 sequences of 4096: 16 B/param states of 8.03 B params need
+    # 128 GB at TP1 ZeRO-1 dp 8 (states 2+2 B + 12/8 B = 44 GB plus activations): not all fit,
+    # and those that fit differ in step time, so the ranking means something.
+    assert 1 < len(result.top) <= 4
+    times = [c.step_time_s for c in result.top]
+    assert times == sorted(times) and times[0] < times[-1]
+
+
+def test_json_carries_the_top_k_alone_on_stdout(planned, result):
+    r = run_cli(*ARGS, "--top", "2", "-f", "json")
+    assert r.code == 0, r.err
+    rows = json.loads(r.out)
+    assert [row["rank"] for row in rows] == [1, 2]
+    best = result.top[0]
+    assert rows[0]["tp"] == best.layout.tp and rows[0]["dp"] == best.layout.dp
+    assert rows[0]["step_time_s"] == best.step_time_s
+    assert rows[0]["memory_bytes_per_rank"] == pytest.approx(best.memory_bytes, abs=0.5)
+    assert planned["top_k"] == 2 and planned["global_batch"] == 16
+
+
+def test_csv_is_rectangular_and_all_lists_every_feasible_layout(planned, result):
+    r = run_cli(*ARGS, "--all", "-f", "csv")
+    assert r.code == 0, r.err
+    table = list(csv.reader(io.StringIO(r.out)))
+    assert len({len(row) for row in table}) == 1
+    assert len(table) == 1 + result.feasible
+    assert planned["include_all"] is True
+
+
+def test_table_shows_top_pareto_counts_reason_and_reproduction(planned, result):
+    r = run_cli(*ARGS)
+    assert r.code == 0, r.err
+    out = " ".join(r.out.split())
+    assert "memory per rank (GB)" in out and "step time" in out and "MFU" in out
+    assert "Pareto front" in out and "How the search went" in out
+    assert result.why_best in out
+    best = result.top[0]
+    # The step time as the table prints it (4 significant digits, in ms or s).
+    want = f"tpcalc layout -m llama3-8b --hardware h100-sxm --tp {best.layout.tp} --cp 1"
+    assert want in out
+
+
+def test_counts_add_up(result):
+    row = plan_view.counts_report(result).rows[0]
+    assert row.check_breakdowns() == []
+    rejected = sum(t.value for t in row.terms if t.key.startswith("rejected_"))
+    assert row.value("layouts_feasible") + rejected == row.value("layouts_evaluated") == 4
+
+
+def test_reproduction_command_prices_the_candidate_exactly(result):
+    for c in result.top:
+        args = plan_view.layout_args("llama3-8b", "h100-sxm", c)
+        r = run_cli("layout", *args, "-f", "json")
+        assert r.code == 0, r.err
+        total = json.loads(r.out)[-1]
+        assert total["step_time_s"] == pytest.approx(c.step_time_s, rel=1e-12)
+        assert total["memory_bytes_per_rank"] == pytest.approx(c.memory_bytes, rel=1e-12)
+
+
+def test_explain_is_layout_explain(planned, result):
+    r = run_cli(*ARGS, "--explain")
+    assert r.code == 0, r.err
+    args = plan_view.layout_args("llama3-8b", "h100-sxm", result.top[0])
+    direct = run_cli("layout", *args, "--explain")
+    # Everything `tpcalc layout --explain` prints after its table is printed by plan --explain.
+    tail = direct.out[direct.out.index("\n[") :]
+    assert tail.strip() in r.out
+
+
+def test_pins_and_bounds_reach_the_search(planned):
+    r = run_cli(*ARGS, "--tp", "2,4", "--zero", "1", "--recompute", "selective,full",
+                "--no-sp", "--max-pp", "4", "--memory-headroom", "0.1", "--reserve-gb", "2",
+                "-f", "json")  # fmt: skip
+    assert r.code == 0, r.err
+    pins = {k: tuple(v) for k, v in planned["pins"].items()}
+    assert pins == {"tp": (2, 4), "zero": (1,), "recompute": ("selective", "full"), "sp": (False,)}
+    assert planned["bounds"] == {"pp": 4}
+    assert planned["memory_headroom"] == 0.1 and planned["reserve_bytes"] == 2e9
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (("--tp", "2,x"), "--tp '2,x': give an integer or a list"),
+        (("--recompute", "some"), "--recompute 'some': give one or more of none, selective, full"),
+        (("--schedule", "1f1b,zz"), "--schedule '1f1b,zz': give one or more of"),
+        (("--tp", "0"), "--tp must be a positive integer, got 0"),
+    ],
+)
+def test_bad_pins_are_one_line_errors(planned, extra, message):
+    r = run_cli(*ARGS, *extra, "-f", "json")
+    assert r.code == 1 and r.out == ""
+    assert r.err.count("\n") == 1 and message in r.err
+
+
+def test_gpus_is_required():
+    r = run_cli("plan", "-m", "llama3-8b", "--global-batch", "16")
+    assert r.code == 2 and r.err.count("\n") == 1 and "--gpus" in r.err
+
+
+def test_help_has_examples():
+    text = " ".join(run_cli("plan", "--help").out.split())
+    assert "Examples:" in text and "tpcalc plan -m llama3-70b --gpus 64" in text
+    assert "--max-seq" in text and "--largest-micro-batch" in text
+
+
+# --- inverse modes through the command ------------------------------------------------------
+INVERSE = ("plan", "-m", "llama3-405b", "--gpus", "16384", "--tp", "8", "--pp", "16",
+           "--zero", "1", "--global-batch", "2048")  # fmt: skip
+
+
+def test_max_seq_mode_matches_layout_at_the_answer():
+    r = run_cli(*INVERSE, "--max-seq", "-f", "json")
+    assert r.code == 0, r.err
+    row = json.loads(r.out)[0]
+    s = row["max_seq_tokens"]
+    assert s % 8 == 0 and row["next_seq_tokens"] == s + 8
+    lay = run_cli("layout", "-m", "llama3-405b", "--tp", "8", "--pp", "16", "--dp", "128",
+                  "--zero", "1", "--microbatches", "16", "--seq", str(s), "-f", "json")  # fmt: skip
+    assert json.loads(lay.out)[-1]["memory_bytes_per_rank"] == row["memory_bytes_per_rank"]
+    assert row["memory_bytes_per_rank"] <= row["memory_budget_bytes"] == 80e9
+
+
+def test_headroom_in_inverse_mode_shrinks_the_budget():
+    r = run_cli(*INVERSE, "--max-seq", "--memory-headroom", "0.1", "--reserve-gb", "2", "-f",
+                "json")  # fmt: skip
+    row = json.loads(r.out)[0]
+    assert row["memory_budget_bytes"] == pytest.approx(80e9 * 0.9 - 2e9, abs=1)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (("--pp", "8,16", "--max-seq"), "--pp: --max-seq and --largest-micro-batch price one"),
+        (("--max-seq", "--memory-headroom", "1.5"), "--memory-headroom must be a share in [0, 1)"),
+        (("--max-seq", "--dp", "64"), "--dp must be gpus / (tp·cp·pp) = 128"),
+    ],
+)
+def test_inverse_errors_are_one_line(extra, message):
+    r = run_cli(*INVERSE, *extra, "-f", "json")
+    assert r.code == 1 and r.out == "" and r.err.count("\n") == 1
+    assert message in r.err, r.err
+
+
+def test_inverse_needs_a_global_batch():
+    r = run_cli("plan", "-m", "llama3-8b", "--gpus", "8", "--max-seq")
+    assert r.code == 1 and "--max-seq and --largest-micro-batch need --global-batch" in r.err
+
+
+def test_units_in_headers(planned):
+    r = run_cli(*ARGS)
+    assert re.search(r"step time \((ms|s)\)", r.out)
+
+
+def test_objective_gpus_finds_the_fewest_counts_tried(monkeypatch, result):
+    # A planner whose best step halves with every doubling of GPUs (1.0 s on 8 GPUs): a
+    # 0.3 s target needs 8 · 1.0 / 0.3 = 26.7 GPUs, i.e. 32 among whole 8-GPU nodes
+    # (24 gives 0.333 s); the search tries powers of two, then bisects node multiples.
+    from dataclasses import replace
+
+    tried = []
+
+    def fake_plan(model, hardware, *, gpus, **kwargs):
+        tried.append(gpus)
+        assert kwargs["objective"] == "time"
+        top = tuple(replace(c, step_time_s=8.0 / gpus) for c in result.top[:1])
+        return replace(result, gpus=gpus, top=top)
+
+    monkeypatch.setattr("tpcalc.reports.plan.plan", fake_plan)
+    r = run_cli(*ARGS[:3], "--gpus", "64", "--global-batch", "16", "--objective", "gpus",
+                "--target-step-time", "0.3")  # fmt: skip
+    assert r.code == 0, r.err
+    assert "on 32 × h100-sxm" in r.out and "Fewest GPUs for a 0.3 s step" in r.out
+    assert 24 in tried and 32 in tried
+    r = run_cli(*ARGS[:3], "--gpus", "64", "--global-batch", "16", "--objective", "gpus",
+                "-f", "json")  # fmt: skip
+    assert r.code == 1 and "--objective gpus needs --target-step-time" in r.err
+
+
+def test_pareto_is_spread_when_long(result):
+    report = plan_view.pareto_report(result, most=2)
+    assert len(report.rows) == min(2, len(result.pareto))
+    points = plan_view.spread(tuple(range(10)), 4)  # type: ignore[arg-type]
+    assert points == (0, 3, 6, 9)
+
+
+# --- the real search, small --------------------------------------------------------------
+@pytest.fixture(scope="module")
+def real():
+    from tpcalc.reports.plan import plan
+
+    return plan("llama3-8b", "h100-sxm", gpus=8, seq=4096, global_batch=16, top_k=3)
+
+
+def test_real_search_output_contract(real):
+    r = run_cli(*ARGS, "--top", "3", "-f", "json")
+    assert r.code == 0, r.err
+    rows = json.loads(r.out)
+    assert [row["rank"] for row in rows] == [1, 2, 3]
+    times = [row["step_time_s"] for row in rows]
+    assert times == sorted(times) and times[0] == real.top[0].step_time_s
+    assert plan_view.counts_report(real).rows[0].check_breakdowns() == []
+
+
+def test_real_search_layouts_reproduce_in_tpcalc_layout(real):
+    for c in real.top:
+        r = run_cli("layout", *plan_view.layout_args("llama3-8b", "h100-sxm", c), "-f", "json")
+        assert r.code == 0, r.err
+        total = json.loads(r.out)[-1]
+        assert total["step_time_s"] == pytest.approx(c.step_time_s, rel=1e-9)
+        assert total["memory_bytes_per_rank"] == pytest.approx(c.memory_bytes, rel=1e-9)

@@ -1,0 +1,434 @@
+"""The planner's engine (issue 11): its screens agree with the exact model, its bounds never
+exceed the exact step time, branch-and-bound returns what exhaustive evaluation returns, and
+the best answer behaves under pins and relaxed constraints.
+
+Every expected figure here is computed by the exact functions ``tpcalc layout`` uses
+(``rank_memory``, ``step_time``, ``layout_problems``, ``reports.layout.layout_report``); the
+planner must reproduce them, so tolerances are rounding only.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from tpcalc.calc.layout.groups import LayoutRun, MemoryTechniques, ParallelLayout, layout_problems
+from tpcalc.calc.layout.memory import layer_activation_bytes, rank_memory
+from tpcalc.calc.plan import search as S
+from tpcalc.calc.plan.request import build_request
+from tpcalc.calc.plan.space import INTERLEAVED_GROUPS, RecomputeMode, Variant
+from tpcalc.calc.time.step import TimeOptions
+from tpcalc.catalog import load_hardware, load_model
+from tpcalc.choices import Recompute, Schedule
+from tpcalc.errors import InputError
+
+# Small cases: every candidate can be timed exactly in a test.
+SMALL = dict(gpus=16, seq=4096, global_batch=32)
+REL = 1e-9  # the same functions on the same inputs: only float summation order may differ
+
+
+@pytest.fixture(scope="module")
+def h100():
+    return load_hardware("h100-sxm")
+
+
+def _request(model: str, hw, **kw):
+    args = {**SMALL, **kw}
+    return build_request(load_model(model), hw, **args)
+
+
+def _search(req):
+    s = S._Search(req, req.gpus)
+    s.enumerate()
+    picks, mems, lbs = s.picks()
+    return s, picks, mems, lbs
+
+
+def _pick(row) -> S._Pick:
+    return S._Pick(*(int(x) for x in row))
+
+
+@pytest.fixture(scope="module")
+def small(h100):
+    """Llama 3 8B on 16 H100: every candidate, screened."""
+    req = _request("llama3-8b", h100, pins={"recompute": ("none", "selective", "full")})
+    return (req, *_search(req))
+
+
+@pytest.fixture(scope="module")
+def moe(h100):
+    """Qwen3 30B-A3B (MoE) on 16 H100 with EP."""
+    req = _request("qwen3-30b-a3b", h100, pins={"recompute": ("selective",), "sp": (True,)})
+    return (req, *_search(req))
+
+
+# ---- the screens against the exact model ----
+
+
+@pytest.mark.parametrize("model", ["llama3-8b", "deepseek-v3", "qwen3-30b-a3b", "gpt3-5b"])
+def test_activation_pieces_match_layer_activation_bytes(model):
+    """The cached inventory (affine in b, modules as masks) gives layer_activation_bytes'
+    figures exactly, for every recompute mode and micro-batch tried."""
+    spec = load_model(model)
+    req = build_request(spec, load_hardware("h100-sxm"), gpus=8, seq=4096, global_batch=8)
+    s = S._Search(req, 8)
+    kinds = s.screen.kind_of
+    rng = random.Random(11)
+    modes = s.d.recompute
+    for tp, cp, sp, b in itertools.product((1, 2, 8), (1, 2), (True, False), (1, 3, 4)):
+        if tp == 1 and sp:
+            continue
+        for mode in rng.sample(modes, min(4, len(modes))):
+            lay = ParallelLayout(gpus_per_node=8, tp=tp, cp=cp)
+            want = layer_activation_bytes(
+                spec, lay, seq=4096, micro_batch=b, sp=sp, recompute=mode.recompute,
+                techniques=MemoryTechniques(recompute_modules=mode.modules),
+            )  # fmt: skip
+            got = s.screen.kind_bytes(tp, cp, sp, mode, b)
+            assert [got[k] for k in kinds] == want, (tp, cp, sp, b, mode)
+
+
+def _check_memory(req, s, picks, mems, n: int) -> None:
+    rng = random.Random(5)
+    for j in rng.sample(range(len(picks)), min(n, len(picks))):
+        layout, run = s.layout_run(_pick(picks[j]))
+        mem = rank_memory(
+            req.spec, layout, seq=run.seq, micro_batch=run.micro_batch,
+            microbatches=run.microbatches, vpp=run.vpp, schedule=run.schedule, recipe=run.recipe,
+            sp=run.sp, recompute=run.recompute, activations=run.activations,
+            techniques=run.memory,
+        )  # fmt: skip
+        assert mems[j] == pytest.approx(max(m.total_bytes for m in mem), rel=REL), (layout, run)
+
+
+def test_memory_screen_matches_rank_memory(small, moe):
+    for req, s, picks, mems, _ in (small, moe):
+        _check_memory(req, s, picks, mems, 150)
+
+
+def test_memory_screen_dualpipe_mtp_offload():
+    """DeepSeek-V3 (MLA, MoE, MTP): every entry of screened blocks with DualPipe, interleaved
+    and offloaded layers against rank_memory, fitting or not."""
+    from tpcalc.calc.dp.zero import ZeroStage
+
+    spec = load_model("deepseek-v3")
+    for offload in (0, 1):
+        req = build_request(
+            spec, load_hardware("h800"), gpus=256, seq=4096, global_batch=512,
+            memory=MemoryTechniques(offload_layers=offload),
+        )  # fmt: skip
+        s = S._Search(req, req.gpus)
+        modes = [RecomputeMode(Recompute.selective, ("layernorm", "mla_up_proj")),
+                 RecomputeMode(Recompute.full), RecomputeMode(Recompute.none)]  # fmt: skip
+        zeros = list(ZeroStage)
+        shape = S.Shape(tp=2, cp=1, pp=8, dp=16, ep=16, etp=1)
+        for v in (Variant(Schedule.dualpipe, 1), Variant(Schedule.interleaved, 2),
+                  Variant(Schedule.zb_h1, 1)):  # fmt: skip
+            mbs, per_dp = [1, 2], 32
+            mem = s.screen.block(shape, v, mbs, per_dp, [True, False], modes, zeros)
+            for (z, i, j, r), got in np.ndenumerate(mem):
+                layout = ParallelLayout(gpus_per_node=8, tp=2, pp=8, dp=16, ep=16, zero=zeros[z])
+                want = rank_memory(
+                    spec, layout, seq=4096, micro_batch=mbs[i], microbatches=per_dp // mbs[i],
+                    vpp=v.vpp, schedule=v.schedule, recipe=req.recipe, sp=[True, False][j],
+                    recompute=modes[r].recompute, techniques=s.screen.techniques(modes[r]),
+                )  # fmt: skip
+                assert got == pytest.approx(max(m.total_bytes for m in want), rel=REL)
+
+
+# ---- the rules against layout_problems ----
+
+
+def test_rules_agree_with_layout_problems(h100):
+    """A combination passes the planner's rules exactly when layout_problems finds nothing
+    (besides the planner's own interleaved rule, which layout does not check)."""
+    for model in ("llama3-8b", "qwen3-30b-a3b"):
+        req = _request(model, h100, gpus=32, global_batch=64)
+        s = S._Search(req, req.gpus)
+        s.enumerate()
+        ok = {(b.shape, b.variant, mb, sp) for b in s.blocks for mb in b.mbs for sp in b.sps}
+        rng = random.Random(3)
+        spec = req.spec
+        d = s.d
+        checked = 0
+        for _ in range(600):
+            tp, cp, pp = rng.choice(d.tp), rng.choice(d.cp), rng.choice(d.pp)
+            if s.gpus % (tp * cp * pp):
+                continue
+            dp = s.gpus // (tp * cp * pp)
+            if req.global_batch % dp:
+                continue
+            per_dp = req.global_batch // dp
+            mb = rng.choice(S.space.micro_batches(d, per_dp))
+            v = rng.choice(S.space.variants(d, req, pp) or [Variant(Schedule.one_f_one_b, 1)])
+            ep, etp = rng.choice(d.ep), rng.choice(d.etp)
+            sp = rng.choice(d.sp) if tp > 1 else False
+            shape = S.Shape(tp, cp, pp, dp, ep, etp)
+            layout = ParallelLayout(gpus_per_node=8, tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, etp=etp)
+            run = LayoutRun(
+                seq=req.seq, microbatches=per_dp // mb, micro_batch=mb, vpp=v.vpp,
+                schedule=v.schedule, sp=sp,
+            )  # fmt: skip
+            problems = layout_problems(spec, layout, run)
+            planner_only = S.space.microbatch_rule(pp, per_dp // mb, v) == INTERLEAVED_GROUPS
+            rule_ok = _passes_rules(s, shape, v, mb, sp, per_dp)
+            assert rule_ok == (not problems and not planner_only), (layout, run, problems)
+            if (shape, v, mb, sp) in ok:  # a screened block passed every rule
+                assert rule_ok
+            checked += 1
+        assert checked > 80
+
+
+def _passes_rules(s, shape, v, mb, sp, per_dp) -> bool:
+    sp_ = S.space
+    spec, req = s.req.spec, s.req
+    return not (
+        sp_.tp_rule(spec, shape.tp)
+        or sp_.ep_rule(spec, shape)
+        or sp_.cp_rule(req.seq, shape.tp, shape.cp, sp)
+        or sp_.pipeline_rule(spec.num_hidden_layers, shape.pp, v, req.allow_uneven)
+        or sp_.microbatch_rule(shape.pp, per_dp // mb, v)
+    )
+
+
+def test_rejections_add_up(small, moe):
+    """Enumerated − feasible = Σ rejections, with feasible counted from the screened blocks
+    and the enumeration counted independently here as the product of the domains."""
+    for req, s, *_ in (small, moe):
+        assert s.enumerated - s.feasible == sum(s.rejections.values())
+        fits = sum(int((b.memory <= s.capacity).sum()) for b in s.blocks)
+        assert s.feasible == fits
+        d = s.d
+        total = 0
+        for tp, cp, pp in itertools.product(d.tp, d.cp, d.pp):
+            if s.gpus % (tp * cp * pp):
+                continue
+            dp = s.gpus // (tp * cp * pp)
+            per_dp = req.global_batch // dp if req.global_batch % dp == 0 else 0
+            mbs = S.space.micro_batches(d, per_dp) if per_dp else []
+            sps = d.sp if tp > 1 else [False]
+            n = len(S.space.variants(d, req, pp)) * max(1, len(mbs)) * len(sps)
+            total += n * len(d.ep) * len(d.etp) * len(d.zero) * len(d.recompute)
+        assert s.enumerated == total
+        assert s.rejections["memory"] > 0
+
+
+# ---- bounds and branch-and-bound ----
+
+
+def test_bounds_never_exceed_exact(small, moe):
+    for _, s, picks, _, lbs in (small, moe):
+        rng = random.Random(8)
+        for j in rng.sample(range(len(picks)), min(200, len(picks))):
+            t = s.exact(_pick(picks[j])).step_time_s
+            assert lbs[j] <= t, (s.layout_run(_pick(picks[j])), lbs[j], t)
+
+
+EXHAUSTIVE = {
+    "llama3-8b": {"recompute": ("none", "selective"), "recompute_modules": ((),),
+                  "zero": (0, 1), "pp": (1, 2, 4), "micro_batch": (1, 2), "vpp": (2, 4)},
+    "qwen3-30b-a3b": {"recompute": ("selective",), "recompute_modules": ((),), "sp": (True,),
+                      "ep": (1, 4, 8), "etp": (1,), "pp": (1, 2), "micro_batch": (1, 2),
+                      "zero": (1,), "vpp": (2,)},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("model", list(EXHAUSTIVE))
+def test_branch_and_bound_equals_exhaustive(model, h100):
+    """On a space small enough to time every candidate, branch-and-bound's top 10 are the
+    exhaustive top 10 and no candidate beats a Pareto point at its memory or less."""
+    req = _request(model, h100, pins=EXHAUSTIVE[model])
+    s, picks, mems, lbs = _search(req)
+    assert 50 < len(picks) < 1500
+    k = 10
+    ranked = S._best_first(s, picks, lbs, k)
+    exact = np.array([s.exact(_pick(r)).step_time_s for r in picks])
+    want = np.sort(exact)[:k]
+    got = np.array([t for t, _ in ranked])
+    assert got == pytest.approx(want, rel=REL)
+    # the front: each point is the fastest at its memory or less, and nothing beats it
+    front = S._pareto(s, picks, mems, lbs)
+    for j in front:
+        assert not np.any((mems <= mems[j]) & (exact < exact[j] * (1 - REL)))
+
+
+# ---- the public result ----
+
+
+@pytest.fixture(scope="module")
+def best8b():
+    from tpcalc.reports.plan import plan
+
+    return plan("llama3-8b", "h100-sxm", top_k=5, **SMALL)
+
+
+def test_result_counts_and_candidates(best8b):
+    r = best8b
+    assert r.enumerated - r.feasible == sum(n for _, n in r.rejections)
+    assert 0 < len(r.top) <= 5
+    times = [c.step_time_s for c in r.top]
+    assert times == sorted(times)
+    assert all(c.fits for c in r.top)
+    assert r.why_best.startswith("the best spends less on ")
+    w = r.why
+    a, b = r.top[0].step.parts_s, r.top[1].step.parts_s
+    assert w.step_gain_s == pytest.approx(r.top[1].step_time_s - r.top[0].step_time_s)
+    assert w.gained_s == pytest.approx(b[w.gained_part] - a[w.gained_part])
+    assert w.gained_s == pytest.approx(max(b[k] - a[k] for k in a))
+    mems = [c.memory_bytes for c in r.pareto]
+    assert mems == sorted(mems)
+    assert r.pareto[-1].step_time_s == r.top[0].step_time_s  # the fastest ends the front
+    assert [c.step_time_s for c in r.pareto] == sorted((c.step_time_s for c in r.pareto),
+                                                        reverse=True)  # fmt: skip
+
+
+def test_reported_candidates_match_tpcalc_layout(best8b):
+    """Each reported layout, priced by the Python twin of `tpcalc layout`, gives the same step
+    time and memory per rank."""
+    from tpcalc.reports.layout import layout_report
+
+    for c in (*best8b.top, *best8b.pareto[:3]):
+        lay, run, ov = c.layout, c.run, c.options.overlap
+        report = layout_report(
+            "llama3-8b", "h100-sxm", tp=lay.tp, cp=lay.cp, pp=lay.pp, dp=lay.dp, ep=lay.ep,
+            etp=lay.etp, zero=int(lay.zero), seq=run.seq, micro_batch=run.micro_batch,
+            microbatches=run.microbatches, vpp=run.vpp, schedule=run.schedule,
+            recipe=run.recipe, sp=run.sp, recompute=run.recompute, dtype=run.dtype,
+            activations=run.activations, memory=run.memory, tp_comm_overlap=ov.tp_comm,
+            dp_overlap=ov.dp_grad_reduce, ep_overlap=ov.ep_a2a, cp_overlap=ov.cp_ring,
+        )  # fmt: skip
+        terms = {t.key: t for t in report.rows[-1].terms}
+        assert terms["step_time_s"].number == pytest.approx(c.step_time_s, rel=REL)
+        assert terms["memory_bytes_per_rank"].number == pytest.approx(c.memory_bytes, rel=REL)
+        assert terms["mfu_ratio"].number == pytest.approx(c.mfu_ratio, rel=REL)
+
+
+def _pins_of(c) -> dict:
+    lay, run = c.layout, c.run
+    return {
+        "tp": (lay.tp,), "cp": (lay.cp,), "pp": (lay.pp,), "ep": (lay.ep,),
+        "micro_batch": (run.micro_batch,), "schedule": (run.schedule.value,),
+        "vpp": (run.vpp,), "zero": (int(lay.zero),), "sp": (run.sp,),
+        "recompute": (run.recompute.value,),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("dim", ["tp", "cp", "pp", "micro_batch", "schedule", "zero", "recompute"])
+def test_pinning_own_choice_keeps_the_best(best8b, dim):
+    from tpcalc.reports.plan import plan
+
+    best = best8b.best
+    pin = {dim: _pins_of(best)[dim]}
+    again = plan("llama3-8b", "h100-sxm", top_k=1, pins=pin, **SMALL)
+    assert again.best.step_time_s == pytest.approx(best.step_time_s, rel=REL)
+
+
+def test_relaxing_never_makes_the_best_worse():
+    from tpcalc.reports.plan import plan
+
+    args = dict(top_k=1, **SMALL)
+    free = plan("llama3-8b", "h100-sxm", **args).best.step_time_s
+    pinned = plan("llama3-8b", "h100-sxm", pins={"tp": (2,), "pp": (2,)}, **args)
+    assert free <= pinned.best.step_time_s * (1 + REL)
+    tight = plan("llama3-8b", "h100-sxm", memory_headroom=0.6, **args).best.step_time_s
+    loose = plan("llama3-8b", "h100-sxm", memory_headroom=0.1, **args).best.step_time_s
+    assert loose <= tight * (1 + REL)
+    few = plan("llama3-8b", "h100-sxm", pins={"recompute": ("full",)}, **args)
+    more = plan("llama3-8b", "h100-sxm", pins={"recompute": ("full", "none")}, **args)
+    assert more.best.step_time_s <= few.best.step_time_s * (1 + REL)
+    assert more.best.step_time_s < few.best.step_time_s  # full recompute costs time here
+
+
+def test_objective_memory_ranks_by_memory():
+    from tpcalc.reports.plan import plan
+
+    r = plan("llama3-8b", "h100-sxm", top_k=3, objective="memory", **SMALL)
+    mems = [c.memory_bytes for c in r.top]
+    assert mems == sorted(mems)
+    fastest = plan("llama3-8b", "h100-sxm", top_k=1, **SMALL).best
+    assert r.top[0].memory_bytes <= fastest.memory_bytes
+
+
+def test_objective_gpus_finds_the_fewest():
+    """The smallest GPU count of gpu_counts whose best step meets the target: the next smaller
+    count does not."""
+    from tpcalc.reports.plan import plan
+
+    at16 = plan("llama3-8b", "h100-sxm", top_k=1, **SMALL).best.step_time_s
+    r = plan("llama3-8b", "h100-sxm", top_k=1, objective="gpus", target_step_time_s=at16 * 1.01,
+             **SMALL)  # fmt: skip
+    assert r.best.step_time_s <= at16 * 1.01
+    counts = S.gpu_counts(r.request)
+    smaller = [n for n in counts if n < r.gpus]
+    if smaller:
+        below = plan("llama3-8b", "h100-sxm", top_k=1, **{**SMALL, "gpus": smaller[-1]})
+        assert below.best is None or below.best.step_time_s > at16 * 1.01
+
+
+@pytest.mark.parametrize(
+    ("kw", "field"),
+    [
+        ({"gpus": 0}, "gpus"),
+        ({"pins": {"tp": (0,)}}, "pin tp"),
+        ({"pins": {"schedule": ("zigzag",)}}, "pin schedule"),
+        ({"pins": {"recompute_modules": ("bogus",)}}, "recompute_modules"),
+        ({"memory_headroom": 1.5}, "memory_headroom"),
+        ({"objective": "gpus"}, "target_step_time_s"),
+        ({"global_batch": None, "global_batch_tokens": 4097}, "global_batch_tokens"),
+        ({"bounds": {"tpx": 2}}, "bound tpx"),
+        ({"time_options": TimeOptions(recompute_layers=2)}, "recompute_layers"),
+    ],
+)
+def test_bad_input_names_the_field(h100, kw, field):
+    with pytest.raises(InputError, match=field):
+        _request("llama3-8b", h100, **kw)
+
+
+def test_dp_pin_filters(h100):
+    req = _request("llama3-8b", h100, pins={"dp": (4,)})
+    s = S._Search(req, req.gpus)
+    s.enumerate()
+    assert s.blocks and {b.shape.dp for b in s.blocks} == {4}
+
+
+def test_tokens_become_sequences(h100):
+    req = _request("llama3-8b", h100, global_batch=None, global_batch_tokens=32 * 4096)
+    assert req.global_batch == 32
+
+
+def test_public_api_is_lazy():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, tpcalc; print('tpcalc.calc.plan.search' in sys.modules, callable(tpcalc.plan))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True"]
+
+
+def test_recompute_modes_cover_the_modules():
+    """Every applicable module appears in some searched mode; none, selective and full too."""
+    from tpcalc.calc.plan.space import applicable_modules, recompute_modes
+
+    for model in ("llama3-8b", "deepseek-v3"):
+        req = build_request(load_model(model), load_hardware("h100-sxm"), gpus=8, seq=4096,
+                            global_batch=8)  # fmt: skip
+        modes = recompute_modes(req)
+        grains = {m.recompute for m in modes if not m.modules}
+        assert grains == {Recompute.none, Recompute.selective, Recompute.full}
+        seen = {x for m in modes for x in m.modules}
+        assert seen == set(applicable_modules(req.spec))
+        assert len(modes) == len(set(modes))
+        assert RecomputeMode(Recompute.selective, ("core_attn",)) not in modes
+
+
+def test_overlap_searched_on_unless_pinned(h100):
+    req = _request("llama3-8b", h100, pins={"tp_comm_overlap": (False,)})
+    ov = S.space.overlap(req)
+    assert ov.tp_comm is False and ov.dp_grad_reduce is True
+    assert replace(ov, tp_comm=True) == S.space.overlap(_request("llama3-8b", h100))

@@ -1,0 +1,76 @@
+"""Print the README's published-choice table (issue 11 §3): python tools/plan_markdown.py [-j 2]
+
+For every published run tpcalc computes (tpcalc/validation/runs.yaml), the planner plans the same
+model on the same GPUs, sequence and global batch; the table shows the published layout, the
+planner's pick, both predicted step times, the published layout's rank, and whether the three
+checks hold (feasible; top 10 or within 5% of the best; the pick at least as fast), with the
+reason where they do not. It runs one plan per row (minutes for the whole table), so the test
+suite checks a representative subset (tests/test_plan_published.py) and this tool the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+from concurrent.futures import ProcessPoolExecutor
+
+from tpcalc.reports.plan_published import (
+    Check,
+    check,
+    choice,
+    choice_text,
+    engine_planner,
+    published_items,
+)
+
+
+def _one(run_id: str) -> Check:
+    items, _ = published_items({run_id})
+    return check(items[0], engine_planner())
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{x:+.1%}"
+
+
+def _line(ch: Check) -> str:
+    c = ch.item.case
+    mine = choice_text(choice(ch.item.memory_case.layout, ch.item.memory_case.run))
+    pick = choice_text(ch.pick.choices[0]) if ch.pick.choices else "none feasible"
+    best = f"{ch.best_step_s:.2f}" if ch.best_step_s is not None else "–"
+    rank = str(ch.rank) if ch.rank is not None else f">{ch.pick.top_k}"
+    verdict = "hold" if ch.holds else "fail"
+    return (
+        f"| {c.id} | {c.gpus:,} | {mine} | {pick} | {ch.published_step_s:.2f} | {best} "
+        f"| {_pct(ch.gap_ratio)} | {rank} | {verdict} | {ch.why()} |"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-j", "--jobs", type=int, default=1, help="processes (one plan each)")
+    args = parser.parse_args()
+    items, skipped = published_items()
+    ids = [i.case.id for i in items]
+    print(
+        "| run | GPUs | published | planner's pick | published step (s) | best step (s) "
+        "| published / best − 1 | rank | checks | why not |"
+    )
+    print("|---|---:|---|---|---:|---:|---:|---:|---|---|")
+    done: list[Check] = []
+    with ProcessPoolExecutor(max(args.jobs, 1)) as pool:
+        for ch in pool.map(_one, ids):  # rows print as they arrive, in table order
+            done.append(ch)
+            print(_line(ch), flush=True)
+    held = sum(1 for ch in done if ch.holds)
+    feasible = sum(1 for ch in done if ch.feasible)
+    close = sum(1 for ch in done if ch.in_top_or_close)
+    fast = sum(1 for ch in done if ch.pick_as_fast)
+    print(
+        f"\n{len(done)} runs: {feasible} published layouts feasible in tpcalc, {close} in the "
+        f"top 10 or within 5% of the best, {fast} with the pick at least as fast; all three "
+        f"hold for {held}. Skipped: {len(skipped)} (" + "; ".join(skipped) + ")."
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,471 @@
+"""A provable lower bound on a candidate's step time, cheap enough to take for every candidate.
+
+``calc.time.step.step_time`` adds m · (F + B + W) of the slowest stage, the schedule's bubble
+over the mean stage times, the exposed pipeline sends, the data-parallel tail and the optimizer.
+A stage's F, B, W are the roofline times of its layers' ops (``time.ops.layer_ops``, timed by
+``roofline.op_time_s``; the fitted MoE overhead in F and B), plus the embedding on the first
+stage and the head (and MTP) on the last, plus the exposed part of its TP, CP and EP collectives
+(W has none; the TP and EP ones are taken as step._layer_work takes them, the CP ring as
+≥ 0), plus in B the recomputed forward: all of it (full) or the ops of the
+recompute modules (``step.RECOMPUTE_MODULE_OPS``; selective alone: core attention). All of that
+but the collectives depends on the shard (tp, cp, ep, etp, SP, micro-batch) and the recompute
+mode only, so the sums over all stages are computed once per shard, without the collectives:
+F°, B°, W° ≤ the step's summed F, B, W (W° equal). Then
+
+    step ≥ m · max over stages of (its layers' and ends' F° + B° + W°)
+           + bubble(schedule, pp, m, (F°, B°, W°) / pp, vpp) + rest
+
+(stages split as ``step.stage_layers`` splits them), because every bubble formula of
+``pipeline.bubble_time_s`` grows with F and B at a fixed W, and ``rest`` is the least the other
+parts can be: the pipeline sends of the fill and drain, 2(p−1) of them (``step._pp_exposed``
+exposes at least those), and stage 0's data-parallel tail, which the step's tail (a maximum over
+stages, ``step._tail``) is at least: its first gradient bucket (and first parameter gather with
+a distributed optimizer), exposed whatever the overlap (``step._dp_exposed``), plus its Adam step
+over the dense shard (``step._optimizer_s``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from tpcalc.calc.layout.groups import MemoryTechniques, ParallelLayout, place_groups
+from tpcalc.calc.links.collectives import Collective
+from tpcalc.calc.params.counts import (
+    embedding_params,
+    final_norm_params,
+    layer_params,
+    lm_head_params,
+    routed_layer_params,
+    shared_expert_intermediate,
+)
+from tpcalc.calc.pipeline.schedule import DUALPIPE_DIRECTIONS, StageTimes, bubble_time_s
+from tpcalc.calc.plan.space import RecomputeMode, Shape, Variant
+from tpcalc.calc.time.ops import Pass, Shard, embedding_ops, head_ops, layer_ops, mtp_ops
+from tpcalc.calc.time.roofline import collective_time_s, op_time_s, rates
+from tpcalc.calc.time.step import (
+    A2A_PER_PASS,
+    ADAM_BYTES_PER_PARAM,
+    DDP_BUCKET_MIN_PARAMS,
+    DDP_BUCKET_PARAMS_PER_DP_RANK,
+    P2P_PASSES,
+    RECOMPUTE_MODULE_OPS,
+    TP_FWD_COLLECTIVES,
+    TP_GEMMS,
+    TimeOptions,
+    stage_layers,
+)
+from tpcalc.calc.tp.rules import padded_vocab
+from tpcalc.choices import Recompute, Schedule
+from tpcalc.specs import HardwareSpec, ModelSpec
+from tpcalc.units import Dtype
+
+
+@dataclass(frozen=True)
+class ShardWork:
+    """Seconds of one micro-batch on one rank, by pass: one layer of each kind (with its
+    exposed TP and EP collectives), the first stage's ends (embedding) and the last stage's
+    (final norm, head, loss, MTP), and each kind's forward per op name (recompute modes)."""
+
+    kind_f: np.ndarray  # [K]
+    kind_b: np.ndarray
+    kind_w: np.ndarray
+    kind_forward_by_name: tuple[dict[str, float], ...]
+    first_end: tuple[float, float, float]  # F, B, W
+    last_end: tuple[float, float, float]
+
+
+@dataclass(frozen=True)
+class StageBound:
+    """Per stage lower bounds for one shard and recompute mode: F°, B°, W° summed over all
+    stages (for the bubble) and the full time of each stage (for the slowest)."""
+
+    sums: StageTimes
+    per_kind_s: np.ndarray  # [K]: F + B + W + recompute of one layer of each kind
+    first_end_s: float
+    last_end_s: float
+    per_kind_f_s: np.ndarray  # [K]: F of one layer of each kind
+    first_end_f_s: float
+    last_end_f_s: float
+
+
+class StepBounds:
+    """Lower bounds on step time from cached per-shard op sums (module docstring)."""
+
+    def __init__(
+        self, spec: ModelSpec, hw: HardwareSpec, gpus_per_node: int, opts: TimeOptions,
+        dtype: Dtype, seq: int, techniques: MemoryTechniques,
+    ) -> None:  # fmt: skip
+        self.spec, self.hw, self.node, self.opts = spec, hw, gpus_per_node, opts
+        self.dtype, self.seq, self.tech = dtype, seq, techniques
+        self._work: dict[tuple, ShardWork] = {}
+        self._times: dict[tuple, StageBound] = {}
+        self._rest: dict[tuple, tuple[float, float, float]] = {}
+        self._first_params: dict[tuple, int] = {}
+        self.r = rates(hw, dtype, efficiency_scale=opts.efficiency_scale)
+        kinds: dict[tuple[str, bool], list[int]] = {}
+        for i in range(spec.num_hidden_layers):
+            kinds.setdefault((spec.resolved_layer_types[i], spec.is_moe_layer(i)), []).append(i)
+        self.kinds = [(v[0], len(v), k[1]) for k, v in kinds.items()]  # (first, count, moe)
+        self.kind_counts = np.array([float(c) for _, c, _ in self.kinds])
+        self.kind_index = [0] * spec.num_hidden_layers
+        for k, layers in enumerate(kinds.values()):
+            for i in layers:
+                self.kind_index[i] = k
+        self._stage_counts: dict[tuple[int, int], np.ndarray] = {}
+        self._stacked: dict[tuple, tuple[np.ndarray, ...]] = {}
+        self._links: dict[tuple, dict] = {}
+        self._sends: dict[tuple, float] = {}
+        self.shards = 0
+
+    def work(self, shape: Shape, b: int, sp: bool) -> ShardWork:
+        sp = sp and shape.tp > 1
+        key = (shape.tp, shape.cp, shape.ep, shape.etp, sp, b)
+        if key in self._work:
+            return self._work[key]
+        spec, r, opts = self.spec, self.r, self.opts
+        shard = Shard(
+            seq=self.seq, micro_batch=b, tp=shape.tp, cp=shape.cp, ep=shape.ep, etp=shape.etp,
+            sp=sp, dtype=Dtype.bf16, gemm_dtype=self.dtype, causal=opts.causal,
+            fused_sinks=opts.fused_sinks,
+        )  # fmt: skip
+        links = place_groups(
+            ParallelLayout(
+                gpus_per_node=self.node, tp=shape.tp, cp=shape.cp, ep=shape.ep, etp=shape.etp
+            )
+        )
+        ov = opts.overlap
+        fs, bs, ws, names = [], [], [], []
+        for first, _, moe in self.kinds:
+            kf = kb = kw = gemm_f = gemm_b = 0.0
+            by_name: dict[str, float] = {}
+            for op in layer_ops(spec, shard, first):
+                t = op_time_s(op, r)
+                if op.phase is Pass.forward:
+                    kf += t
+                    gemm_f += t if op.name in TP_GEMMS else 0.0
+                    name = op.name.removesuffix("_fp8_cast")
+                    by_name[name] = by_name.get(name, 0.0) + t
+                elif op.phase is Pass.backward_input:
+                    kb += t
+                    gemm_b += t if op.name in TP_GEMMS else 0.0
+                else:
+                    kw += t
+            if moe:  # the card's fitted fixed cost of a MoE layer, in F and in B (step)
+                kf += r.moe_layer_overhead_s
+                kb += r.moe_layer_overhead_s
+            # exposed TP and EP collectives, as step._layer_work exposes them
+            tp_pass = self._tp_pass(shard, moe, links["tp"].nodes)
+            first_chunk = tp_pass / shape.tp
+            ep_f = ep_b = 0.0
+            if moe and shape.ep > 1:
+                a2a = self._a2a(shard, shape.ep, links["ep"].nodes)
+                ep_on = bool(ov.ep_a2a)  # set explicitly by the planner (space.overlap)
+                ep_f, ep_b = _exposed(a2a, kb + kw, ep_on), _exposed(a2a, kf, ep_on)
+            fs.append(kf + _exposed(tp_pass, gemm_f, ov.tp_comm, first_chunk) + ep_f)
+            bs.append(kb + _exposed(tp_pass, gemm_b, ov.tp_comm, first_chunk) + ep_b)
+            ws.append(kw)
+            names.append(by_name)
+        padded = padded_vocab(spec.vocab_size, shape.tp, opts.vocab_pad_multiple)
+        last = head_ops(spec, shard, padded)
+        if self.tech.mtp:
+            for _ in range(spec.mtp_layers):
+                last += mtp_ops(spec, shard, padded)
+        out = ShardWork(
+            np.array(fs), np.array(bs), np.array(ws), tuple(names),
+            self._passes(embedding_ops(spec, shard)), self._passes(last),
+        )  # fmt: skip
+        self.shards += 1
+        self._work[key] = out
+        return out
+
+    def _passes(self, ops: tuple) -> tuple[float, float, float]:
+        f = b = w = 0.0
+        for op in ops:
+            t = op_time_s(op, self.r)
+            if op.phase is Pass.forward:
+                f += t
+            elif op.phase is Pass.backward_input:
+                b += t
+            else:
+                w += t
+        return f, b, w
+
+    def _tp_pass(self, shard: Shard, moe: bool, nodes: int) -> float:
+        """One pass's TP collectives of a layer (step._layer_work)."""
+        if shard.tp == 1:
+            return 0.0
+        h_bytes = shard.tokens * self.spec.hidden_size * shard.dtype.bytes * self.opts.comm_scale
+        shared = shared_expert_intermediate(self.spec) if self.spec.is_moe else 0
+        blocks = 1 if moe and not shared else TP_FWD_COLLECTIVES
+        if shard.sp:
+            one = collective_time_s(self.r, Collective.all_gather, h_bytes, shard.tp, nodes)
+            one += collective_time_s(self.r, Collective.reduce_scatter, h_bytes, shard.tp, nodes)
+        else:
+            one = collective_time_s(self.r, Collective.all_reduce, h_bytes, shard.tp, nodes)
+        return blocks * one
+
+    def _a2a(self, shard: Shard, ep: int, nodes: int) -> float:
+        """A MoE layer's dispatch and combine all-to-all in one pass (step._layer_work)."""
+        routed = shard.tokens // shard.tp * (self.spec.num_experts_per_tok or 1)
+        msg = routed * self.spec.hidden_size * shard.dtype.bytes * self.opts.comm_scale
+        return A2A_PER_PASS * collective_time_s(self.r, Collective.all_to_all, msg, ep, nodes)
+
+    def stage(self, shape: Shape, b: int, sp: bool, mode: RecomputeMode) -> StageBound:
+        """F°, B° (with the recomputed forward), W° summed over the model, and per layer kind."""
+        key = (shape.tp, shape.cp, shape.ep, shape.etp, sp and shape.tp > 1, b, mode)
+        if key in self._times:
+            return self._times[key]
+        wk = self.work(shape, b, sp)
+        if mode.recompute is Recompute.full:
+            rec = wk.kind_f
+        else:
+            default = ("core_attn",) if mode.recompute is Recompute.selective else ()
+            names = {n for m in (mode.modules or default) for n in RECOMPUTE_MODULE_OPS[m]}
+            rec = np.array([sum(d.get(n, 0.0) for n in names) for d in wk.kind_forward_by_name])
+        counts = self.kind_counts
+        fe, le = wk.first_end, wk.last_end
+        sums = StageTimes(
+            float(counts @ wk.kind_f) + fe[0] + le[0],
+            float(counts @ (wk.kind_b + rec)) + fe[1] + le[1],
+            float(counts @ wk.kind_w) + fe[2] + le[2],
+        )
+        out = StageBound(
+            sums, wk.kind_f + wk.kind_b + wk.kind_w + rec, sum(fe), sum(le), wk.kind_f, fe[0],
+            le[0],
+        )  # fmt: skip
+        self._times[key] = out
+        return out
+
+    def stage_counts(self, pp: int, vpp: int) -> np.ndarray:
+        """Layers of each kind on each pipeline stage, as step.stage_layers splits them."""
+        key = (pp, vpp)
+        if key not in self._stage_counts:
+            out = np.zeros((pp, len(self.kinds)))
+            for r, layers in enumerate(stage_layers(self.spec.num_hidden_layers, pp, vpp)):
+                for i in layers:
+                    out[r, self.kind_index[i]] += 1
+            self._stage_counts[key] = out
+        return self._stage_counts[key]
+
+    def slowest(self, shape: Shape, v: Variant, t: StageBound) -> float:
+        """A lower bound on the slowest stage's F + B + W: each stage's own layers and ends."""
+        per = self.stage_counts(shape.pp, v.vpp) @ t.per_kind_s
+        per[0] += t.first_end_s
+        per[-1] += t.last_end_s
+        return float(per.max())
+
+    def first_stage_dense(self, shape: Shape, v: Variant) -> int:
+        """Dense parameters one rank of stage 0 holds, as ``step._stage_params`` counts them."""
+        key = (shape.pp, v.vpp, shape.tp)
+        if key not in self._first_params:
+            spec = self.spec
+            layers = stage_layers(spec.num_hidden_layers, shape.pp, v.vpp)[0]
+            dense = sum(layer_params(spec, i) - routed_layer_params(spec, i) for i in layers)
+            dense += embedding_params(spec)
+            if shape.pp == 1:
+                dense += lm_head_params(spec) + final_norm_params(spec)
+            self._first_params[key] = dense // shape.tp
+        return self._first_params[key]
+
+    def rest(
+        self, shape: Shape, v: Variant, b: int, sp: bool, distributed: bool
+    ) -> tuple[float, float, float]:
+        """(constant, A, C): the step is at least m·N + constant + max(0, A − d·N) +
+        max(0, C − d·N) for the slowest stage's time N and d = 1 + (p−1)/vpp (module
+        docstring): the constant holds the least pipeline sends, stage 0's Adam step and the
+        first bucket of its gradient reduction and parameter gather; A and C are what remains
+        of each to hide under stage 0's backward and forward (at most N each) over the drain."""
+        const, a, c = self.dp_tail(shape, v, distributed)
+        return const + self.pp_sends(shape, b, sp), a, c
+
+    def dp_tail(self, shape: Shape, v: Variant, distributed: bool) -> tuple[float, float, float]:
+        """``rest`` without the pipeline sends (it does not depend on the micro-batch)."""
+        key = (shape.tp, shape.cp, shape.pp, shape.dp, v.vpp, distributed)
+        if key in self._rest:
+            return self._rest[key]
+        r, opts, ov = self.r, self.opts, self.opts.overlap
+        links = self.links(shape)
+        const = 0.0
+        a = c = -math.inf
+        params = self.first_stage_dense(shape, v)
+        group = links["dp"]
+        if params and group.size > 1:
+            cap = max(DDP_BUCKET_MIN_PARAMS, DDP_BUCKET_PARAMS_PER_DP_RANK * shape.dp)
+            bucket = min(params, cap)
+            buckets = math.ceil(params / bucket)
+            grad = bucket * opts.grad_reduce_dtype.bytes * opts.comm_scale
+            size, nodes = group.size, group.nodes
+            gather = 0.0
+            if distributed:
+                one = collective_time_s(r, Collective.reduce_scatter, grad, size, nodes)
+                param = bucket * Dtype.bf16.bytes * opts.comm_scale
+                gather = collective_time_s(r, Collective.all_gather, param, size, nodes)
+            else:
+                one = collective_time_s(r, Collective.all_reduce, grad, size, nodes)
+            if ov.dp_grad_reduce:
+                const, a = const + one, buckets * one - one
+            else:
+                const += buckets * one
+            if ov.dp_param_gather:
+                const, c = const + gather, buckets * gather - gather
+            else:
+                const += buckets * gather
+        shard = shape.dp * shape.cp if distributed else 1
+        const += params / shard * ADAM_BYTES_PER_PARAM / r.hbm_bytes_per_s
+        self._rest[key] = (const, a, c)
+        return const, a, c
+
+    def links(self, shape: Shape) -> dict:
+        """The pp and dp groups (they do not depend on ep, etp)."""
+        key = (shape.tp, shape.cp, shape.pp, shape.dp)
+        if key not in self._links:
+            self._links[key] = place_groups(
+                ParallelLayout(
+                    gpus_per_node=self.node, tp=shape.tp, cp=shape.cp, pp=shape.pp, dp=shape.dp
+                )
+            )
+        return self._links[key]
+
+    def pp_sends(self, shape: Shape, b: int, sp: bool) -> float:
+        """The pipeline sends of the fill and drain, 2(p−1) of them (step._pp_exposed)."""
+        if shape.pp == 1:
+            return 0.0
+        key = (shape.tp, shape.cp, shape.pp, shape.dp, b, sp and shape.tp > 1)
+        if key not in self._sends:
+            tokens = self.seq * b // shape.cp
+            sp_tokens = tokens // shape.tp if sp and shape.tp > 1 else tokens
+            msg = sp_tokens * self.spec.hidden_size * Dtype.bf16.bytes * self.opts.comm_scale
+            nodes = min(2, self.links(shape)["pp"].nodes)
+            one = collective_time_s(self.r, Collective.p2p, msg, 2, nodes)
+            self._sends[key] = P2P_PASSES * (shape.pp - 1) * one
+        return self._sends[key]
+
+    def with_rest(
+        self, shape: Shape, v: Variant, b: int, m: int, sp: bool, distributed: bool,
+        slowest: np.ndarray, first_f: np.ndarray, first_bwd: np.ndarray,
+    ) -> np.ndarray:  # fmt: skip
+        """min over N ≥ ``slowest`` of m·N + rest (``rest``), where stage 0's backward is at
+        most N − its least forward ``first_f`` and its forward at most N − its least backward
+        ``first_bwd``: a convex piecewise-linear function of N, least at ``slowest`` or at a
+        break point above it."""
+        const, a, c = self.rest(shape, v, b, sp, distributed)
+        d = 1 + (shape.pp - 1) / v.vpp
+        a2, c2 = a + d * first_f, c + d * first_bwd  # arrays; -inf stays -inf
+
+        n = np.stack([slowest, np.maximum(slowest, a2 / d), np.maximum(slowest, c2 / d)])
+        h = m * n + np.maximum(0.0, a2 - d * n) + np.maximum(0.0, c2 - d * n)
+        return h.min(axis=0) + const
+
+    def stacked(
+        self, shape: Shape, b: int, sp: bool, modes: tuple[RecomputeMode, ...]
+    ) -> tuple[np.ndarray, ...]:
+        """``stage`` of every mode as arrays: per-kind totals and forwards [R, K], ends [R],
+        summed F, B, W [R]."""
+        key = (
+            shape.tp,
+            shape.cp,
+            shape.ep,
+            shape.etp,
+            sp and shape.tp > 1,
+            b,
+            modes,
+            shape.pp == 1,
+        )
+        if key not in self._stacked:
+            t = [self.stage(shape, b, sp, mode) for mode in modes]
+            self._stacked[key] = (
+                np.array([x.per_kind_s for x in t]),
+                np.array([x.per_kind_f_s for x in t]),
+                np.array([x.first_end_s for x in t]),
+                np.array([x.last_end_s for x in t]),
+                np.array([x.first_end_f_s + (x.last_end_f_s if shape.pp == 1 else 0.0)
+                          for x in t]),
+                np.array([x.sums.forward_s for x in t]),
+                np.array([x.sums.backward_input_s for x in t]),
+                np.array([x.sums.backward_weight_s for x in t]),
+            )  # fmt: skip
+        return self._stacked[key]
+
+    def block(
+        self, shape: Shape, v: Variant, mbs: list[int], per_dp: int, sps: list[bool],
+        modes: list[RecomputeMode], distributed: list[bool],
+    ) -> np.ndarray:  # fmt: skip
+        """``lower`` of every (zero, micro-batch, sp, mode) of a block: [Z, M, S, R]."""
+        out = np.empty((len(distributed), len(mbs), len(sps), len(modes)))
+        p = shape.pp
+        counts = self.stage_counts(p, v.vpp)
+        ctuple = tuple(modes)
+        d = 1 + (p - 1) / v.vpp  # the drain, as step._dp_exposed takes it
+        for i, b in enumerate(mbs):
+            m = per_dp // b
+            for j, sp in enumerate(sps):
+                kind, kind_f, first, last, first_f, f, bi, w = self.stacked(shape, b, sp, ctuple)
+                per = kind @ counts.T  # [R, stages]
+                per[:, 0] += first
+                per[:, -1] += last
+                total0 = per[:, 0]
+                f0 = kind_f @ counts[0] + first_f
+                bubble = _bubble(v, p, f / p, bi / p, w / p, (f + bi + w) / p)
+                slowest = per.max(axis=1)
+                tails = [self.rest(shape, v, b, sp, dist) for dist in distributed]
+                const = np.array([t[0] for t in tails])[:, None]  # [Z, 1]
+                a2 = np.array([t[1] for t in tails])[:, None] + d * f0  # [Z, R]
+                c2 = np.array([t[2] for t in tails])[:, None] + d * (total0 - f0)
+                n = np.stack(
+                    [
+                        np.broadcast_to(slowest, a2.shape),
+                        np.maximum(slowest, a2 / d),
+                        np.maximum(slowest, c2 / d),
+                    ]
+                )
+                h = m * n + np.maximum(0.0, a2 - d * n) + np.maximum(0.0, c2 - d * n)
+                out[:, i, j] = h.min(axis=0) + const + bubble
+        return out
+
+    def lower(
+        self, shape: Shape, v: Variant, b: int, m: int, sp: bool, mode: RecomputeMode,
+        distributed: bool,
+    ) -> float:  # fmt: skip
+        """A lower bound on the step time (module docstring); ``distributed``: ZeRO >= 1."""
+        t = self.stage(shape, b, sp, mode)
+        p = shape.pp
+        s = t.sums
+        mean = StageTimes(s.forward_s / p, s.backward_input_s / p, s.backward_weight_s / p)
+        bubble = bubble_time_s(v.schedule, p, m, mean, v.vpp) if p > 1 else 0.0
+        counts = self.stage_counts(p, v.vpp)
+        f0 = float(counts[0] @ t.per_kind_f_s) + t.first_end_f_s
+        total0 = float(counts[0] @ t.per_kind_s) + t.first_end_s
+        if p == 1:
+            f0, total0 = f0 + t.last_end_f_s, total0 + t.last_end_s
+        slowest = np.array([self.slowest(shape, v, t)])
+        rest = self.with_rest(
+            shape, v, b, m, sp, distributed, slowest, np.array([f0]), np.array([total0 - f0])
+        )
+        return float(rest[0]) + bubble
+
+
+def _exposed(comm_s: float, hidden_s: float, overlapped: bool, first_s: float = 0.0) -> float:
+    """``step._exposed``: all of a collective, or (overlapped) its first chunk plus what the
+    compute it runs under cannot cover."""
+    if not overlapped:
+        return comm_s
+    return first_s + max(0.0, comm_s - first_s - hidden_s)
+
+
+def _bubble(
+    v: Variant, p: int, f: np.ndarray, b: np.ndarray, w: np.ndarray, full: np.ndarray
+) -> np.ndarray:
+    """``pipeline.bubble_time_s`` over arrays of mean stage times (same formulas)."""
+    if p == 1:
+        return np.zeros_like(f)
+    if v.schedule in (Schedule.gpipe, Schedule.one_f_one_b):
+        return (p - 1) * full
+    if v.schedule is Schedule.interleaved:
+        return (p - 1) * full / v.vpp
+    if v.schedule is Schedule.zb_h1:
+        return (p - 1) * np.maximum(0.0, f + b - w)
+    half = p / DUALPIPE_DIRECTIONS - 1
+    return np.maximum(0.0, half * (full + (b + w) - 3 * w))

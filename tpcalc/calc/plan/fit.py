@@ -1,0 +1,288 @@
+"""Per-rank memory of many candidates at once, with the arithmetic of
+``calc.layout.memory.rank_memory`` (the numbers ``tpcalc layout`` judges fit by), from cached
+pieces:
+
+- activations per layer kind depend on (tp, cp, micro-batch, SP, recompute) only: the exact
+  model's saved-tensor inventory (``activations.exact.layer.saved_tensors``) is built once per
+  (tp, cp, SP, granularity) at micro-batch 1 and 2; every tensor's shape holds the micro-batch
+  at most once as a factor, so its bytes are affine in b and the other sizes follow
+  (checked against ``layer_activation_bytes`` in tests/test_plan_engine.py). A recompute
+  module set keeps the tensors none of its modules drops (``techniques.apply_techniques`` drops
+  a tensor when any one module does), so every set is a sum over one inventory;
+- in-flight chunks and layers per rank depend on (pp, schedule, vpp, microbatches) only
+  (``pipeline.in_flight_chunks``, ``chunk_layer_counts``);
+- parameters per rank on (pp, vpp, DualPipe or not) (``layout.memory.pp_rank_params``), and
+  their states on (tp, ep, etp, ZeRO, dp·cp) (``dp.zero.zero_states_bytes``, linear in params).
+
+Sums of whole bytes are exact in float64 and every product is taken in the order rank_memory
+takes it, so the screen and rank_memory agree to the last bit (tests compare them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tpcalc.calc.activations.exact.layer import layer_kind, saved_tensors
+from tpcalc.calc.activations.exact.techniques import apply_techniques
+from tpcalc.calc.dp.zero import ZeroStage, state_divisors
+from tpcalc.calc.layout.groups import MemoryTechniques, ParallelLayout
+from tpcalc.calc.layout.memory import (
+    activation_options,
+    buffer_bytes,
+    layer_activation_bytes,
+    pp_rank_params,
+    rank_layers,
+)
+from tpcalc.calc.params.states import recipe_bytes
+from tpcalc.calc.pipeline.schedule import chunk_layer_counts, in_flight_chunks, rank_chunks
+from tpcalc.calc.plan.space import RecomputeMode, Shape, Variant
+from tpcalc.choices import ActivationModel, Recompute, Schedule, StateRecipe
+from tpcalc.specs import ModelSpec
+from tpcalc.units import Dtype
+
+AFFINE_POINTS = (1, 2)  # micro-batch sizes the inventory is built at (affine in b)
+
+
+@dataclass(frozen=True)
+class Pipe:
+    """One (pp, schedule, vpp, microbatches): per rank the layers of each kind it holds (two
+    terms for DualPipe, one stage per direction) with their in-flight factors."""
+
+    counts: tuple[np.ndarray, ...]  # each [ranks, kinds]: layer counts (MTP on the last chunk)
+    factors: tuple[np.ndarray, ...]  # each [ranks]: in-flight chunks / v (DualPipe: p−r, r+1)
+    last: np.ndarray  # [ranks] bool: holds the last chunk (logits buffer)
+    offload_share: np.ndarray  # [ranks]: share of the rank's activations offloaded
+
+
+class MemoryScreen:
+    """Worst-rank memory of blocks of candidates (module docstring)."""
+
+    def __init__(
+        self, spec: ModelSpec, *, seq: int, recipe: StateRecipe, activations: ActivationModel,
+        techniques: MemoryTechniques, gpus_per_node: int,
+    ) -> None:  # fmt: skip
+        self.spec, self.seq, self.recipe, self.model = spec, seq, recipe, activations
+        self.tech, self.node = techniques, gpus_per_node
+        n = spec.num_hidden_layers
+        if activations is ActivationModel.exact:
+            names = [layer_kind(spec, i) for i in range(n)]
+        else:
+            names = ["layer"] * n  # the paper model: one per-layer figure for every layer
+        self.kinds = list(dict.fromkeys(names))
+        self.kind_of = [self.kinds.index(k) for k in names]
+        self.first = [self.kind_of.index(k) for k in range(len(self.kinds))]
+        self.mtp = spec.mtp_layers if techniques.mtp else 0
+        self._inventory: dict[tuple, tuple[np.ndarray, np.ndarray, tuple[str, ...]]] = {}
+        self._kind_bytes: dict[tuple, np.ndarray] = {}
+        self._mode_bytes: dict[tuple, np.ndarray] = {}
+        self._pipes: dict[tuple, Pipe] = {}
+        self._params: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._buffers: dict[tuple, float] = {}
+        self._buffer_rows: dict[tuple, np.ndarray] = {}
+        self._factors: dict[tuple, float] = {}
+        rb = recipe_bytes(recipe)
+        self._rb = (rb.weight_bytes, rb.grad_bytes, rb.optimizer_bytes)
+
+    # ---- activations per layer kind ----
+
+    def _records(self, tp: int, cp: int, sp: bool, grain: Recompute, b: int) -> list[list]:
+        layout = ParallelLayout(gpus_per_node=self.node, tp=tp, cp=cp)
+        tech = MemoryTechniques(
+            fp8_cache=self.tech.fp8_cache, moe_probs_in_act=self.tech.moe_probs_in_act,
+            router_dtype=self.tech.router_dtype, capacity_factor=self.tech.capacity_factor,
+        )  # fmt: skip
+        opts = activation_options(layout, sp=sp, recompute=grain, techniques=tech)
+        return [saved_tensors(self.spec, i, self.seq, b, opts) for i in self.first]
+
+    def _module_inventory(
+        self, tp: int, cp: int, sp: bool, grain: Recompute
+    ) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
+        """Per tensor of every kind: bytes at b = 1 and 2, and the modules that drop it."""
+        key = (tp, cp, sp, grain)
+        if key not in self._inventory:
+            modules = tuple(m for m in _MODULES)
+            at = [self._records(tp, cp, sp, grain, b) for b in AFFINE_POINTS]
+            rows, drops = [], []
+            for k, records in enumerate(at[0]):
+                mla = self.kinds[k].startswith("mla")
+                for j, r in enumerate(records):
+                    rows.append((k, r.bytes, at[1][k][j].bytes))
+                    mask = 0
+                    for bit, m in enumerate(modules):
+                        kept = apply_techniques(
+                            [r], modules=frozenset((m,)), fp8_cache=False, probs_in_act=False,
+                            mla=mla,
+                        )  # fmt: skip
+                        if not kept:
+                            mask |= 1 << bit
+                    drops.append(mask)
+            self._inventory[key] = (np.array(rows, dtype=np.int64), np.array(drops), modules)
+        return self._inventory[key]
+
+    def kind_bytes(self, tp: int, cp: int, sp: bool, mode: RecomputeMode, b: int) -> np.ndarray:
+        """Activation bytes of one layer of each kind for one micro-batch of b sequences."""
+        sp = sp and tp > 1
+        key = (tp, cp, sp, mode, b)
+        if key in self._kind_bytes:
+            return self._kind_bytes[key]
+        if self.model is ActivationModel.paper:
+            layout = ParallelLayout(gpus_per_node=self.node, tp=tp, cp=cp)
+            per = layer_activation_bytes(
+                self.spec, layout, seq=self.seq, micro_batch=b, sp=sp, recompute=mode.recompute,
+                model=self.model, techniques=self._techniques(mode),
+            )  # fmt: skip
+            out = np.array([per[0]], dtype=np.float64)
+        else:
+            # Megatron: recompute_modules replace selective's default (saved_tensors does the same)
+            grain = Recompute.none if mode.modules else mode.recompute
+            rows, drops, modules = self._module_inventory(tp, cp, sp, grain)
+            mask = sum(1 << modules.index(m) for m in mode.modules)
+            kept = (drops & mask) == 0
+            one, two = rows[:, 1], rows[:, 2]
+            each = one + (b - 1) * (two - one)  # affine in b (module docstring)
+            out = np.zeros(len(self.kinds), dtype=np.float64)
+            np.add.at(out, rows[kept, 0], each[kept])
+        self._kind_bytes[key] = out
+        return out
+
+    def mode_bytes(
+        self, tp: int, cp: int, sps: tuple[bool, ...], modes: tuple[RecomputeMode, ...], b: int
+    ) -> np.ndarray:
+        """``kind_bytes`` of every (sp, mode): [S, R', K]."""
+        key = (tp, cp, sps, modes, b)
+        if key not in self._mode_bytes:
+            self._mode_bytes[key] = np.array(
+                [[self.kind_bytes(tp, cp, sp, mode, b) for mode in modes] for sp in sps]
+            )
+        return self._mode_bytes[key]
+
+    def _techniques(self, mode: RecomputeMode) -> MemoryTechniques:
+        return MemoryTechniques(
+            recompute_modules=mode.modules, fp8_cache=self.tech.fp8_cache,
+            moe_probs_in_act=self.tech.moe_probs_in_act, mtp=self.tech.mtp,
+            offload_layers=self.tech.offload_layers, moe_dispatcher=self.tech.moe_dispatcher,
+            capacity_factor=self.tech.capacity_factor, router_dtype=self.tech.router_dtype,
+        )  # fmt: skip
+
+    def techniques(self, mode: RecomputeMode) -> MemoryTechniques:
+        """The run's memory techniques with this recompute mode's modules."""
+        return self._techniques(mode)
+
+    # ---- pipeline shape ----
+
+    def pipe(self, pp: int, v: Variant, m: int) -> Pipe:
+        key = (pp, v, m)
+        if key in self._pipes:
+            return self._pipes[key]
+        n, k = self.spec.num_hidden_layers, len(self.kinds)
+        chunks = chunk_layer_counts(n, pp * v.vpp)
+        per_chunk = np.zeros((len(chunks), k), dtype=np.int64)
+        start = 0
+        for c, size in enumerate(chunks):
+            for i in range(start, start + size):
+                per_chunk[c, self.kind_of[i]] += 1
+            start += size
+        per_chunk[-1, self.kind_of[n - 1]] += self.mtp
+        counts: tuple[np.ndarray, ...]
+        factors: tuple[np.ndarray, ...]
+        if v.schedule is Schedule.dualpipe:
+            counts = (per_chunk[:pp], per_chunk[::-1][:pp])
+            factors = (
+                np.array([pp - r for r in range(pp)], dtype=np.float64),
+                np.array([r + 1 for r in range(pp)], dtype=np.float64),
+            )
+            last = np.array([r in (0, pp - 1) for r in range(pp)])
+        else:
+            counts = (
+                np.array([per_chunk[rank_chunks(pp, v.vpp, r)].sum(axis=0) for r in range(pp)]),
+            )
+            factors = (
+                np.array(
+                    [in_flight_chunks(v.schedule, pp, m, v.vpp, r) / v.vpp for r in range(pp)]
+                ),
+            )
+            last = np.array([(pp * v.vpp - 1) in rank_chunks(pp, v.vpp, r) for r in range(pp)])
+        share = np.zeros(pp)
+        if self.tech.offload_layers:
+            for r, layers in enumerate(rank_layers(n, pp, v.vpp)):
+                if layers:
+                    share[r] = min(self.tech.offload_layers, len(layers)) / len(layers)
+        out = Pipe(counts, factors, last, share)
+        self._pipes[key] = out
+        return out
+
+    # ---- parameters and states ----
+
+    def params(self, shape: Shape, v: Variant) -> tuple[np.ndarray, np.ndarray]:
+        """(dense, expert) parameters of each pipeline rank after the TP and EP splits."""
+        key = (shape.pp, v.vpp, v.schedule is Schedule.dualpipe, shape.tp, shape.ep * shape.etp)
+        if key not in self._params:
+            sched = Schedule.dualpipe if key[2] else Schedule.one_f_one_b
+            ranks = pp_rank_params(self.spec, shape.pp, v.vpp, sched, mtp=self.tech.mtp)
+            d = np.array([-(-dense // shape.tp) + whole for dense, whole, _ in ranks], np.float64)
+            e = np.array([-(-x // (shape.etp * shape.ep)) for _, _, x in ranks], np.float64)
+            self._params[key] = (d, e, np.zeros(0))
+        d, e, _ = self._params[key]
+        return d, e
+
+    def state_factor(self, zero: ZeroStage, n: int) -> float:
+        """Bytes of model states per parameter at ``zero`` over n ranks (zero_states_bytes)."""
+        key = (zero, n)
+        if key not in self._factors:
+            dw, dg, do = state_divisors(zero, n)
+            w, g, o = self._rb
+            self._factors[key] = w / dw + g / dg + o / do
+        return self._factors[key]
+
+    def buffer(self, shape: Shape, b: int, last: bool) -> float:
+        key = (shape.tp, shape.cp, shape.ep, b, last)
+        if key not in self._buffers:
+            layout = ParallelLayout(
+                gpus_per_node=self.node, tp=shape.tp, cp=shape.cp, ep=shape.ep, etp=shape.etp
+            )
+            self._buffers[key] = buffer_bytes(
+                self.spec, layout, seq=self.seq, micro_batch=b, last=last, techniques=self.tech,
+                act_bytes=Dtype.bf16.bytes,
+            )  # fmt: skip
+        return self._buffers[key]
+
+    # ---- a block ----
+
+    def block(
+        self, shape: Shape, v: Variant, mbs: list[int], per_dp: int, sps: list[bool],
+        modes: list[RecomputeMode], zeros: list[ZeroStage],
+    ) -> np.ndarray:  # fmt: skip
+        """Worst-rank memory, bytes, of every (zero, micro-batch, sp, mode): [Z, M, S, R]."""
+        d, e = self.params(shape, v)
+        grad, expert_dp = (
+            shape.dp * shape.cp,
+            shape.dp * shape.cp * shape.tp // (shape.ep * shape.etp),
+        )
+        states = np.stack(
+            [d * self.state_factor(z, grad) + e * self.state_factor(z, expert_dp) for z in zeros]
+        )  # [Z, ranks]
+        out = np.empty((len(zeros), len(mbs), len(sps), len(modes)))
+        for i, b in enumerate(mbs):
+            pipe = self.pipe(shape.pp, v, per_dp // b)
+            kb = self.mode_bytes(shape.tp, shape.cp, tuple(sps), tuple(modes), b)  # [S, R', K]
+            act = pipe.factors[0] * (kb @ pipe.counts[0].T)  # [S, R', ranks]
+            for counts, factor in zip(pipe.counts[1:], pipe.factors[1:], strict=True):
+                act = act + factor * (kb @ counts.T)  # DualPipe's second direction
+            if self.tech.offload_layers:
+                act = act - act * pipe.offload_share
+            bkey = (shape.tp, shape.cp, shape.ep, shape.etp, b, shape.pp, v)
+            if bkey not in self._buffer_rows:
+                self._buffer_rows[bkey] = np.array(
+                    [self.buffer(shape, b, bool(x)) for x in pipe.last]
+                )
+            buf = self._buffer_rows[bkey]
+            total = states[:, None, None, :] + act[None] + buf
+            out[:, i] = total.max(axis=-1)
+        return out
+
+
+_MODULES = (
+    "core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts",
+)  # fmt: skip

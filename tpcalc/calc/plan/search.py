@@ -1,0 +1,407 @@
+"""The search: enumerate the space (``space``), drop what does not divide, screen memory for every
+remaining candidate at once (``fit``), then rank by step time with a provable branch-and-bound
+(``bounds``): candidates are taken in order of a lower bound on their step time, the bound is
+tightened in tiers, and the exact ``calc.time.step.step_time`` runs only on a candidate whose
+bound is still below every other candidate's. The first ``top_k`` candidates that come out
+exact are the top k of exhaustive exact evaluation (a bound never exceeds the exact time).
+
+Reported numbers come from the exact model: every candidate in the result is re-priced by
+``calc.layout.memory.rank_memory`` and ``step_time`` with the inputs ``tpcalc layout`` would
+give them.
+
+ZeRO: the step model times stages 1, 2 and 3 alike (``step._dp_exposed`` and
+``step._optimizer_s`` read only ``zero >= ZeroStage.optimizer``) while states shrink with every
+stage (``dp.zero.state_divisors``), so of the stages >= 1 only the highest allowed is timed; it
+fits whenever a lower one does. Stage 0 is timed on its own.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import Counter
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from tpcalc.calc.dp.zero import ZeroStage
+from tpcalc.calc.layout.groups import LayoutRun, ParallelLayout
+from tpcalc.calc.layout.memory import rank_memory
+from tpcalc.calc.plan import space
+from tpcalc.calc.plan.bounds import StepBounds
+from tpcalc.calc.plan.fit import MemoryScreen
+from tpcalc.calc.plan.space import RecomputeMode, Shape, Variant
+from tpcalc.calc.plan.types import BestMargin, Candidate, Objective, PlanRequest, PlanResult
+from tpcalc.calc.time.step import STEP_PARTS, StepTime, TimeOptions, step_time
+from tpcalc.errors import InputError
+
+BATCH = "batch: dp does not divide the global batch"
+NO_MICRO_BATCH = "batch: no allowed micro-batch splits global batch / dp"
+MEMORY = "memory"
+
+
+@dataclass
+class _Block:
+    """One (shape, variant): memory of every (zero, micro-batch, sp, mode), and what fits."""
+
+    shape: Shape
+    variant: Variant
+    mbs: list[int]
+    per_dp: int
+    sps: list[bool]
+    memory: np.ndarray  # [Z, M, S, R]
+
+
+@dataclass(frozen=True)
+class _Pick:
+    """A timed candidate: its block and indices."""
+
+    block: int
+    z: int
+    m: int
+    s: int
+    r: int
+
+
+class _Search:
+    def __init__(self, req: PlanRequest, gpus: int) -> None:
+        self.req, self.gpus = req, gpus
+        self.node = req.gpus_per_node or req.hw.gpus_per_node.value
+        self.d = space.domains(req, gpus)
+        self.opts = replace(
+            req.time_options, overlap=space.overlap(req), first_stage_layers=None,
+            last_stage_layers=None, recompute_layers=None,
+        )  # fmt: skip
+        self.capacity = req.hw.memory_bytes.value * (1 - req.memory_headroom) - req.reserve_bytes
+        self.screen = MemoryScreen(
+            req.spec, seq=req.seq, recipe=req.recipe, activations=req.activations,
+            techniques=req.memory, gpus_per_node=self.node,
+        )  # fmt: skip
+        self.bounds = StepBounds(
+            req.spec, req.hw, self.node, self.opts, req.dtype, req.seq, req.memory
+        )
+        self.blocks: list[_Block] = []
+        self.rejections: Counter[str] = Counter()
+        self.enumerated = 0
+        self.fitting = 0  # candidates that divide and fit, counted as the blocks are screened
+        self.timed = 0
+        self._exact: dict[_Pick, tuple[StepTime, ParallelLayout, LayoutRun]] = {}
+        # of the stages >= 1, only the highest allowed is timed (module docstring)
+        self.zeros = self.d.zero
+        self.timed_zeros = sorted({z for z in self.zeros if z == 0} | (
+            {max(z for z in self.zeros if z >= 1)} if any(z >= 1 for z in self.zeros) else set()
+        ))  # fmt: skip
+
+    # ---- enumerate, check, fit ----
+
+    def enumerate(self) -> None:
+        req, d, spec = self.req, self.d, self.req.spec
+        modes = d.recompute
+        inner = len(self.zeros) * len(modes)
+        for tp in d.tp:
+            tp_reason = space.tp_rule(spec, tp)
+            sps_tp = d.sp if tp > 1 else ([False] if False in d.sp else d.sp[:1])  # no SP at tp 1
+            for cp in d.cp:
+                for pp in d.pp:
+                    if self.gpus % (tp * cp * pp):
+                        continue
+                    dp = self.gpus // (tp * cp * pp)
+                    if dp not in req.pins.get("dp", (dp,)) or dp > req.bounds.get("dp", dp):
+                        continue  # dp follows from the others; a pin or bound on it filters
+                    per_dp = req.global_batch // dp if req.global_batch % dp == 0 else 0
+                    mbs = space.micro_batches(d, per_dp) if per_dp else []
+                    vs = space.variants(d, req, pp)
+                    for ep in d.ep:
+                        for etp in d.etp:
+                            shape = Shape(tp, cp, pp, dp, ep, etp)
+                            self._shape(shape, tp_reason, sps_tp, vs, per_dp, mbs, modes, inner)
+
+    def _shape(
+        self, shape: Shape, tp_reason: str | None, sps: list[bool], vs: list[Variant],
+        per_dp: int, mbs: list[int], modes: list[RecomputeMode], inner: int,
+    ) -> None:  # fmt: skip
+        n_mb = max(1, len(mbs))
+        total = len(vs) * n_mb * len(sps) * inner
+        self.enumerated += total
+        reason = tp_reason or space.ep_rule(self.req.spec, shape)
+        if reason:
+            self.rejections[reason] += total
+            return
+        ok = []
+        for sp in sps:
+            why = space.cp_rule(self.req.seq, shape.tp, shape.cp, sp)
+            if why:
+                self.rejections[why] += len(vs) * n_mb * inner
+            else:
+                ok.append(sp)
+        if not ok:
+            return
+        for v in vs:
+            why = space.pipeline_rule(
+                self.req.spec.num_hidden_layers, shape.pp, v, self.req.allow_uneven
+            )
+            if why:
+                self.rejections[why] += n_mb * len(ok) * inner
+                continue
+            if not per_dp:
+                self.rejections[BATCH] += len(ok) * inner
+                continue
+            if not mbs:
+                self.rejections[NO_MICRO_BATCH] += len(ok) * inner
+                continue
+            good = []
+            for b in mbs:
+                why = space.microbatch_rule(shape.pp, per_dp // b, v)
+                if why:
+                    self.rejections[why] += len(ok) * inner
+                else:
+                    good.append(b)
+            if not good:
+                continue
+            mem = self.screen.block(shape, v, good, per_dp, ok, modes, self.zeros)
+            over = int((mem > self.capacity).sum())
+            if over:
+                self.rejections[MEMORY] += over
+            self.fitting += mem.size - over
+            if over < mem.size:
+                self.blocks.append(_Block(shape, v, good, per_dp, ok, mem))
+
+    @property
+    def feasible(self) -> int:
+        return self.fitting
+
+    # ---- candidates and bounds ----
+
+    def picks(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every timed candidate that fits as rows (block, zero, micro-batch, sp, mode) of
+        indices, its memory, and its first (loosest) bound."""
+        zi = np.array([self.zeros.index(z) for z in self.timed_zeros], dtype=np.int64)
+        cols: list[np.ndarray] = []
+        mems: list[np.ndarray] = []
+        lbs: list[np.ndarray] = []
+        bounds = self.bounds
+        for k, blk in enumerate(self.blocks):
+            mem = blk.memory[zi]  # [Z', M, S, R]
+            z, i, s, r = np.nonzero(mem <= self.capacity)
+            if not len(z):
+                continue
+            lb = bounds.block(
+                blk.shape, blk.variant, blk.mbs, blk.per_dp, blk.sps, self.d.recompute,
+                [zero >= 1 for zero in self.timed_zeros],
+            )  # fmt: skip
+            cols.append(np.stack([np.full_like(z, k), zi[z], i, s, r], axis=1).astype(np.int32))
+            mems.append(mem[z, i, s, r])
+            lbs.append(lb[z, i, s, r] * (1 - BOUND_MARGIN))
+        if not cols:
+            return np.zeros((0, 5), dtype=np.int32), np.zeros(0), np.zeros(0)
+        return np.concatenate(cols), np.concatenate(mems), np.concatenate(lbs)
+
+    def tighten(self, row: np.ndarray) -> float:
+        """The exact step time of a pick (the tier after its bound)."""
+        return self.exact(_Pick(*(int(x) for x in row))).step_time_s
+
+    def exact(self, p: _Pick) -> StepTime:
+        if p not in self._exact:
+            layout, run = self.layout_run(p)
+            self.timed += 1
+            self._exact[p] = (step_time(self.req.spec, self.req.hw, layout, run, self.opts),
+                              layout, run)  # fmt: skip
+        return self._exact[p][0]
+
+    def layout_run(self, p: _Pick) -> tuple[ParallelLayout, LayoutRun]:
+        blk = self.blocks[p.block]
+        s, b = blk.shape, blk.mbs[p.m]
+        mode = self.d.recompute[p.r]
+        layout = ParallelLayout(
+            gpus_per_node=self.node, tp=s.tp, cp=s.cp, pp=s.pp, dp=s.dp, ep=s.ep, etp=s.etp,
+            zero=self.zeros[p.z],
+        )  # fmt: skip
+        run = LayoutRun(
+            seq=self.req.seq, microbatches=blk.per_dp // b, micro_batch=b, vpp=blk.variant.vpp,
+            schedule=blk.variant.schedule, recipe=self.req.recipe, sp=blk.sps[p.s],
+            recompute=mode.recompute, dtype=self.req.dtype, activations=self.req.activations,
+            memory=self.screen.techniques(mode),
+        )  # fmt: skip
+        return layout, run
+
+    def candidate(self, p: _Pick) -> Candidate:
+        """The pick priced exactly as ``tpcalc layout`` prices it."""
+        st = self.exact(p)
+        layout, run = self._exact[p][1], self._exact[p][2]
+        mem = rank_memory(
+            self.req.spec, layout, seq=run.seq, micro_batch=run.micro_batch,
+            microbatches=run.microbatches, vpp=run.vpp, schedule=run.schedule,
+            recipe=run.recipe, sp=run.sp, recompute=run.recompute,
+            activations=run.activations, techniques=run.memory,
+        )  # fmt: skip
+        worst = max(mem, key=lambda r: r.total_bytes)
+        parts = st.parts_s
+        top = max(STEP_PARTS, key=lambda n: parts[n])
+        return Candidate(
+            layout=layout, run=run, options=self.opts, memory_bytes=worst.total_bytes,
+            worst_pp_rank=worst.pp_rank, card_memory_bytes=self.req.hw.memory_bytes.value,
+            capacity_bytes=self.capacity, step_time_s=st.step_time_s,
+            tokens_per_s_per_gpu=st.tokens_per_s_per_gpu, mfu_ratio=st.mfu_ratio,
+            dominant_part=top, dominant_time_s=parts[top], step=st,
+        )  # fmt: skip
+
+
+# Bounds are sums of the same float terms the step adds in another order; this margin keeps
+# a rounding difference from ever letting a bound pass the exact time it bounds.
+BOUND_MARGIN = 1e-9
+
+
+def _best_first(
+    search: _Search, picks: np.ndarray, lbs: np.ndarray, want: int
+) -> list[tuple[float, int]]:
+    """The ``want`` picks of least exact step time, in order: take picks in order of their
+    bound, time each exactly; a timed pick whose time is at most the next bound is final,
+    since every pick not yet timed has at least that bound, and so that time (module
+    docstring)."""
+    order = np.argsort(lbs, kind="stable")
+    heap: list[tuple[float, int]] = []  # (exact time, pick index)
+    out: list[tuple[float, int]] = []
+    i = 0
+    n = len(order)
+    while len(out) < want and (i < n or heap):
+        if i < n and (not heap or lbs[order[i]] < heap[0][0]):
+            j = int(order[i])
+            i += 1
+            heapq.heappush(heap, (search.tighten(picks[j]), j))
+        else:
+            out.append(heapq.heappop(heap))
+    return out
+
+
+def _part_name(part: str) -> str:
+    return part.removesuffix("_time_s").replace("_", " ")
+
+
+def _why(best: Candidate, other: Candidate) -> tuple[str, BestMargin]:
+    """Why the best beats the runner-up: the part of the step where it saves most and the one
+    where it spends most extra (the two breakdowns, part by part), in words and in seconds."""
+    a, b = best.step.parts_s, other.step.parts_s
+    diffs = sorted(((b[k] - a[k], k) for k in STEP_PARTS), reverse=True)
+    gain, part = diffs[0]
+    loss, lost = diffs[-1]
+    margin = BestMargin(
+        step_gain_s=other.step_time_s - best.step_time_s, gained_part=part, gained_s=gain,
+        lost_part=lost if loss < 0 else None, lost_s=-loss if loss < 0 else 0.0,
+    )  # fmt: skip
+    text = f"the best spends less on {_part_name(part)} than the runner-up"
+    if margin.lost_part is not None:
+        text += f", more on {_part_name(lost)}"
+    return text, margin
+
+
+# The exact front of thousands of layouts is a staircase of steps a user cannot tell apart, so
+# the front is taken at memory budgets each this much below the previous point's memory (every
+# point is still exactly the fastest layout within its own memory), and a point is shown only
+# if it is PARETO_MIN_GAIN faster than the shown point with the next lower memory.
+PARETO_MEMORY_STEP = 0.05
+PARETO_MIN_GAIN = 0.01
+
+
+def _fastest(
+    search: _Search, picks: np.ndarray, idx: np.ndarray, lbs: np.ndarray, mems: np.ndarray
+) -> int:
+    """The pick of least exact time among ``idx`` (sorted by bound; ties: least memory):
+    picks are timed in bound order until the next bound is no less than the best time."""
+    best_t, best_j = math.inf, -1
+    for j in idx:
+        j = int(j)
+        if lbs[j] > best_t:
+            break
+        t = search.tighten(picks[j])
+        if t < best_t or (t == best_t and mems[j] < mems[best_j]):
+            best_t, best_j = t, j
+    return best_j
+
+
+def _pareto(search: _Search, picks: np.ndarray, mems: np.ndarray, lbs: np.ndarray) -> list[int]:
+    """Picks on the memory-versus-time front, memory ascending: the fastest of all, then the
+    fastest with PARETO_MEMORY_STEP less memory than that, and so on (each found by
+    branch-and-bound over the picks under the budget), keeping the fastest and then each
+    point that the kept faster one beats by PARETO_MIN_GAIN."""
+    order = np.argsort(lbs, kind="stable")
+    by_mem = mems[order]
+    exact: list[int] = []
+    limit = math.inf
+    while True:
+        idx = order[by_mem < limit]
+        if not len(idx):
+            break
+        j = _fastest(search, picks, idx, lbs, mems)
+        exact.append(j)
+        limit = mems[j] * (1 - PARETO_MEMORY_STEP)
+    front: list[int] = []
+    for j in exact:  # time ascending from the fastest, memory descending
+        if not front or search.tighten(picks[front[-1]]) < search.tighten(picks[j]) * (
+            1 - PARETO_MIN_GAIN
+        ):
+            front.append(j)
+    return front[::-1]
+
+
+def _plan_gpus(req: PlanRequest, gpus: int) -> PlanResult:
+    search = _Search(req, gpus)
+    search.enumerate()
+    picks, mems, lbs = search.picks()
+    if req.include_all:
+        want = len(picks)
+    elif req.objective is Objective.memory:
+        want = 0
+    else:
+        want = min(req.top_k, len(picks))
+    ranked = _best_first(search, picks, lbs, want)
+    if req.objective is Objective.memory:
+        order = np.lexsort((lbs, mems))[: req.top_k]
+        cands = sorted((search.candidate(_Pick(*map(int, picks[j]))) for j in order),
+                       key=lambda c: (c.memory_bytes, c.step_time_s))  # fmt: skip
+    else:
+        cands = [search.candidate(_Pick(*map(int, picks[j]))) for _, j in ranked]
+        cands.sort(key=lambda c: (c.step_time_s, c.memory_bytes))
+    front = [
+        search.candidate(_Pick(*map(int, picks[j]))) for j in _pareto(search, picks, mems, lbs)
+    ]
+    top = tuple(cands[: req.top_k])
+    why, margin = "", None
+    if len(top) > 1 and req.objective is not Objective.memory:
+        why, margin = _why(top[0], top[1])
+    return PlanResult(
+        request=req, gpus=gpus, top=top, pareto=tuple(front),
+        all_feasible=tuple(cands) if req.include_all else (), enumerated=search.enumerated,
+        feasible=search.feasible, timed_exactly=search.timed,
+        rejections=tuple(sorted(search.rejections.items())), why_best=why, why=margin,
+    )  # fmt: skip
+
+
+def gpu_counts(req: PlanRequest) -> list[int]:
+    """GPU counts the gpus objective tries, ascending: whole nodes doubling up to the request
+    (and the requested count itself)."""
+    node = req.gpus_per_node or req.hw.gpus_per_node.value
+    out, n = [], node
+    while n < req.gpus:
+        out.append(n)
+        n *= 2
+    return out + [req.gpus]
+
+
+def plan(request: PlanRequest) -> PlanResult:
+    """The best layouts for ``request`` (module docstring). Objective gpus: the smallest GPU
+    count of ``gpu_counts`` whose best layout meets ``target_step_time_s``."""
+    if request.objective is not Objective.gpus:
+        return _plan_gpus(request, request.gpus)
+    target = request.target_step_time_s or 0.0
+    timed = replace(request, objective=Objective.time)
+    last = None
+    for n in gpu_counts(request):
+        last = _plan_gpus(timed, n)
+        if last.best is not None and last.best.step_time_s <= target:
+            return replace(last, request=request)
+    if last is None:
+        raise InputError("gpus: no GPU count to try")
+    return replace(last, request=request)
+
+
+__all__ = ("plan", "Candidate", "TimeOptions", "ZeroStage")

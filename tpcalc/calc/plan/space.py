@@ -1,0 +1,273 @@
+"""The planner's search space: the values each dimension may take, and the divisibility rules
+that turn combinations down, checked per dimension so that a rule is paid once per value.
+
+The rules are ``calc.layout.groups.layout_problems``' (tp_problem, the CP and SP sequence rules,
+``pipeline.check_pipeline``, the expert-grid rules), split so each rejection is counted under
+the rule that fired first. ``tests/test_plan_engine.py`` checks that a combination passes here
+exactly when ``layout_problems`` finds nothing wrong with it.
+
+Domain choices, each stated because it decides what "enumerated" counts:
+- tp: divisors of the GPU count, at most one node when TP stays inside a node (seed 000:
+  "TP 只放机内"); cp and pp: divisors of the GPU count (dp = gpus / (tp·cp·pp) is then whole);
+- ep: divisors of the GPU count up to the routed experts; etp: divisors of a node (MoE only);
+- micro-batch: divisors of global batch / dp (dp · micro_batch · microbatches = global batch);
+- schedule and vpp: with pp = 1 every schedule is 1F1B (no bubble, one stage), so only 1F1B is
+  enumerated; interleaved takes vpp = 2 .. layers/pp;
+- GPipe is left out while 1F1B is allowed: under the model it has 1F1B's step time exactly
+  (``pipeline.bubble_time_s`` is the same (p−1)(F+B+W); no other part reads the schedule) and
+  holds m ≥ p − r micro-batches in flight (``pipeline.in_flight_chunks``), so it is dominated;
+- overlap options: each overlap flag only ever replaces a collective's time by
+  ``step._exposed(comm, hidden, True, first) = first + max(0, comm − first − hidden) ≤ comm``
+  (first ≤ comm in every use) and no memory depends on them, so "on" is never slower and is the
+  only value searched unless a pin excludes it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from tpcalc.calc.activations.paper import sp_seq_problem
+from tpcalc.calc.dp.zero import ZeroStage
+from tpcalc.calc.plan.types import PlanRequest
+from tpcalc.calc.time.ops import Shard, layer_ops
+from tpcalc.calc.time.step import RECOMPUTE_MODULE_OPS, Overlap
+from tpcalc.calc.tp.rules import tp_problem
+from tpcalc.choices import Recompute, Schedule
+from tpcalc.specs import ModelSpec
+from tpcalc.units import Dtype
+
+DUALPIPE_DIRECTIONS = 2  # pipeline.schedule: DualPipe feeds micro-batches from both ends
+ZIGZAG_CHUNKS = 2  # zig-zag CP cuts the sequence into 2·cp chunks (layout_problems)
+# Fine-grained recompute module sets searched: every subset when the model has at most this many
+# applicable modules; beyond, each module alone, every pair and all of them together.
+FULL_POWERSET_MODULES = 4
+# Megatron-LM's ``moe`` module re-runs everything ``moe_act`` does (step.RECOMPUTE_MODULE_OPS).
+REDUNDANT_MODULES = (("moe", "moe_act"),)
+
+
+@dataclass(frozen=True)
+class RecomputeMode:
+    """One recompute choice: the granularity and the Megatron recompute_modules list."""
+
+    recompute: Recompute
+    modules: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        if self.modules:
+            return f"{self.recompute.value}[{','.join(self.modules)}]"
+        return self.recompute.value
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The model-parallel sizes of one layout (dp = gpus / (tp·cp·pp))."""
+
+    tp: int
+    cp: int
+    pp: int
+    dp: int
+    ep: int
+    etp: int
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A pipeline schedule with its virtual stages."""
+
+    schedule: Schedule
+    vpp: int
+
+
+def divisors(n: int) -> list[int]:
+    """Every positive divisor of n, ascending."""
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def _allowed(req: PlanRequest, dim: str, values: list) -> list:
+    """``values`` kept by the pin and the bound of ``dim`` (a pin outside the domain is kept:
+    the user asked for it, and the rules will say what is wrong with it)."""
+    if dim in req.pins:
+        values = list(req.pins[dim])
+    if dim in req.bounds:
+        values = [v for v in values if v <= req.bounds[dim]]
+    return values
+
+
+def applicable_modules(spec: ModelSpec) -> list[str]:
+    """Recompute modules that re-run at least one op of this model's layers."""
+    shard = Shard(seq=max(2, spec.seq_length), micro_batch=1, tp=1, cp=1, ep=1, etp=1, sp=False,
+                  dtype=Dtype.bf16)  # fmt: skip
+    names: set[str] = set()
+    kinds = {(spec.resolved_layer_types[i], spec.is_moe_layer(i)): i
+             for i in range(spec.num_hidden_layers)}  # fmt: skip
+    for i in kinds.values():
+        names |= {op.name.removesuffix("_fp8_cast") for op in layer_ops(spec, shard, i)}
+    return [m for m, ops in RECOMPUTE_MODULE_OPS.items() if names & set(ops)]
+
+
+def recompute_modes(req: PlanRequest) -> list[RecomputeMode]:
+    """none, selective (core attention), full, and selective with each module set searched
+    (module docstring); pins on ``recompute`` and ``recompute_modules`` restrict them."""
+    modules = applicable_modules(req.spec)
+    if "recompute_modules" in req.pins:
+        sets = [tuple(s) for s in req.pins["recompute_modules"]]
+    else:
+        sizes = (
+            range(1, len(modules) + 1)
+            if len(modules) <= FULL_POWERSET_MODULES
+            else (1, 2, len(modules))
+        )
+        sets = [c for n in sizes for c in itertools.combinations(modules, n)]
+        sets = [s for s in sets if not any(a in s and b in s for a, b in REDUNDANT_MODULES)]
+        sets = [()] + [s for s in sets if s != ("core_attn",)]  # core_attn alone = selective
+    grains = _allowed(req, "recompute", [Recompute.none, Recompute.selective, Recompute.full])
+    out = []
+    for g in grains:
+        if g is Recompute.selective:
+            out += [RecomputeMode(g, tuple(s)) for s in sets]
+        elif () in sets or "recompute_modules" not in req.pins:
+            out.append(RecomputeMode(g))
+    return list(dict.fromkeys(out))
+
+
+def overlap(req: PlanRequest) -> Overlap:
+    """The overlap searched: on where allowed (never slower, module docstring)."""
+
+    def flag(dim: str) -> bool:
+        return True in _allowed(req, dim, [True, False])
+
+    return Overlap(
+        tp_comm=flag("tp_comm_overlap"), cp_ring=flag("cp_overlap"), ep_a2a=flag("ep_overlap"),
+        pp_p2p=flag("pp_overlap"), dp_grad_reduce=flag("dp_overlap"),
+        dp_param_gather=flag("dp_overlap"),
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Domains:
+    """The values each dimension takes for one request (before the rules)."""
+
+    tp: list[int]
+    cp: list[int]
+    pp: list[int]
+    ep: list[int]
+    etp: list[int]
+    zero: list[ZeroStage]
+    sp: list[bool]
+    schedules: list[Schedule]
+    vpp: list[int] | None  # None: 2 .. layers/pp
+    recompute: list[RecomputeMode]
+    micro_batch_bound: int | None
+    micro_batch_pin: list[int] | None
+
+
+def domains(req: PlanRequest, gpus: int) -> Domains:
+    """The values of every dimension for ``gpus`` GPUs after pins and bounds (module
+    docstring)."""
+    spec, node = req.spec, req.gpus_per_node or req.hw.gpus_per_node.value
+    div = divisors(gpus)
+    tp = [t for t in div if t <= node] if req.tp_within_node else div
+    moe = spec.is_moe
+    ep = [e for e in div if e <= (spec.n_routed_experts or 1)] if moe else [1]
+    etp = [e for e in divisors(node) if e in div] if moe else [1]
+    schedules = [s for s in Schedule]
+    schedules = _allowed(req, "schedule", schedules)
+    if Schedule.one_f_one_b in schedules and Schedule.gpipe in schedules:
+        schedules.remove(Schedule.gpipe)  # dominated by 1F1B (module docstring)
+    return Domains(
+        tp=_allowed(req, "tp", tp), cp=_allowed(req, "cp", div), pp=_allowed(req, "pp", div),
+        ep=_allowed(req, "ep", ep), etp=_allowed(req, "etp", etp),
+        zero=[ZeroStage(z) for z in _allowed(req, "zero", [0, 1, 2, 3])],
+        sp=_allowed(req, "sp", [True, False]), schedules=schedules,
+        vpp=list(req.pins["vpp"]) if "vpp" in req.pins else None,
+        recompute=recompute_modes(req), micro_batch_bound=req.bounds.get("micro_batch"),
+        micro_batch_pin=list(req.pins["micro_batch"]) if "micro_batch" in req.pins else None,
+    )  # fmt: skip
+
+
+def variants(d: Domains, req: PlanRequest, pp: int) -> list[Variant]:
+    """The (schedule, vpp) pairs for ``pp`` stages (module docstring)."""
+    layers = req.spec.num_hidden_layers
+    out = []
+    for s in d.schedules:
+        if s is Schedule.interleaved:
+            vs = d.vpp if d.vpp is not None else list(range(2, max(2, layers // pp) + 1))
+            vs = [v for v in vs if v <= req.bounds.get("vpp", v)]
+            out += [Variant(s, v) for v in vs if pp > 1 or "schedule" in req.pins]
+        elif pp > 1 or s is Schedule.one_f_one_b or "schedule" in req.pins:
+            out.append(Variant(s, 1))
+    return out
+
+
+def micro_batches(d: Domains, per_dp: int) -> list[int]:
+    """Micro-batch sizes that split a data-parallel rank's ``per_dp`` sequences evenly."""
+    values = divisors(per_dp) if d.micro_batch_pin is None else d.micro_batch_pin
+    if d.micro_batch_bound is not None:
+        values = [b for b in values if b <= d.micro_batch_bound]
+    return [b for b in values if per_dp % b == 0]
+
+
+# ---- the rules, each a short name for the rejection counts ----
+
+
+def tp_rule(spec: ModelSpec, tp: int) -> str | None:
+    """``tp.rules.tp_problem``: t splits the heads, widths and KV heads."""
+    return "divisibility: tp (heads, widths, KV heads)" if tp_problem(spec, tp) else None
+
+
+def cp_rule(seq: int, tp: int, cp: int, sp: bool) -> str | None:
+    """layout_problems' sequence rules, in its order."""
+    if seq % cp:
+        return "divisibility: seq by cp"
+    if cp > 1 and seq % (ZIGZAG_CHUNKS * cp):
+        return "divisibility: seq by 2·cp (zig-zag CP)"
+    if sp and sp_seq_problem(seq, tp, cp) is not None:
+        return "divisibility: seq/cp by tp (SP)"
+    return None
+
+
+def ep_rule(spec: ModelSpec, s: Shape) -> str | None:
+    """``layout_problems``' expert-grid rules (Megatron-Core: ep·etp ranks from dp·cp·tp)."""
+    if s.ep == 1 and s.etp == 1:
+        return None
+    if (s.dp * s.cp * s.tp) % (s.ep * s.etp):
+        return "divisibility: ep·etp in dp·cp·tp"
+    if (spec.moe_intermediate_size or 0) % s.etp:
+        return "divisibility: moe_intermediate_size by etp"
+    if (spec.n_routed_experts or 0) % s.ep:
+        return "divisibility: routed experts by ep"
+    return None
+
+
+def pipeline_rule(layers: int, pp: int, v: Variant, allow_uneven: bool) -> str | None:
+    """``check_pipeline``'s rules that do not depend on the micro-batch count."""
+    if pp > layers:
+        return "divisibility: pp above the layers"
+    if pp * v.vpp > layers:
+        return "divisibility: pp·vpp above the layers"
+    if not allow_uneven and layers % (pp * v.vpp):
+        return "divisibility: layers by pp·vpp"
+    if v.schedule is Schedule.dualpipe and pp % DUALPIPE_DIRECTIONS:
+        return "divisibility: DualPipe needs an even pp"
+    return None
+
+
+def microbatch_rule(pp: int, m: int, v: Variant) -> str | None:
+    """``check_pipeline``'s rule on the micro-batch count (DualPipe), and one the planner adds:
+    the interleaved schedule runs micro-batches in groups of pp, so m must be a multiple of pp
+    (Megatron-LM core/pipeline_parallel/schedules.py, forward_backward_pipelining_with_
+    interleaving: "number of microbatches is not divisible by pipeline-parallel size when using
+    interleaved schedule"). ``layout`` prices such a run; the planner does not propose one."""
+    if v.schedule is Schedule.dualpipe and (
+        m % DUALPIPE_DIRECTIONS or m < DUALPIPE_DIRECTIONS * pp
+    ):
+        return "divisibility: DualPipe needs an even microbatches >= 2·pp"
+    if v.schedule is Schedule.interleaved and m % pp:
+        return INTERLEAVED_GROUPS
+    return None
+
+
+INTERLEAVED_GROUPS = "divisibility: interleaved needs microbatches a multiple of pp (Megatron)"

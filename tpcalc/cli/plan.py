@@ -1,0 +1,472 @@
+"""tpcalc plan: search every layout of a model on N GPUs and rank them; or answer an inverse
+question on one layout (--max-seq, --largest-micro-batch).
+
+The command's Python twins are ``tpcalc.plan`` (``tpcalc.reports.plan.plan``) and
+``tpcalc.reports.plan_inverse``; ``tpcalc.reports.plan_view`` arranges the result into tables.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import typer
+
+from tpcalc.choices import ActivationModel, PlanObjective, Recompute, Schedule, StateRecipe
+from tpcalc.cli.common import emit, error
+from tpcalc.cli.options import (
+    DEFAULT_HARDWARE,
+    DEFAULT_MODEL,
+    DtypeOpt,
+    ExplainOpt,
+    FormatOpt,
+    HardwareOpt,
+    ModelOpt,
+    SeqOpt,
+    UnitsOpt,
+)
+from tpcalc.cli.parallel_options import ActivationsOpt, GpusPerNodeOpt, StateRecipeOpt, UnevenOpt
+from tpcalc.errors import TpcalcError
+from tpcalc.render import Format
+from tpcalc.units import GB, ByteUnits, Dtype
+
+app = typer.Typer()
+
+# Input bounds that keep one command within seconds: beyond them a value is a typo, not a run.
+# 2^20 GPUs is beyond any cluster built to date; 2^16 sequences per step is 32x DeepSeek-V3's
+# 15,360 (DeepSeek-V3 report §4.2) and 32x Llama 3 405B's 2,048 at 8K (Llama 3 paper Table 4);
+# more than 100 listed layouts is what --all is for.
+MAX_GPUS = 2**20
+MAX_GLOBAL_BATCH = 2**16
+MAX_TOP = 100
+# A search that has not finished after this long gets a progress display on stderr (issue 11:
+# "a rich progress bar when a search will take more than about a second").
+PROGRESS_AFTER_S = 1.0
+
+
+def _list(flag: str, what: str) -> Any:
+    return typer.Option(flag, help=f"Pin {what}: one value or a list (e.g. {flag} 1,2,4).")
+
+
+def _bound(flag: str, what: str) -> Any:
+    return typer.Option(flag, help=f"Largest {what} the search may use.")
+
+
+def _flag(flag: str, what: str) -> Any:
+    name = flag.removeprefix("--")
+    return typer.Option(f"{flag}/--no-{name}", help=f"Pin {what} on or off. Default: searched.")
+
+
+GpusOpt = Annotated[
+    int, typer.Option("--gpus", "-g", help="GPUs in the job (world size). Required.")
+]
+GlobalBatchOpt = Annotated[
+    int | None,
+    typer.Option("--global-batch", help="Sequences per step: dp · micro-batch · micro-batches."),
+]
+GlobalTokensOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--global-batch-tokens",
+        help="Tokens per step instead of --global-batch (a whole number of --seq sequences).",
+    ),
+]
+HeadroomOpt = Annotated[
+    float,
+    typer.Option(
+        "--memory-headroom",
+        help="Share of the card kept free (allocator fragmentation, CUDA context), e.g. 0.1.",
+    ),
+]
+ReserveOpt = Annotated[
+    float, typer.Option("--reserve-gb", help="GB (1e9 bytes) per card kept free, e.g. 4.")
+]
+ObjectiveOpt = Annotated[
+    PlanObjective,
+    typer.Option(
+        "--objective",
+        help="Rank by step 'time' (default), by 'memory' per rank, or find the fewest 'gpus' "
+        "(up to --gpus) whose best layout reaches --target-step-time.",
+    ),
+]
+TargetOpt = Annotated[
+    float | None,
+    typer.Option("--target-step-time", help="Seconds per step to reach (--objective gpus)."),
+]
+TopOpt = Annotated[int, typer.Option("--top", help="How many of the best layouts to list.")]
+AllOpt = Annotated[
+    bool,
+    typer.Option(
+        "--all", help="List every feasible layout (use with --format csv for a spreadsheet)."
+    ),
+]
+MaxSeqOpt = Annotated[
+    bool,
+    typer.Option(
+        "--max-seq",
+        help="Instead of searching: the longest sequence that fits the one layout given by the "
+        "pins (--tp, --cp, --pp, ... one value each; dp = gpus / (tp·cp·pp)).",
+    ),
+]
+LargestMbOpt = Annotated[
+    bool,
+    typer.Option(
+        "--largest-micro-batch",
+        help="Instead of searching: the largest micro-batch that fits the one layout given by "
+        "the pins (micro-batches per step follow from --global-batch).",
+    ),
+]
+TpWithinNodeOpt = Annotated[
+    bool,
+    typer.Option(
+        "--tp-within-node/--tp-across-nodes",
+        help="Keep TP inside a node (seed 000: TP 只放机内), or let the search cross nodes.",
+    ),
+]
+ListOpt = Annotated[str | None, typer.Option()]
+
+
+def _ints(value: str | None, option: str) -> tuple[int, ...] | None:
+    from tpcalc.reports.inputs import int_list
+
+    return None if value is None else tuple(int_list(value, option, []))
+
+
+def _words(value: str | None, option: str, enum: type) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    words = tuple(w.strip() for w in value.split(",") if w.strip())
+    valid = [str(e.value) for e in enum]  # type: ignore[attr-defined]
+    bad = [w for w in words if w not in valid]
+    if bad or not words:
+        raise TpcalcError(
+            f"{option} {value!r}: give one or more of {', '.join(valid)} separated by commas"
+        )
+    return words
+
+
+def _bounded(value: int, option: str, most: int, what: str) -> int:
+    if not 1 <= value <= most:
+        raise TpcalcError(f"{option} must be between 1 and {most:,} ({what}), got {value:,}")
+    return value
+
+
+def _run_with_progress(work: Callable[[], Any], fmt: Format) -> Any:
+    """Run ``work``; if it is still going after PROGRESS_AFTER_S, show a progress display on
+    stderr (a terminal only; nothing on stdout whatever the format)."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = work()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(PROGRESS_AFTER_S)
+    if thread.is_alive() and sys.stderr.isatty():
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        console = Console(file=sys.stderr)
+        columns = (TextColumn("searching layouts"), BarColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=console, transient=True) as progress:
+            progress.add_task("plan", total=None)
+            while thread.is_alive():
+                thread.join(0.1)
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+@app.command()
+def plan(
+    gpus: GpusOpt,
+    model: ModelOpt = DEFAULT_MODEL,
+    hardware: HardwareOpt = DEFAULT_HARDWARE,
+    seq: SeqOpt = None,
+    global_batch: GlobalBatchOpt = None,
+    global_batch_tokens: GlobalTokensOpt = None,
+    tp: Annotated[str | None, _list("--tp", "the tensor-parallel size")] = None,
+    cp: Annotated[str | None, _list("--cp", "the context-parallel size")] = None,
+    pp: Annotated[str | None, _list("--pp", "the pipeline-parallel size")] = None,
+    dp: Annotated[str | None, _list("--dp", "the data-parallel size")] = None,
+    ep: Annotated[str | None, _list("--ep", "the expert-parallel size")] = None,
+    etp: Annotated[str | None, _list("--etp", "the expert tensor-parallel size")] = None,
+    vpp: Annotated[str | None, _list("--vpp", "the model chunks per rank")] = None,
+    micro_batch: Annotated[str | None, _list("--micro-batch", "the micro-batch")] = None,
+    zero: Annotated[str | None, _list("--zero", "the ZeRO stage (0-3)")] = None,
+    recompute: Annotated[
+        str | None, _list("--recompute", "recompute (none, selective, full)")
+    ] = None,
+    recompute_modules: Annotated[
+        str | None,
+        typer.Option(
+            "--recompute-modules",
+            help="Pin one Megatron fine-grained recompute set, e.g. layernorm,moe_act "
+            "('none' for no modules).",
+        ),
+    ] = None,
+    schedule: Annotated[
+        str | None, _list("--schedule", "the schedule (1f1b, interleaved, zb-h1, ...)")
+    ] = None,
+    sp: Annotated[bool | None, _flag("--sp", "sequence parallelism")] = None,
+    tp_comm_overlap: Annotated[bool | None, _flag("--tp-comm-overlap", "TP overlap")] = None,
+    dp_overlap: Annotated[bool | None, _flag("--dp-overlap", "DP overlap")] = None,
+    max_tp: Annotated[int | None, _bound("--max-tp", "tensor-parallel size")] = None,
+    max_cp: Annotated[int | None, _bound("--max-cp", "context-parallel size")] = None,
+    max_pp: Annotated[int | None, _bound("--max-pp", "pipeline-parallel size")] = None,
+    max_ep: Annotated[int | None, _bound("--max-ep", "expert-parallel size")] = None,
+    max_vpp: Annotated[int | None, _bound("--max-vpp", "model chunks per rank")] = None,
+    max_micro_batch: Annotated[int | None, _bound("--max-micro-batch", "micro-batch")] = None,
+    memory_headroom: HeadroomOpt = 0.0,
+    reserve_gb: ReserveOpt = 0.0,
+    objective: ObjectiveOpt = PlanObjective.time,
+    target_step_time: TargetOpt = None,
+    top: TopOpt = 10,
+    all_layouts: AllOpt = False,
+    max_seq: MaxSeqOpt = False,
+    largest_micro_batch: LargestMbOpt = False,
+    tp_within_node: TpWithinNodeOpt = True,
+    gpus_per_node: GpusPerNodeOpt = None,
+    dtype: DtypeOpt = Dtype.bf16,
+    recipe: StateRecipeOpt = StateRecipe.zero16,
+    activations: ActivationsOpt = ActivationModel.exact,
+    uneven: UnevenOpt = True,
+    units: UnitsOpt = ByteUnits.GB,
+    fmt: FormatOpt = Format.table,
+    explain: ExplainOpt = False,
+) -> None:
+    """Find the best layout: every TP, CP, PP, VPP, DP, EP, ETP, ZeRO stage, micro-batch,
+    recompute mode, SP, schedule and overlap that divides, fits the card and makes the global
+    batch, ranked by the step-time model of 'tpcalc layout'. Prints the top layouts (memory per
+    rank against the card, step time, tokens/s/GPU, MFU, what dominates), the memory-versus-time
+    Pareto front, how many layouts were evaluated, feasible and rejected per reason, and why the
+    best beats the runner-up. --format json|csv carries the top layouts (--all: every feasible
+    one); --explain explains the best exactly as 'tpcalc layout --explain' does.
+
+    Examples:
+
+      tpcalc plan -m llama3-70b --gpus 64 --seq 8192 --global-batch 128
+
+      tpcalc plan -m llama3-405b --gpus 16384 --seq 8192 --global-batch 2048 --tp 8 --pp 8,16
+
+      tpcalc plan -m deepseek-v3 --hardware h800 --gpus 2048 --seq 4096 --global-batch 15360
+      --memory-headroom 0.1 --top 5
+
+      tpcalc plan -m llama3-70b --gpus 1024 --seq 8192 --global-batch 512 --objective gpus
+      --target-step-time 2.0
+
+      tpcalc plan -m llama3-8b --gpus 64 --seq 8192 --global-batch 128 --all --format csv
+
+    Inverse questions on one layout (pins with one value each):
+
+      tpcalc plan -m llama3-405b --gpus 16384 --tp 8 --pp 16 --zero 1 --global-batch 2048
+      --max-seq
+
+      tpcalc plan -m llama3-405b --gpus 16384 --tp 8 --pp 16 --zero 1 --seq 8192
+      --global-batch 2048 --largest-micro-batch
+    """
+    lists = {"--tp": tp, "--cp": cp, "--pp": pp, "--dp": dp, "--ep": ep, "--etp": etp,
+             "--vpp": vpp, "--micro-batch": micro_batch, "--zero": zero}  # fmt: skip
+    try:
+        pins: dict[str, Any] = {
+            flag.removeprefix("--").replace("-", "_"): values
+            for flag, value in lists.items()
+            if (values := _ints(value, flag)) is not None
+        }
+        if (words := _words(recompute, "--recompute", Recompute)) is not None:
+            pins["recompute"] = words
+        if (words := _words(schedule, "--schedule", Schedule)) is not None:
+            pins["schedule"] = words
+        if recompute_modules is not None:
+            pins["recompute_modules"] = (recompute_modules,)
+        for name, flag in (("sp", sp), ("tp_comm_overlap", tp_comm_overlap),
+                           ("dp_overlap", dp_overlap)):  # fmt: skip
+            if flag is not None:
+                pins[name] = (flag,)
+    except TpcalcError as exc:
+        error(str(exc))
+        raise typer.Exit(1) from None
+    bounds = {name: value for name, value in (
+        ("tp", max_tp), ("cp", max_cp), ("pp", max_pp), ("ep", max_ep), ("vpp", max_vpp),
+        ("micro_batch", max_micro_batch)) if value is not None}  # fmt: skip
+    if max_seq or largest_micro_batch:
+        _inverse(
+            model, hardware, gpus=gpus, pins=pins, seq=seq, global_batch=global_batch,
+            headroom=memory_headroom, reserve_gb=reserve_gb, gpus_per_node=gpus_per_node,
+            recipe=recipe, dtype=dtype, max_seq=max_seq, fmt=fmt, units=units,
+        )  # fmt: skip
+        return
+
+    def search():
+        from tpcalc.reports.inputs import positive
+        from tpcalc.reports.plan import plan as run_plan
+
+        _bounded(positive(gpus, "--gpus"), "--gpus", MAX_GPUS, "GPUs")
+        _bounded(top, "--top", MAX_TOP, "layouts; --all lists every feasible one")
+        if global_batch is not None:
+            _bounded(positive(global_batch, "--global-batch"), "--global-batch",
+                     MAX_GLOBAL_BATCH, "sequences")  # fmt: skip
+        if global_batch_tokens is not None:
+            from tpcalc.catalog import load_model
+
+            tokens = positive(global_batch_tokens, "--global-batch-tokens")
+            s = seq if seq is not None else load_model(model).seq_length
+            _bounded(-(-tokens // max(s, 1)), "--global-batch-tokens / --seq", MAX_GLOBAL_BATCH,
+                     "sequences")  # fmt: skip
+        options: dict[str, Any] = dict(
+            seq=seq, global_batch=global_batch, global_batch_tokens=global_batch_tokens,
+            pins=pins, bounds=bounds, memory_headroom=memory_headroom,
+            reserve_bytes=reserve_gb * GB, top_k=top, include_all=all_layouts,
+            tp_within_node=tp_within_node, allow_uneven=uneven, gpus_per_node=gpus_per_node,
+            recipe=recipe.value, dtype=dtype.value, activations=activations.value,
+        )  # fmt: skip
+        if objective is not PlanObjective.gpus:
+            return run_plan(model, hardware, gpus=gpus, objective=objective.value, **options), None
+        return _fewest_gpus(model, hardware, gpus, target_step_time, gpus_per_node, options)
+
+    try:
+        result, counts = _run_with_progress(search, fmt)
+    except TpcalcError as exc:
+        error(str(exc))
+        raise typer.Exit(1) from None
+    if counts is not None and fmt is Format.table:
+        emit(lambda: counts, fmt, units=units)
+    _print(
+        result, model, hardware, fmt=fmt, units=units, explain=explain, every=all_layouts, top=top
+    )
+
+
+def _fewest_gpus(
+    model: str, hardware: str, gpus: int, target: float | None, gpus_per_node: int | None,
+    options: dict[str, Any],
+) -> tuple[Any, Any]:  # fmt: skip
+    """--objective gpus: the fewest GPUs (up to --gpus) whose best layout reaches the target,
+    by ``tpcalc.calc.plan.inverse.min_gpus`` over the planner's best step time per count (powers
+    of two, then bisection over whole nodes); the plan at that count, and the counts tried."""
+    from tpcalc.catalog import load_hardware
+    from tpcalc.reports.plan import plan as run_plan
+    from tpcalc.reports.plan_inverse import gpu_counts, min_gpus_report
+
+    if target is None:
+        raise TpcalcError("--objective gpus needs --target-step-time SECONDS, e.g. 2.0")
+    node = gpus_per_node or load_hardware(hardware).gpus_per_node.value
+    plans: dict[int, Any] = {}
+
+    def at(g: int) -> Any:
+        if g not in plans:
+            plans[g] = run_plan(model, hardware, gpus=g, objective="time", **options)
+        return plans[g]
+
+    def best(g: int) -> float | None:
+        found = at(g).best
+        return None if found is None else found.step_time_s
+
+    coarse, fine = gpu_counts(node, gpus)
+    title = f"Fewest GPUs for a {target:g} s step (best layout per count, up to {gpus:,})"
+    echo = {"model": model, "hardware": hardware}
+    report, found = min_gpus_report(title, echo, target, [*coarse, gpus], fine, best)
+    return at(found.gpus if found.gpus is not None else gpus), report
+
+
+def _print(
+    result: Any, model: str, hardware: str, *, fmt: Format, units: ByteUnits, explain: bool,
+    every: bool, top: int,
+) -> None:  # fmt: skip
+    from tpcalc.reports import plan_view as view
+
+    if fmt is not Format.table:
+        emit(lambda: view.all_report(result) if every else view.top_report(result, compact=False),
+             fmt, units=units)  # fmt: skip
+        return
+    emit(lambda: view.top_report(result), fmt, units=units)
+    if result.pareto:
+        emit(lambda: view.pareto_report(result, max(top, 2)), fmt, units=units)
+    emit(lambda: view.counts_report(result), fmt, units=units)
+    if every:
+        emit(lambda: view.all_report(result), fmt, units=units)
+    best = result.best
+    if best is None:
+        return
+    sys.stdout.write(f"Reproduce the best: {view.layout_command(model, hardware, best)}\n")
+    if explain:
+        for what in view.unrepresentable(best):
+            sys.stderr.write(f"Warning: tpcalc layout has no option for {what}\n")
+        emit(lambda: view.explain_layout(model, hardware, best), fmt, units=units, explain=True)
+
+
+def _one(pins: dict[str, Any], name: str, default: Any) -> Any:
+    values = pins.get(name)
+    if values is None:
+        return default
+    if len(values) != 1:
+        flag = "--" + name.replace("_", "-")
+        raise TpcalcError(
+            f"{flag}: --max-seq and --largest-micro-batch price one layout; give one value"
+        )
+    return values[0]
+
+
+def _inverse(
+    model: str, hardware: str, *, gpus: int, pins: dict[str, Any], seq: int | None,
+    global_batch: int | None, headroom: float, reserve_gb: float, gpus_per_node: int | None,
+    recipe: StateRecipe, dtype: Dtype, max_seq: bool, fmt: Format, units: ByteUnits,
+) -> None:  # fmt: skip
+    def build():
+        from tpcalc.calc.layout.groups import MemoryTechniques
+        from tpcalc.cli.parallel_options import recompute_modules as modules_of
+        from tpcalc.reports.plan_inverse import (
+            FixedLayout,
+            max_micro_batch_report,
+            max_seq_report,
+        )
+
+        if global_batch is None:
+            raise TpcalcError(
+                "--max-seq and --largest-micro-batch need --global-batch (sequences per step: "
+                "it sets the micro-batches in flight)"
+            )
+        tp, cp, pp = (_one(pins, d, 1) for d in ("tp", "cp", "pp"))
+        if gpus % (tp * cp * pp):
+            raise TpcalcError(f"--gpus {gpus} is not a multiple of tp·cp·pp = {tp * cp * pp}")
+        dp = gpus // (tp * cp * pp)
+        if _one(pins, "dp", dp) != dp:
+            raise TpcalcError(f"--dp must be gpus / (tp·cp·pp) = {dp} for this layout")
+        mb = _one(pins, "micro_batch", 1)
+        vpp = _one(pins, "vpp", 1)
+        sched = _one(pins, "schedule", "interleaved" if vpp > 1 else "1f1b")
+        if global_batch % (dp * mb):
+            raise TpcalcError(
+                f"--global-batch {global_batch} is not a multiple of dp·micro-batch = {dp}·{mb}"
+            )
+        microbatches = global_batch // (dp * mb)
+        modules = _one(pins, "recompute_modules", None)
+        fixed = FixedLayout(
+            tp=tp, cp=cp, pp=pp, dp=dp, ep=_one(pins, "ep", 1), etp=_one(pins, "etp", 1),
+            zero=_one(pins, "zero", 1), vpp=vpp, schedule=Schedule(sched), micro_batch=mb,
+            microbatches=microbatches, sp=_one(pins, "sp", True),
+            recompute=Recompute(_one(pins, "recompute", Recompute.selective.value)),
+            recipe=recipe, dtype=dtype,
+            memory=MemoryTechniques(
+                recompute_modules=modules_of(None if modules in (None, "none") else modules)
+            ),
+        )  # fmt: skip
+        common = dict(headroom_ratio=headroom, reserve_bytes=reserve_gb * GB,
+                      gpus_per_node=gpus_per_node)  # fmt: skip
+        if max_seq:
+            return max_seq_report(model, hardware, fixed, **common)
+        return max_micro_batch_report(
+            model,
+            hardware,
+            fixed,
+            seq=seq,
+            global_batch=global_batch,
+            **common,
+        )
+
+    emit(build, fmt, units=units)

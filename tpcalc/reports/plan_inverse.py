@@ -1,0 +1,287 @@
+"""Inverse questions, the Python twin of ``tpcalc plan --max-seq`` / ``--max-micro-batch`` and
+``tpcalc plan --objective gpus --target-step-time`` (issue 11 §4).
+
+It loads the configs, builds one layout and run from the same options as ``tpcalc layout``,
+and asks ``tpcalc.calc.plan.inverse`` for the largest sequence or micro-batch that fits the
+memory budget; the GPU question takes the planner's best step time per GPU count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from tpcalc.calc.layout.groups import LayoutRun, MemoryTechniques, ParallelLayout
+from tpcalc.calc.plan.inverse import (
+    SRC_SEARCH,
+    MaxFit,
+    MinGpus,
+    max_micro_batch,
+    max_seq,
+    memory_budget_bytes,
+    min_gpus,
+)
+from tpcalc.choices import Recompute, Schedule, StateRecipe
+from tpcalc.errors import InputError
+from tpcalc.specs import HardwareSpec, ModelSpec
+from tpcalc.terms import Report, Row, Scalar, Term, Unit, term
+from tpcalc.units import GB, Dtype
+
+SRC_BUDGET = (
+    "tpcalc plan: card memory (hardware config) less --memory-headroom (a share) and "
+    "--reserve-gb (fixed), the room left for the CUDA context and allocator fragmentation"
+)
+SRC_GPUS = (
+    "tpcalc.calc.plan.inverse.min_gpus: powers of two up, then bisection over node multiples; "
+    "each count's best step time from the planner (tpcalc.calc.plan)"
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FixedLayout:
+    """One layout as ``tpcalc layout`` spells it, for the questions that hold it fixed."""
+
+    tp: int = 1
+    cp: int = 1
+    pp: int = 1
+    dp: int = 1
+    ep: int = 1
+    etp: int = 1
+    zero: int = 1
+    vpp: int = 1
+    schedule: Schedule = Schedule.one_f_one_b
+    micro_batch: int = 1
+    microbatches: int = 1
+    sp: bool = True
+    recompute: Recompute = Recompute.selective
+    recipe: StateRecipe = StateRecipe.zero16
+    dtype: Dtype = Dtype.bf16
+    memory: MemoryTechniques = field(default_factory=MemoryTechniques)
+
+
+def build(
+    spec: ModelSpec, hw: HardwareSpec, fixed: FixedLayout, seq: int, gpus_per_node: int | None
+) -> tuple[ParallelLayout, LayoutRun]:
+    """The typed layout and run of ``fixed`` (ZeRO stage and sizes checked by the core)."""
+    from tpcalc.calc.dp.zero import zero_stage
+    from tpcalc.reports.inputs import node_size, positive
+
+    layout = ParallelLayout(
+        gpus_per_node=node_size(gpus_per_node, hw.gpus_per_node.value),
+        tp=positive(fixed.tp, "--tp"), cp=positive(fixed.cp, "--cp"),
+        pp=positive(fixed.pp, "--pp"), dp=positive(fixed.dp, "--dp"),
+        ep=positive(fixed.ep, "--ep"), etp=positive(fixed.etp, "--etp"),
+        zero=zero_stage(fixed.zero),
+    )  # fmt: skip
+    run = LayoutRun(
+        seq=seq, microbatches=positive(fixed.microbatches, "--microbatches"),
+        micro_batch=positive(fixed.micro_batch, "--micro-batch"), vpp=positive(fixed.vpp, "--vpp"),
+        schedule=fixed.schedule, recipe=fixed.recipe, sp=fixed.sp, recompute=fixed.recompute,
+        dtype=fixed.dtype, memory=fixed.memory,
+    )  # fmt: skip
+    return layout, run
+
+
+def budget_term(card_bytes: float, headroom_ratio: float, reserve_bytes: float) -> Term:
+    """The memory a rank may use, as a term with its formula."""
+    check_budget(headroom_ratio, reserve_bytes, card_bytes)
+    return term(
+        "memory_budget_bytes", "memory budget per rank",
+        memory_budget_bytes(card_bytes, headroom_ratio, reserve_bytes), Unit.bytes,
+        formula="card · (1 − headroom) − reserve", source=SRC_BUDGET,
+        card_memory_bytes=card_bytes, headroom_ratio=headroom_ratio, reserve_bytes=reserve_bytes,
+    )  # fmt: skip
+
+
+def check_budget(headroom_ratio: float, reserve_bytes: float, card_bytes: float) -> None:
+    """A headroom outside [0, 1) or a reserve that leaves nothing is an input error."""
+    if not 0.0 <= headroom_ratio < 1.0:
+        raise InputError(
+            f"--memory-headroom must be a share in [0, 1), e.g. 0.1 for 10%; got {headroom_ratio}"
+        )
+    if not 0.0 <= reserve_bytes < card_bytes * (1.0 - headroom_ratio):
+        raise InputError(
+            f"--reserve-gb must be >= 0 and leave memory on the card "
+            f"({card_bytes * (1.0 - headroom_ratio) / GB:g} GB after the headroom); "
+            f"got {reserve_bytes / GB:g}"
+        )
+
+
+def _echo(spec: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, run: LayoutRun) -> dict:
+    return {
+        "model": spec.name, "hardware": hw.name, "world_size": layout.world, "tp": layout.tp,
+        "cp": layout.cp, "pp": layout.pp, "dp": layout.dp, "ep": layout.ep, "etp": layout.etp,
+        "zero": int(layout.zero), "vpp": run.vpp, "schedule": run.schedule.value,
+        "sp": run.sp, "recompute": run.recompute.value, "recipe": run.recipe.value,
+        "dtype": run.dtype.value, **run.memory.echo(),
+    }  # fmt: skip
+
+
+def _fit_terms(fit: MaxFit, key: str, label: str, budget: Term, count: str) -> list[Term]:
+    inputs: dict[str, Scalar] = {"step": fit.step, "probes": len(fit.probes)}
+    return [
+        term(f"max_{key}", f"largest {label} that fits ({count})", fit.value, Unit.count,
+             formula=f"largest legal {label} with memory per rank <= budget", source=SRC_SEARCH,
+             symbols=inputs),
+        term("memory_bytes_per_rank", f"memory per rank at that {label}", fit.memory_bytes,
+             Unit.bytes, formula="most loaded pipeline rank: states + activations + buffers",
+             source="tpcalc.calc.layout.memory.rank_memory"),
+        term(f"next_{key}", f"next legal {label} ({count}; does not fit)", fit.next_value,
+             Unit.count,
+             formula=f"the legal {label} after the largest", source=SRC_SEARCH),
+        term("next_memory_bytes_per_rank", f"memory per rank at the next {label}",
+             fit.next_memory_bytes, Unit.bytes,
+             formula="most loaded pipeline rank: states + activations + buffers",
+             source="tpcalc.calc.layout.memory.rank_memory"),
+        budget,
+    ]  # fmt: skip
+
+
+def _nothing_fits(fit: MaxFit, label: str) -> tuple[str, ...]:
+    if fit.value is not None:
+        return ()
+    need = f"{fit.next_memory_bytes / GB:.1f} GB" if fit.next_memory_bytes else "more"
+    return (
+        f"not even {label} {fit.next_value} fits: it needs {need} per rank of a "
+        f"{fit.budget_bytes / GB:.1f} GB budget; raise tp, pp or the ZeRO stage, or recompute",
+    )
+
+
+def max_seq_report(
+    model: str,
+    hardware: str,
+    fixed: FixedLayout,
+    *,
+    headroom_ratio: float = 0.0,
+    reserve_bytes: float = 0.0,
+    gpus_per_node: int | None = None,
+) -> Report:
+    """The longest sequence that fits ``fixed`` (``tpcalc plan --max-seq``)."""
+    from tpcalc.catalog import load_hardware, load_model
+
+    spec, hw = load_model(model), load_hardware(hardware)
+    layout, run = build(spec, hw, fixed, spec.seq_length, gpus_per_node)
+    budget = budget_term(hw.memory_bytes.value, headroom_ratio, reserve_bytes)
+    fit = max_seq(spec, layout, run, budget.number)
+    row = Row(
+        inputs={**_echo(spec, hw, layout, run), "micro_batch": run.micro_batch,
+                "microbatches": run.microbatches},
+        terms=tuple(_fit_terms(fit, "seq_tokens", "sequence", budget, "tokens")),
+    )  # fmt: skip
+    return Report(
+        title=f"Longest sequence that fits {spec.name} on {layout.world} × {hw.name}",
+        rows=(row,),
+        warnings=_nothing_fits(fit, "seq"),
+    )
+
+
+def max_micro_batch_report(
+    model: str,
+    hardware: str,
+    fixed: FixedLayout,
+    *,
+    seq: int | None = None,
+    global_batch: int | None = None,
+    headroom_ratio: float = 0.0,
+    reserve_bytes: float = 0.0,
+    gpus_per_node: int | None = None,
+) -> Report:
+    """The largest micro-batch that fits ``fixed`` (``tpcalc plan --max-micro-batch``); with a
+    global batch the micro-batches per step follow from it."""
+    from tpcalc.catalog import load_hardware, load_model
+    from tpcalc.reports.inputs import positive, seq_warnings
+
+    spec, hw = load_model(model), load_hardware(hardware)
+    s = positive(seq, "--seq") if seq is not None else spec.seq_length
+    layout, run = build(spec, hw, fixed, s, gpus_per_node)
+    budget = budget_term(hw.memory_bytes.value, headroom_ratio, reserve_bytes)
+    gb = positive(global_batch, "--global-batch") if global_batch is not None else None
+    fit = max_micro_batch(spec, layout, run, budget.number, global_batch=gb)
+    inputs = {**_echo(spec, hw, layout, run), "seq": s, "global_batch": gb}
+    if gb is None:
+        inputs["microbatches"] = run.microbatches
+    row = Row(
+        inputs=inputs,
+        terms=tuple(_fit_terms(fit, "micro_batch", "micro-batch", budget, "sequences")),
+    )
+    return Report(
+        title=f"Largest micro-batch that fits {spec.name} on {layout.world} × {hw.name}",
+        rows=(row,),
+        warnings=(*seq_warnings(spec, seq), *_nothing_fits(fit, "micro-batch")),
+    )
+
+
+def gpu_counts(gpus_per_node: int, max_gpus: int) -> tuple[list[int], list[int]]:
+    """(coarse, fine) GPU counts for ``min_gpus``: powers of two up to ``max_gpus``, and every
+    node multiple (with the powers of two below a node) up to it."""
+    coarse, g = [], 1
+    while g <= max_gpus:
+        coarse.append(g)
+        g *= 2
+    fine = sorted({*(c for c in coarse if c < gpus_per_node),
+                   *range(gpus_per_node, max_gpus + 1, gpus_per_node)})  # fmt: skip
+    return coarse, fine
+
+
+def min_gpus_report(
+    title: str,
+    echo: Mapping[str, Scalar],
+    target_step_time_s: float,
+    coarse: Sequence[int],
+    fine: Sequence[int],
+    best_step_time: Callable[[int], float | None],
+) -> tuple[Report, MinGpus]:
+    """The fewest GPUs whose best layout reaches ``target_step_time_s``: one row per GPU count
+    evaluated (the answer flagged), ``best_step_time`` being the planner's best per count."""
+    if not target_step_time_s > 0:
+        raise InputError(
+            f"--target-step-time must be a positive time in seconds; got {target_step_time_s}"
+        )
+    found = min_gpus(target_step_time_s, coarse, fine, best_step_time)
+    rows = []
+    for p in sorted(found.probes, key=lambda p: p.gpus):
+        met = p.step_time_s is not None and p.step_time_s <= target_step_time_s
+        rows.append(
+            Row(
+                inputs={**echo, "gpus": p.gpus},
+                terms=(
+                    term(
+                        "best_step_time_s",
+                        "best step time",
+                        p.step_time_s,
+                        Unit.seconds,
+                        formula="the planner's best feasible layout on this many GPUs",
+                        source=SRC_GPUS,
+                    ),
+                    term(
+                        "target_step_time_s",
+                        "target",
+                        target_step_time_s,
+                        Unit.seconds,
+                        formula="--target-step-time",
+                        source="input",
+                    ),
+                    term(
+                        "meets_target",
+                        "meets the target",
+                        met,
+                        Unit.text,
+                        formula="best step time <= target",
+                        source=SRC_GPUS,
+                    ),
+                    term(
+                        "answer",
+                        "fewest GPUs",
+                        p.gpus == found.gpus,
+                        Unit.text,
+                        formula="the smallest count evaluated that meets the target",
+                        source=SRC_GPUS,
+                    ),
+                ),
+            )  # fmt: skip
+        )
+    warnings: tuple[str, ...] = ()
+    if found.gpus is None:
+        top = max(coarse)
+        warnings = (f"no GPU count up to {top:,} reaches a {target_step_time_s:g} s step",)
+    return Report(title=title, rows=tuple(rows), warnings=warnings), found

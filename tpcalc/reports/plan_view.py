@@ -1,0 +1,267 @@
+"""``tpcalc plan``'s output: a ``PlanResult`` as Reports (top k, Pareto front, counts, every
+feasible layout) and the chosen layout as ``tpcalc layout`` prices and explains it.
+
+The planner (``tpcalc.calc.plan``) returns typed candidates; this module only arranges their
+fields into rows (``tpcalc.render`` formats them) and maps a candidate back onto the options of
+``tpcalc layout`` so ``--explain`` is that command's explanation, number for number.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import TYPE_CHECKING
+
+from tpcalc.terms import Report, Row, Scalar, Term, Unit, term
+
+if TYPE_CHECKING:
+    from tpcalc.calc.plan.types import Candidate, PlanResult
+
+SRC_PLAN = "tpcalc.calc.plan: the candidate priced by rank_memory and step_time, as tpcalc layout"
+SRC_STEP = "tpcalc.calc.time.step.step_time (tpcalc layout's step model)"
+SRC_MEM = "tpcalc.calc.layout.memory.rank_memory: the most loaded pipeline rank"
+SRC_COUNTS = "tpcalc.calc.plan search bookkeeping: enumerated = feasible + Σ rejected"
+
+
+def layout_text(c: Candidate) -> str:
+    """A candidate's layout on one line: sizes, micro-batching, ZeRO, recompute, schedule."""
+    lay, run = c.layout, c.run
+    text = (
+        f"TP{lay.tp} CP{lay.cp} PP{lay.pp} DP{lay.dp}"
+        + (f" EP{lay.ep}" if lay.ep > 1 else "")
+        + (f" ETP{lay.etp}" if lay.etp > 1 else "")
+        + (f" VP{run.vpp}" if run.vpp > 1 else "")
+        + f" mbs{run.micro_batch} m{run.microbatches} ZeRO-{int(lay.zero)}"
+        + f" {run.recompute.value}"
+    )
+    if run.memory.recompute_modules:
+        text += "+" + ",".join(run.memory.recompute_modules)
+    if lay.pp > 1:
+        text += f" {run.schedule.value}"
+    return text
+
+
+def candidate_inputs(c: Candidate) -> dict[str, Scalar]:
+    """Every searched choice of a candidate, one flat mapping (the JSON/CSV columns)."""
+    lay, run, ov = c.layout, c.run, c.options.overlap
+    return {
+        "tp": lay.tp, "cp": lay.cp, "pp": lay.pp, "dp": lay.dp, "ep": lay.ep, "etp": lay.etp,
+        "vpp": run.vpp, "micro_batch": run.micro_batch, "microbatches": run.microbatches,
+        "zero": int(lay.zero), "recompute": run.recompute.value,
+        "recompute_modules": ",".join(run.memory.recompute_modules) or "none", "sp": run.sp,
+        "schedule": run.schedule.value, "tp_comm_overlap": ov.tp_comm, "cp_overlap": ov.cp_ring,
+        "ep_overlap": ov.ep_a2a, "pp_overlap": ov.pp_p2p,
+        "dp_overlap": ov.dp_grad_reduce and ov.dp_param_gather,
+    }  # fmt: skip
+
+
+def dominant(c: Candidate) -> str:
+    """The largest part of a candidate's step, by name ('gemm', 'bubble', 'tp exposed')."""
+    return c.dominant_part.removesuffix("_time_s").replace("_", " ")
+
+
+def candidate_terms(c: Candidate, *, compact: bool) -> tuple[Term, ...]:
+    """Per-rank memory against the card, step time, tokens/s/GPU, MFU and the time of the part
+    that dominates (the card itself only in JSON/CSV: the share says it in the table)."""
+    card = (
+        term("card_memory_bytes", "card", c.card_memory_bytes, Unit.bytes,
+             formula="hardware config", source="hardware config memory_bytes"),
+        term("capacity_bytes", "usable (after headroom)", c.capacity_bytes, Unit.bytes,
+             formula="card · (1 − headroom) − reserve", source=SRC_PLAN),
+    )  # fmt: skip
+    return (
+        term("memory_bytes_per_rank", "memory per rank", c.memory_bytes, Unit.bytes,
+             formula="states + activations + buffers of the most loaded rank", source=SRC_MEM,
+             worst_pp_rank=c.worst_pp_rank),
+        *(() if compact else card),
+        term("memory_share_ratio", "of card", c.memory_fraction, Unit.ratio,
+             formula="memory per rank / card", source=SRC_MEM),
+        term("step_time_s", "step time", c.step_time_s, Unit.seconds,
+             formula="Σ parts of the step", source=SRC_STEP),
+        term("tokens_per_s_per_gpu", "tokens/s/GPU", c.tokens_per_s_per_gpu, Unit.count,
+             formula="tokens per step / step time / GPUs", source=SRC_STEP),
+        term("mfu_ratio", "MFU", c.mfu_ratio, Unit.ratio,
+             formula="model FLOP/s / peak of the GEMM dtype", source=SRC_STEP),
+        term("dominant_time_s", "dominant part", c.dominant_time_s, Unit.seconds,
+             formula="the largest part of the step", source=SRC_STEP),
+    )  # fmt: skip
+
+
+def _shared(result: PlanResult) -> dict[str, Scalar]:
+    req = result.request
+    return {
+        "model": req.spec.name, "hardware": req.hw.name, "gpus": result.gpus, "seq": req.seq,
+        "global_batch": req.global_batch, "objective": req.objective.value,
+    }  # fmt: skip
+
+
+def candidates_report(
+    result: PlanResult,
+    candidates: tuple[Candidate, ...],
+    title: str,
+    *,
+    compact: bool,
+    index: str = "rank",
+) -> Report:
+    """One row per candidate, ranked; ``compact`` keeps the layout as one text column (the
+    table), otherwise every choice is its own column (JSON, CSV)."""
+    shared = _shared(result)
+    rows = []
+    for rank, c in enumerate(candidates, start=1):
+        inputs: dict[str, Scalar] = {
+            index: rank, "layout": layout_text(c), "dominated_by": dominant(c), **shared
+        }  # fmt: skip
+        if not compact:
+            inputs.update(candidate_inputs(c))
+        rows.append(Row(inputs=inputs, terms=candidate_terms(c, compact=compact)))
+    return Report(title=title, rows=tuple(rows))
+
+
+def top_report(result: PlanResult, *, compact: bool = True) -> Report:
+    req = result.request
+    title = (
+        f"Best {len(result.top)} layouts for {req.spec.name} on {result.gpus:,} × {req.hw.name} "
+        f"(seq {req.seq:,}, global batch {req.global_batch:,}; by {req.objective.value})"
+    )
+    report = candidates_report(result, result.top, title, compact=compact)
+    notes = (result.why_best,) if result.why_best else ()
+    return report.model_copy(update={"notes": notes, "warnings": no_layout(result)})
+
+
+def no_layout(result: PlanResult) -> tuple[str, ...]:
+    if result.top:
+        return ()
+    reasons = ", ".join(f"{why} {n:,}" for why, n in result.rejections) or "none enumerated"
+    return (f"no feasible layout among {result.enumerated:,} (rejected: {reasons})",)
+
+
+def spread(points: tuple[Candidate, ...], most: int) -> tuple[Candidate, ...]:
+    """At most ``most`` points of a front, evenly spaced by position, both ends kept."""
+    n = len(points)
+    if n <= most:
+        return points
+    if most < 2:
+        return points[-1:]
+    picks = sorted({round(i * (n - 1) / (most - 1)) for i in range(most)})
+    return tuple(points[i] for i in picks)
+
+
+def pareto_report(result: PlanResult, most: int = 10) -> Report:
+    """The memory-versus-time front, less memory first: every point, or ``most`` of them evenly
+    spread (the note says how many there are)."""
+    shown = spread(result.pareto, most)
+    title = "Memory versus step time: the Pareto front (less memory first, each one faster)"
+    report = candidates_report(result, shown, title, compact=True, index="point")
+    if len(shown) < len(result.pareto):
+        note = (
+            f"{len(shown)} of the front's {len(result.pareto)} layouts shown, evenly spread; "
+            "--all --format csv lists every feasible layout"
+        )
+        report = report.model_copy(update={"notes": (note,)})
+    return report
+
+
+def all_report(result: PlanResult) -> Report:
+    """Every feasible layout (``--all``), every choice its own column."""
+    return candidates_report(
+        result, result.all_feasible, f"All {len(result.all_feasible):,} feasible layouts",
+        compact=False,
+    )  # fmt: skip
+
+
+def counts_report(result: PlanResult) -> Report:
+    """Layouts evaluated, feasible, and rejected per reason (they add up to the evaluated)."""
+    total = "layouts_evaluated"
+    terms: list[Term] = [
+        term(total, "layouts evaluated", result.enumerated, Unit.count, formula="search grid",
+             source=SRC_COUNTS),
+        term("layouts_feasible", "feasible", result.feasible, Unit.count,
+             formula="divide, fit the memory budget, make the global batch", source=SRC_COUNTS,
+             part_of=total),
+    ]  # fmt: skip
+    for i, (why, n) in enumerate(result.rejections):
+        terms.append(
+            term(f"rejected_{i}_count", f"rejected: {why}", n, Unit.count,
+                 formula="layouts turned down for this reason", source=SRC_COUNTS, part_of=total)
+        )  # fmt: skip
+    terms.append(
+        term("timed_exactly", "timed exactly (step model calls)", result.timed_exactly,
+             Unit.count, formula="candidates not pruned by a lower bound", source=SRC_COUNTS)
+    )  # fmt: skip
+    return Report(
+        title="How the search went", rows=(Row(inputs=_shared(result), terms=tuple(terms)),)
+    )
+
+
+def layout_args(model: str, hardware: str, c: Candidate) -> list[str]:
+    """The ``tpcalc layout`` arguments that price ``c`` exactly (same layout, run, options)."""
+    lay, run, opt = c.layout, c.run, c.options
+    ov = opt.overlap
+    args = [
+        "-m", model, "--hardware", hardware, "--tp", str(lay.tp), "--cp", str(lay.cp),
+        "--pp", str(lay.pp), "--dp", str(lay.dp), "--ep", str(lay.ep), "--etp", str(lay.etp),
+        "--zero", str(int(lay.zero)), "--gpus-per-node", str(lay.gpus_per_node),
+        "--seq", str(run.seq), "--micro-batch", str(run.micro_batch),
+        "--microbatches", str(run.microbatches), "--vpp", str(run.vpp),
+        "--schedule", run.schedule.value, "--state-recipe", run.recipe.value,
+        "--sp" if run.sp else "--no-sp", "--recompute", run.recompute.value,
+        "--activations", run.activations.value, "--dtype", run.dtype.value,
+        "--tp-comm-overlap" if ov.tp_comm else "--no-tp-comm-overlap",
+        "--dp-overlap" if ov.dp_grad_reduce else "--no-dp-overlap",
+        "--cp-overlap" if ov.cp_ring else "--no-cp-overlap",
+        "--latency" if run.with_latency else "--no-latency",
+    ]  # fmt: skip
+    if ov.ep_a2a is not None:
+        args.append("--ep-overlap" if ov.ep_a2a else "--no-ep-overlap")
+    if run.memory.recompute_modules:
+        args += ["--recompute-modules", ",".join(run.memory.recompute_modules)]
+    if opt.recompute_layers is not None:
+        args += ["--recompute-layers", str(opt.recompute_layers)]
+    return args
+
+
+def layout_command(model: str, hardware: str, c: Candidate) -> str:
+    return "tpcalc layout " + shlex.join(layout_args(model, hardware, c))
+
+
+def unrepresentable(c: Candidate) -> list[str]:
+    """Options of ``c`` that ``tpcalc layout`` has no flag for (its explanation would differ)."""
+    from tpcalc.calc.layout.groups import MemoryTechniques
+    from tpcalc.calc.time.step import TimeOptions
+
+    out = []
+    ov = c.options.overlap
+    if not ov.pp_p2p:
+        out.append("pp_overlap off")
+    if ov.dp_grad_reduce != ov.dp_param_gather:
+        out.append("dp grad-reduce and param-gather overlap differ")
+    base = TimeOptions()
+    for name in ("efficiency_scale", "comm_scale", "vocab_pad_multiple", "grad_reduce_dtype"):
+        if getattr(c.options, name) != getattr(base, name):
+            out.append(name)
+    default = MemoryTechniques()
+    for name in ("fp8_cache", "moe_probs_in_act", "offload_layers", "capacity_factor"):
+        if getattr(c.run.memory, name) != getattr(default, name):
+            out.append(name)
+    return out
+
+
+def explain_layout(model: str, hardware: str, c: Candidate) -> Report:
+    """``tpcalc layout --explain``'s report for ``c``: reports.layout.layout_report with the
+    candidate's layout, run and options (``unrepresentable`` lists what it cannot carry)."""
+    from tpcalc.choices import AttentionFlops
+    from tpcalc.reports.layout import layout_report
+
+    lay, run, opt = c.layout, c.run, c.options
+    ov = opt.overlap
+    return layout_report(
+        model, hardware, tp=lay.tp, cp=lay.cp, pp=lay.pp, dp=lay.dp, ep=lay.ep, etp=lay.etp,
+        zero=int(lay.zero), gpus_per_node=lay.gpus_per_node, seq=run.seq,
+        micro_batch=run.micro_batch, microbatches=run.microbatches, vpp=run.vpp,
+        schedule=run.schedule, recipe=run.recipe, sp=run.sp, recompute=run.recompute,
+        activations=run.activations, dtype=run.dtype, with_latency=run.with_latency,
+        memory=run.memory, tp_comm_overlap=ov.tp_comm, dp_overlap=ov.dp_grad_reduce,
+        ep_overlap=ov.ep_a2a, cp_overlap=ov.cp_ring, first_stage_layers=opt.first_stage_layers,
+        last_stage_layers=opt.last_stage_layers, recompute_layers=opt.recompute_layers,
+        attention_flops=AttentionFlops.causal if opt.causal_model_flops else AttentionFlops.full,
+        fused_sinks=opt.fused_sinks,
+    )  # fmt: skip
