@@ -290,16 +290,12 @@ def test_reported_candidates_match_tpcalc_layout(best8b):
     """Each reported layout, priced by the Python twin of `tpcalc layout`, gives the same step
     time and memory per rank."""
     from tpcalc.reports.layout import layout_report
+    from tpcalc.reports.request import Layout, Workload
 
     for c in (*best8b.top, *best8b.pareto[:3]):
-        lay, run, ov = c.layout, c.run, c.options.overlap
         report = layout_report(
-            "llama3-8b", "h100-sxm", tp=lay.tp, cp=lay.cp, pp=lay.pp, dp=lay.dp, ep=lay.ep,
-            etp=lay.etp, zero=int(lay.zero), seq=run.seq, micro_batch=run.micro_batch,
-            microbatches=run.microbatches, vpp=run.vpp, schedule=run.schedule,
-            recipe=run.recipe, sp=run.sp, recompute=run.recompute, dtype=run.dtype,
-            activations=run.activations, memory=run.memory, tp_comm_overlap=ov.tp_comm,
-            dp_overlap=ov.dp_grad_reduce, ep_overlap=ov.ep_a2a, cp_overlap=ov.cp_ring,
+            Workload.of_run("llama3-8b", "h100-sxm", c.run), Layout.of(c.layout, c.run),
+            with_latency=c.run.with_latency, time_options=c.options,
         )  # fmt: skip
         terms = {t.key: t for t in report.rows[-1].terms}
         assert terms["step_time_s"].number == pytest.approx(c.step_time_s, rel=REL)

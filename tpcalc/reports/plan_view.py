@@ -248,20 +248,10 @@ def unrepresentable(c: Candidate) -> list[str]:
 def explain_layout(model: str, hardware: str, c: Candidate) -> Report:
     """``tpcalc layout --explain``'s report for ``c``: reports.layout.layout_report with the
     candidate's layout, run and options (``unrepresentable`` lists what it cannot carry)."""
-    from tpcalc.choices import AttentionFlops
     from tpcalc.reports.layout import layout_report
+    from tpcalc.reports.request import Layout, Workload
 
-    lay, run, opt = c.layout, c.run, c.options
-    ov = opt.overlap
     return layout_report(
-        model, hardware, tp=lay.tp, cp=lay.cp, pp=lay.pp, dp=lay.dp, ep=lay.ep, etp=lay.etp,
-        zero=int(lay.zero), gpus_per_node=lay.gpus_per_node, seq=run.seq,
-        micro_batch=run.micro_batch, microbatches=run.microbatches, vpp=run.vpp,
-        schedule=run.schedule, recipe=run.recipe, sp=run.sp, recompute=run.recompute,
-        activations=run.activations, dtype=run.dtype, with_latency=run.with_latency,
-        memory=run.memory, tp_comm_overlap=ov.tp_comm, dp_overlap=ov.dp_grad_reduce,
-        ep_overlap=ov.ep_a2a, cp_overlap=ov.cp_ring, first_stage_layers=opt.first_stage_layers,
-        last_stage_layers=opt.last_stage_layers, recompute_layers=opt.recompute_layers,
-        attention_flops=AttentionFlops.causal if opt.causal_model_flops else AttentionFlops.full,
-        fused_sinks=opt.fused_sinks,
+        Workload.of_run(model, hardware, c.run), Layout.of(c.layout, c.run),
+        with_latency=c.run.with_latency, time_options=c.options,
     )  # fmt: skip
