@@ -37,7 +37,7 @@ from tpcalc.calc.layout.memory import (
 )
 from tpcalc.calc.params.states import recipe_bytes
 from tpcalc.calc.pipeline.schedule import chunk_layer_counts, in_flight_chunks, rank_chunks
-from tpcalc.calc.plan.space import RecomputeMode, Shape, Variant
+from tpcalc.calc.plan.space import ModeKeys, RecomputeMode, Shape, Variant
 from tpcalc.choices import ActivationModel, Recompute, Schedule, StateRecipe
 from tpcalc.specs import ModelSpec
 from tpcalc.units import Dtype
@@ -77,6 +77,8 @@ class MemoryScreen:
         self._inventory: dict[tuple, tuple[np.ndarray, np.ndarray, tuple[str, ...]]] = {}
         self._kind_bytes: dict[tuple, np.ndarray] = {}
         self._mode_bytes: dict[tuple, np.ndarray] = {}
+        self._mode_key = ModeKeys()
+        self._modes_seen: tuple[list | None, tuple] = (None, ())
         self._pipes: dict[tuple, Pipe] = {}
         self._params: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._buffers: dict[tuple, float] = {}
@@ -151,7 +153,9 @@ class MemoryScreen:
         self, tp: int, cp: int, sps: tuple[bool, ...], modes: tuple[RecomputeMode, ...], b: int
     ) -> np.ndarray:
         """``kind_bytes`` of every (sp, mode): [S, R', K]."""
-        key = (tp, cp, sps, modes, b)
+        # modes by a small int: hashing every mode dataclass per lookup was the cost (profile)
+        token = self._mode_key(modes)
+        key = (tp, cp, sps, token, b)
         if key not in self._mode_bytes:
             self._mode_bytes[key] = np.array(
                 [[self.kind_bytes(tp, cp, sp, mode, b) for mode in modes] for sp in sps]
@@ -264,9 +268,12 @@ class MemoryScreen:
             [d * self.state_factor(z, grad) + e * self.state_factor(z, expert_dp) for z in zeros]
         )  # [Z, ranks]
         out = np.empty((len(zeros), len(mbs), len(sps), len(modes)))
+        if self._modes_seen[0] is not modes:  # one tuple per list the search passes
+            self._modes_seen = (modes, tuple(modes))
+        ctuple, stuple = self._modes_seen[1], tuple(sps)
         for i, b in enumerate(mbs):
             pipe = self.pipe(shape.pp, v, per_dp // b)
-            kb = self.mode_bytes(shape.tp, shape.cp, tuple(sps), tuple(modes), b)  # [S, R', K]
+            kb = self.mode_bytes(shape.tp, shape.cp, stuple, ctuple, b)  # [S, R', K]
             act = pipe.factors[0] * (kb @ pipe.counts[0].T)  # [S, R', ranks]
             for counts, factor in zip(pipe.counts[1:], pipe.factors[1:], strict=True):
                 act = act + factor * (kb @ counts.T)  # DualPipe's second direction
