@@ -121,6 +121,7 @@ class StepBounds:
         self.shards = 0
         self._mode_key = ModeKeys()
         self._pipe_arrays: dict[tuple, tuple[np.ndarray, ...]] = {}
+        self._splits: dict[tuple, tuple] = {}
 
     def work(self, shape: Shape, b: int, sp: bool) -> ShardWork:
         sp = sp and shape.tp > 1
@@ -396,26 +397,36 @@ class StepBounds:
         got = self._pipe_arrays.get(key)
         if got is not None:
             return got
-        p = shape.pp
-        counts = self.stage_counts(p, vpp)
-        cols: list[list[np.ndarray]] = [[] for _ in range(7)]
-        for b in mbs:
-            rows: list[list[np.ndarray]] = [[] for _ in range(7)]
-            for sp in sps:
-                kind, kind_f, first, last, first_f, f, bi, w = self.stacked(shape, b, sp, modes)
-                per = kind @ counts.T  # [R, stages]
-                per[:, 0] += first
-                per[:, -1] += last
-                f0 = kind_f @ counts[0] + first_f
-                sends = np.full(1, self.pp_sends(shape, b, sp))
-                for x, arr in zip(rows, (per.max(axis=1), f0, per[:, 0], f, bi, w, sends),
-                                  strict=True):  # fmt: skip
-                    x.append(arr)
-            for c, x in zip(cols, rows, strict=True):
-                c.append(np.stack(x))
-        out = tuple(np.stack(c) for c in cols)
+        r = len(modes)
+        out = tuple(np.empty((len(mbs), len(sps), r)) for _ in range(6)) + (
+            np.empty((len(mbs), len(sps), 1)),
+        )
+        for i, b in enumerate(mbs):
+            for j, sp in enumerate(sps):
+                for x, arr in zip(out[:6], self.stage_split(shape, vpp, b, sp, modes), strict=True):
+                    x[i, j] = arr
+                out[6][i, j] = self.pp_sends(shape, b, sp)
         self._pipe_arrays[key] = out
         return out
+
+    def stage_split(
+        self, shape: Shape, vpp: int, b: int, sp: bool, modes: list[RecomputeMode]
+    ) -> tuple[np.ndarray, ...]:
+        """``pipe_arrays`` of one (micro-batch, sp) but the sends, each [R]: shared by every dp
+        and schedule with this shard and stage split."""
+        key = (shape.tp, shape.cp, shape.pp, shape.ep, shape.etp, vpp, b, sp and shape.tp > 1,
+               self._mode_key(modes))  # fmt: skip
+        got = self._splits.get(key)
+        if got is None:
+            counts = self.stage_counts(shape.pp, vpp)
+            kind, kind_f, first, last, first_f, f, bi, w = self.stacked(shape, b, sp, modes)
+            per = kind @ counts.T  # [R, stages]
+            per[:, 0] += first
+            per[:, -1] += last
+            f0 = kind_f @ counts[0] + first_f
+            got = (per.max(axis=1), f0, per[:, 0], f, bi, w)
+            self._splits[key] = got
+        return got
 
     def block(
         self, shape: Shape, v: Variant, mbs: list[int], per_dp: int, sps: list[bool],

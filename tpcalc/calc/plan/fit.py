@@ -82,6 +82,7 @@ class MemoryScreen:
         self._pipes: dict[tuple, Pipe] = {}
         self._params: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._buffers: dict[tuple, float] = {}
+        self._rank_params: dict[tuple, list] = {}
         self._buffer_rows: dict[tuple, np.ndarray] = {}
         self._factors: dict[tuple, float] = {}
         rb = recipe_bytes(recipe)
@@ -224,7 +225,12 @@ class MemoryScreen:
         key = (shape.pp, v.vpp, v.schedule is Schedule.dualpipe, shape.tp, shape.ep * shape.etp)
         if key not in self._params:
             sched = Schedule.dualpipe if key[2] else Schedule.one_f_one_b
-            ranks = pp_rank_params(self.spec, shape.pp, v.vpp, sched, mtp=self.tech.mtp)
+            rkey = (shape.pp, v.vpp, key[2])  # the split before TP and EP: shared by all
+            if rkey not in self._rank_params:
+                self._rank_params[rkey] = pp_rank_params(
+                    self.spec, shape.pp, v.vpp, sched, mtp=self.tech.mtp
+                )
+            ranks = self._rank_params[rkey]
             d = np.array([-(-dense // shape.tp) + whole for dense, whole, _ in ranks], np.float64)
             e = np.array([-(-x // (shape.etp * shape.ep)) for _, _, x in ranks], np.float64)
             self._params[key] = (d, e, np.zeros(0))
