@@ -17,7 +17,6 @@ fits whenever a lower one does. Stage 0 is timed on its own.
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import math
 from collections import Counter
@@ -319,51 +318,45 @@ PARETO_MIN_GAIN = 0.01
 
 # Blocks between two progress calls while bounding.
 PROGRESS_EVERY = 256
-# Candidates compared with the running best per numpy pass in the Pareto sweep.
-SWEEP_CHUNK = 4096
 
 
-def _staircase(search: _Search, picks: np.ndarray, mems: np.ndarray, lbs: np.ndarray) -> list[int]:
-    """The exact memory-versus-time staircase, memory ascending: each pick that is strictly
-    faster than every pick of less (or equal, earlier) memory. One sweep in memory order
-    (ties: bound order) keeps the running best exact time; a pick is timed exactly only if its
-    bound is below it, since otherwise its time is at least the running best and it cannot be
-    a step (branch-and-bound in memory order). The running best only falls, so a chunk's
-    candidates are found with one numpy comparison and re-checked one by one."""
-    order = np.lexsort((lbs, mems))
-    lb_sorted = lbs[order]
-    best = math.inf
-    steps: list[int] = []
-    for start in range(0, len(order), SWEEP_CHUNK):
-        search.progress("pareto", start / len(order))
-        chunk = lb_sorted[start : start + SWEEP_CHUNK]
-        for k in np.flatnonzero(chunk < best):
-            if chunk[k] >= best:
-                continue
-            j = int(order[start + k])
-            t = search.tighten(picks[j])
-            if t < best:
-                best = t
-                steps.append(j)
-    return steps
+def _fastest(
+    search: _Search, picks: np.ndarray, idx: np.ndarray, lbs: np.ndarray, mems: np.ndarray
+) -> int:
+    """The pick of least exact time among ``idx`` (sorted by bound; ties: least memory):
+    picks are timed in bound order until the next bound is no less than the best time."""
+    best_t, best_j = math.inf, -1
+    for j in idx:
+        j = int(j)
+        if lbs[j] > best_t:
+            break
+        t = search.tighten(picks[j])
+        if t < best_t or (t == best_t and mems[j] < mems[best_j]):
+            best_t, best_j = t, j
+    return best_j
 
 
 def _pareto(search: _Search, picks: np.ndarray, mems: np.ndarray, lbs: np.ndarray) -> list[int]:
     """Picks on the memory-versus-time front, memory ascending: the fastest of all, then the
-    fastest with PARETO_MEMORY_STEP less memory than that, and so on, keeping the fastest and
-    then each point that the kept faster one beats by PARETO_MIN_GAIN. The fastest pick under
-    a memory budget is the last point of the exact staircase (``_staircase``) below the
-    budget: the staircase holds, at each memory, the least time there or below (ties: least
-    memory), so one sweep answers every budget."""
-    steps = _staircase(search, picks, mems, lbs)
-    step_mems = [float(mems[j]) for j in steps]
+    fastest with PARETO_MEMORY_STEP less memory than that, and so on (each found by
+    branch-and-bound over the picks under the budget), keeping the fastest and then each
+    point that the kept faster one beats by PARETO_MIN_GAIN.
+
+    Tried and measured slower (2026-12-01, Llama 3 405B on 16,384 H100): one sweep in memory
+    order timing every pick whose bound beats the running best exact time gives the same front
+    but times 4,183 picks instead of 2,826 (7.4 s against 5.6 s), because it resolves the
+    whole exact staircase while the front needs only the fastest point under each budget."""
+    order = np.argsort(lbs, kind="stable")
+    by_mem = mems[order]
     exact: list[int] = []
     limit = math.inf
+    top = float(by_mem.max()) if len(by_mem) else 0.0
     while True:
-        n = bisect.bisect_left(step_mems, limit)  # steps with memory below the budget
-        if not n:
+        search.progress("pareto", 1.0 - min(limit, top) / top if top else 1.0)
+        idx = order[by_mem < limit]
+        if not len(idx):
             break
-        j = steps[n - 1]
+        j = _fastest(search, picks, idx, lbs, mems)
         exact.append(j)
         limit = mems[j] * (1 - PARETO_MEMORY_STEP)
     front: list[int] = []
