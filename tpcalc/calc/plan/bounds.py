@@ -390,7 +390,8 @@ class StepBounds:
         """What the bound of a block takes from its shard and stage split, for every
         (micro-batch, sp, mode) at once, each [M, S, R]: the slowest stage's F + B + W, stage
         0's F and total, the summed F, B, W; and the least pipeline sends [M, S, 1]. It does
-        not depend on the schedule, dp or ZeRO, so blocks that differ only in those share it."""
+        not depend on the schedule or ZeRO, so blocks that differ only in those share it (and
+        ``stage_split`` is shared across dp too)."""
         token = self._mode_key(modes)
         key = (shape.tp, shape.cp, shape.pp, shape.dp, shape.ep, shape.etp, vpp, tuple(mbs),
                tuple(sps), token)  # fmt: skip
