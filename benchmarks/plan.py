@@ -5,7 +5,8 @@ Cases: issue 11's two targets, then the cost as the GPU count and the model dept
   Table 4: 16M tokens per step / 8,192 tokens); target ≤ 1 s.
 - DeepSeek-V3 on 2,048 H800s with EP, seq 4096, global batch 15,360 sequences (DeepSeek-V3
   report §4.2: batch size raised to 15,360); target ≤ 2 s.
-- Llama 3 405B on 1,024 and 4,096 H100s; Llama 3 8B (32 layers) and 70B (80) on 1,024.
+- Llama 3 8B on 64 H100s (batch 256); Llama 3 405B on 1,024 and 4,096 H100s; Llama 3 8B (32
+  layers) and 70B (80) on 1,024.
 
 Specs are loaded and the request is built outside the timer. Each line prints the layouts
 enumerated, the feasible ones, the exact step-time evaluations, layouts per second
@@ -35,6 +36,7 @@ TARGETS = [
     ("deepseek-v3", "h800", 2048, 4096, 15360, 2.0),
 ]
 GROWTH = [
+    ("llama3-8b", "h100-sxm", 64, 8192, 256, None),
     ("llama3-405b", "h100-sxm", 1024, 8192, 2048, None),
     ("llama3-405b", "h100-sxm", 4096, 8192, 2048, None),
     ("llama3-8b", "h100-sxm", 1024, 8192, 2048, None),

@@ -428,3 +428,19 @@ def test_overlap_searched_on_unless_pinned(h100):
     ov = S.space.overlap(req)
     assert ov.tp_comm is False and ov.dp_grad_reduce is True
     assert replace(ov, tp_comm=True) == S.space.overlap(_request("llama3-8b", h100))
+
+
+def test_progress_callback_sees_every_phase_in_order_and_same_result(best8b):
+    """``progress`` is told each phase (fractions in [0, 1], non-decreasing within a phase) and
+    does not change the result."""
+    from tpcalc.reports.plan import plan
+
+    calls: list[tuple[str, float]] = []
+    r = plan("llama3-8b", "h100-sxm", top_k=5, progress=lambda p, x: calls.append((p, x)), **SMALL)
+    phases = list(dict.fromkeys(p for p, _ in calls))
+    assert phases == ["screen", "bounds", "top", "pareto"]
+    for phase in phases:
+        xs = [x for p, x in calls if p == phase]
+        assert xs == sorted(xs) and xs[0] >= 0.0 and xs[-1] <= 1.0
+    assert [c.step_time_s for c in r.top] == [c.step_time_s for c in best8b.top]
+    assert [c.memory_bytes for c in r.pareto] == [c.memory_bytes for c in best8b.pareto]

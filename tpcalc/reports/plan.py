@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tpcalc.calc.layout.groups import MemoryTechniques
-    from tpcalc.calc.plan.types import PlanResult
+    from tpcalc.calc.plan.types import PlanResult, ProgressCallback
     from tpcalc.calc.time.step import TimeOptions
 
 
@@ -39,6 +39,7 @@ def plan(
     activations: str = "exact",
     memory: MemoryTechniques | None = None,
     time_options: TimeOptions | None = None,
+    progress: ProgressCallback | None = None,
 ) -> PlanResult:
     """Plan ``model`` on ``gpus`` × ``hardware``: the best layouts with their exact figures.
 
@@ -46,6 +47,7 @@ def plan(
     sequences of ``seq`` tokens and must divide. ``pins`` maps a dimension to one value or a
     sequence of allowed values (``{"tp": 8, "pp": (1, 2, 4)}``), ``bounds`` a size dimension to
     its maximum (``{"tp": 4}``). Bad input raises ``InputError`` naming the field.
+    ``progress(phase, fraction)`` is called as the search goes (``ProgressCallback``).
     """
     from tpcalc.calc.plan.request import build_request
     from tpcalc.calc.plan.search import plan as search
@@ -61,7 +63,7 @@ def plan(
         recipe=recipe, dtype=dtype, activations=activations, memory=memory,
         time_options=time_options,
     )  # fmt: skip
-    return search(request)
+    return search(request, progress)
 
 
 __all__: Sequence[str] = ("plan",)

@@ -42,7 +42,7 @@ from tpcalc.calc.params.counts import (
     shared_expert_intermediate,
 )
 from tpcalc.calc.pipeline.schedule import DUALPIPE_DIRECTIONS, StageTimes, bubble_time_s
-from tpcalc.calc.plan.space import RecomputeMode, Shape, Variant
+from tpcalc.calc.plan.space import ModeKeys, RecomputeMode, Shape, Variant
 from tpcalc.calc.time.ops import Pass, Shard, embedding_ops, head_ops, layer_ops, mtp_ops
 from tpcalc.calc.time.roofline import collective_time_s, op_time_s, rates
 from tpcalc.calc.time.step import (
@@ -119,6 +119,9 @@ class StepBounds:
         self._links: dict[tuple, dict] = {}
         self._sends: dict[tuple, float] = {}
         self.shards = 0
+        self._mode_key = ModeKeys()
+        self._pipe_arrays: dict[tuple, tuple[np.ndarray, ...]] = {}
+        self._splits: dict[tuple, tuple] = {}
 
     def work(self, shape: Shape, b: int, sp: bool) -> ShardWork:
         sp = sp and shape.tp > 1
@@ -360,20 +363,12 @@ class StepBounds:
         return h.min(axis=0) + const
 
     def stacked(
-        self, shape: Shape, b: int, sp: bool, modes: tuple[RecomputeMode, ...]
+        self, shape: Shape, b: int, sp: bool, modes: list[RecomputeMode] | tuple[RecomputeMode, ...]
     ) -> tuple[np.ndarray, ...]:
         """``stage`` of every mode as arrays: per-kind totals and forwards [R, K], ends [R],
         summed F, B, W [R]."""
-        key = (
-            shape.tp,
-            shape.cp,
-            shape.ep,
-            shape.etp,
-            sp and shape.tp > 1,
-            b,
-            modes,
-            shape.pp == 1,
-        )
+        key = (shape.tp, shape.cp, shape.ep, shape.etp, sp and shape.tp > 1, b,
+               self._mode_key(modes), shape.pp == 1)  # fmt: skip
         if key not in self._stacked:
             t = [self.stage(shape, b, sp, mode) for mode in modes]
             self._stacked[key] = (
@@ -389,41 +384,76 @@ class StepBounds:
             )  # fmt: skip
         return self._stacked[key]
 
+    def pipe_arrays(
+        self, shape: Shape, vpp: int, mbs: list[int], sps: list[bool], modes: list[RecomputeMode]
+    ) -> tuple[np.ndarray, ...]:
+        """What the bound of a block takes from its shard and stage split, for every
+        (micro-batch, sp, mode) at once, each [M, S, R]: the slowest stage's F + B + W, stage
+        0's F and total, the summed F, B, W; and the least pipeline sends [M, S, 1]. It does
+        not depend on the schedule or ZeRO, so blocks that differ only in those share it (and
+        ``stage_split`` is shared across dp too)."""
+        token = self._mode_key(modes)
+        key = (shape.tp, shape.cp, shape.pp, shape.dp, shape.ep, shape.etp, vpp, tuple(mbs),
+               tuple(sps), token)  # fmt: skip
+        got = self._pipe_arrays.get(key)
+        if got is not None:
+            return got
+        r = len(modes)
+        out = tuple(np.empty((len(mbs), len(sps), r)) for _ in range(6)) + (
+            np.empty((len(mbs), len(sps), 1)),
+        )
+        for i, b in enumerate(mbs):
+            for j, sp in enumerate(sps):
+                for x, arr in zip(out[:6], self.stage_split(shape, vpp, b, sp, modes), strict=True):
+                    x[i, j] = arr
+                out[6][i, j] = self.pp_sends(shape, b, sp)
+        self._pipe_arrays[key] = out
+        return out
+
+    def stage_split(
+        self, shape: Shape, vpp: int, b: int, sp: bool, modes: list[RecomputeMode]
+    ) -> tuple[np.ndarray, ...]:
+        """``pipe_arrays`` of one (micro-batch, sp) but the sends, each [R]: shared by every dp
+        and schedule with this shard and stage split."""
+        key = (shape.tp, shape.cp, shape.pp, shape.ep, shape.etp, vpp, b, sp and shape.tp > 1,
+               self._mode_key(modes))  # fmt: skip
+        got = self._splits.get(key)
+        if got is None:
+            counts = self.stage_counts(shape.pp, vpp)
+            kind, kind_f, first, last, first_f, f, bi, w = self.stacked(shape, b, sp, modes)
+            per = kind @ counts.T  # [R, stages]
+            per[:, 0] += first
+            per[:, -1] += last
+            f0 = kind_f @ counts[0] + first_f
+            got = (per.max(axis=1), f0, per[:, 0], f, bi, w)
+            self._splits[key] = got
+        return got
+
     def block(
         self, shape: Shape, v: Variant, mbs: list[int], per_dp: int, sps: list[bool],
         modes: list[RecomputeMode], distributed: list[bool],
     ) -> np.ndarray:  # fmt: skip
-        """``lower`` of every (zero, micro-batch, sp, mode) of a block: [Z, M, S, R]."""
-        out = np.empty((len(distributed), len(mbs), len(sps), len(modes)))
+        """``lower`` of every (zero, micro-batch, sp, mode) of a block: [Z, M, S, R], in one
+        numpy pass over the block (the same terms ``lower`` adds, broadcast)."""
         p = shape.pp
-        counts = self.stage_counts(p, v.vpp)
-        ctuple = tuple(modes)
+        slowest, f0, total0, f, bi, w, sends = self.pipe_arrays(shape, v.vpp, mbs, sps, modes)
         d = 1 + (p - 1) / v.vpp  # the drain, as step._dp_exposed takes it
-        for i, b in enumerate(mbs):
-            m = per_dp // b
-            for j, sp in enumerate(sps):
-                kind, kind_f, first, last, first_f, f, bi, w = self.stacked(shape, b, sp, ctuple)
-                per = kind @ counts.T  # [R, stages]
-                per[:, 0] += first
-                per[:, -1] += last
-                total0 = per[:, 0]
-                f0 = kind_f @ counts[0] + first_f
-                bubble = _bubble(v, p, f / p, bi / p, w / p, (f + bi + w) / p)
-                slowest = per.max(axis=1)
-                tails = [self.rest(shape, v, b, sp, dist) for dist in distributed]
-                const = np.array([t[0] for t in tails])[:, None]  # [Z, 1]
-                a2 = np.array([t[1] for t in tails])[:, None] + d * f0  # [Z, R]
-                c2 = np.array([t[2] for t in tails])[:, None] + d * (total0 - f0)
-                n = np.stack(
-                    [
-                        np.broadcast_to(slowest, a2.shape),
-                        np.maximum(slowest, a2 / d),
-                        np.maximum(slowest, c2 / d),
-                    ]
-                )
-                h = m * n + np.maximum(0.0, a2 - d * n) + np.maximum(0.0, c2 - d * n)
-                out[:, i, j] = h.min(axis=0) + const + bubble
-        return out
+        m = np.array([per_dp // b for b in mbs], dtype=np.float64)[:, None, None]  # [M, 1, 1]
+        bubble = _bubble(v, p, f / p, bi / p, w / p, (f + bi + w) / p)  # [M, S, R]
+        tails = [self.dp_tail(shape, v, dist) for dist in distributed]
+        zs = (len(distributed), 1, 1, 1)
+        const = np.array([t[0] for t in tails]).reshape(zs)
+        a2 = np.array([t[1] for t in tails]).reshape(zs) + d * f0  # [Z, M, S, R]
+        c2 = np.array([t[2] for t in tails]).reshape(zs) + d * (total0 - f0)
+        n = np.stack(
+            [
+                np.broadcast_to(slowest, a2.shape),
+                np.maximum(slowest, a2 / d),
+                np.maximum(slowest, c2 / d),
+            ]
+        )
+        h = m * n + np.maximum(0.0, a2 - d * n) + np.maximum(0.0, c2 - d * n)
+        return h.min(axis=0) + const + sends + bubble
 
     def lower(
         self, shape: Shape, v: Variant, b: int, m: int, sp: bool, mode: RecomputeMode,

@@ -37,7 +37,7 @@ from tpcalc.calc.layout.memory import (
 )
 from tpcalc.calc.params.states import recipe_bytes
 from tpcalc.calc.pipeline.schedule import chunk_layer_counts, in_flight_chunks, rank_chunks
-from tpcalc.calc.plan.space import RecomputeMode, Shape, Variant
+from tpcalc.calc.plan.space import ModeKeys, RecomputeMode, Shape, Variant
 from tpcalc.choices import ActivationModel, Recompute, Schedule, StateRecipe
 from tpcalc.specs import ModelSpec
 from tpcalc.units import Dtype
@@ -77,9 +77,12 @@ class MemoryScreen:
         self._inventory: dict[tuple, tuple[np.ndarray, np.ndarray, tuple[str, ...]]] = {}
         self._kind_bytes: dict[tuple, np.ndarray] = {}
         self._mode_bytes: dict[tuple, np.ndarray] = {}
+        self._mode_key = ModeKeys()
+        self._modes_seen: tuple[list | None, tuple] = (None, ())
         self._pipes: dict[tuple, Pipe] = {}
         self._params: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._buffers: dict[tuple, float] = {}
+        self._rank_params: dict[tuple, list] = {}
         self._buffer_rows: dict[tuple, np.ndarray] = {}
         self._factors: dict[tuple, float] = {}
         rb = recipe_bytes(recipe)
@@ -151,7 +154,9 @@ class MemoryScreen:
         self, tp: int, cp: int, sps: tuple[bool, ...], modes: tuple[RecomputeMode, ...], b: int
     ) -> np.ndarray:
         """``kind_bytes`` of every (sp, mode): [S, R', K]."""
-        key = (tp, cp, sps, modes, b)
+        # modes by a small int: hashing every mode dataclass per lookup was the cost (profile)
+        token = self._mode_key(modes)
+        key = (tp, cp, sps, token, b)
         if key not in self._mode_bytes:
             self._mode_bytes[key] = np.array(
                 [[self.kind_bytes(tp, cp, sp, mode, b) for mode in modes] for sp in sps]
@@ -220,7 +225,12 @@ class MemoryScreen:
         key = (shape.pp, v.vpp, v.schedule is Schedule.dualpipe, shape.tp, shape.ep * shape.etp)
         if key not in self._params:
             sched = Schedule.dualpipe if key[2] else Schedule.one_f_one_b
-            ranks = pp_rank_params(self.spec, shape.pp, v.vpp, sched, mtp=self.tech.mtp)
+            rkey = (shape.pp, v.vpp, key[2])  # the split before TP and EP: shared by all
+            if rkey not in self._rank_params:
+                self._rank_params[rkey] = pp_rank_params(
+                    self.spec, shape.pp, v.vpp, sched, mtp=self.tech.mtp
+                )
+            ranks = self._rank_params[rkey]
             d = np.array([-(-dense // shape.tp) + whole for dense, whole, _ in ranks], np.float64)
             e = np.array([-(-x // (shape.etp * shape.ep)) for _, _, x in ranks], np.float64)
             self._params[key] = (d, e, np.zeros(0))
@@ -264,9 +274,12 @@ class MemoryScreen:
             [d * self.state_factor(z, grad) + e * self.state_factor(z, expert_dp) for z in zeros]
         )  # [Z, ranks]
         out = np.empty((len(zeros), len(mbs), len(sps), len(modes)))
+        if self._modes_seen[0] is not modes:  # one tuple per list the search passes
+            self._modes_seen = (modes, tuple(modes))
+        ctuple, stuple = self._modes_seen[1], tuple(sps)
         for i, b in enumerate(mbs):
             pipe = self.pipe(shape.pp, v, per_dp // b)
-            kb = self.mode_bytes(shape.tp, shape.cp, tuple(sps), tuple(modes), b)  # [S, R', K]
+            kb = self.mode_bytes(shape.tp, shape.cp, stuple, ctuple, b)  # [S, R', K]
             act = pipe.factors[0] * (kb @ pipe.counts[0].T)  # [S, R', ranks]
             for counts, factor in zip(pipe.counts[1:], pipe.factors[1:], strict=True):
                 act = act + factor * (kb @ counts.T)  # DualPipe's second direction

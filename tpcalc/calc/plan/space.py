@@ -271,3 +271,22 @@ def microbatch_rule(pp: int, m: int, v: Variant) -> str | None:
 
 
 INTERLEAVED_GROUPS = "divisibility: interleaved needs microbatches a multiple of pp (Megatron)"
+
+
+class ModeKeys:
+    """Small int keys for sequences of recompute modes, by identity first: a cache key holding
+    the tuple of 29 mode dataclasses hashes all of them on every lookup, which cost more than
+    the bounds it guarded (profile of DeepSeek-V3). The search passes the same list or tuple
+    object to every block, so after the first lookup a key is one dict get by id. Each object
+    seen is kept referenced, so its id cannot be reused by another."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, tuple[object, int]] = {}
+        self._ids: dict[tuple, int] = {}
+
+    def __call__(self, modes: list[RecomputeMode] | tuple[RecomputeMode, ...]) -> int:
+        got = self._by_id.get(id(modes))
+        if got is None or got[0] is not modes:
+            got = (modes, self._ids.setdefault(tuple(modes), len(self._ids)))
+            self._by_id[id(modes)] = got
+        return got[1]

@@ -9,6 +9,7 @@ front, and the bookkeeping of the search (enumerated, feasible, timed exactly, r
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -36,6 +37,12 @@ OPTION_DIMS = (
     "dp_overlap",
 )
 PIN_DIMS = SIZE_DIMS + OPTION_DIMS
+
+
+# Called by a search as it goes: (phase, fraction of that phase done in [0, 1]). Phases, in
+# order: "screen" (divisibility and memory), "bounds", "top", "pareto". For a caller's progress
+# display (issue 11: "a rich progress bar when a search will take more than about a second").
+ProgressCallback = Callable[[str, float], None]
 
 
 class Objective(str, Enum):
