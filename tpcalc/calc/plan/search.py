@@ -9,10 +9,13 @@ Reported numbers come from the exact model: every candidate in the result is re-
 ``calc.layout.memory.rank_memory`` and ``step_time`` with the inputs ``tpcalc layout`` would
 give them.
 
-ZeRO: the step model times stages 1, 2 and 3 alike (``step._dp_exposed`` and
-``step._optimizer_s`` read only ``zero >= ZeroStage.optimizer``) while states shrink with every
-stage (``dp.zero.state_divisors``), so of the stages >= 1 only the highest allowed is timed; it
-fits whenever a lower one does. Stage 0 is timed on its own.
+ZeRO: every allowed stage is timed. States shrink with every stage (``dp.zero.state_divisors``)
+but ZeRO-2 reduce-scatters every micro-batch's gradients and ZeRO-3 also re-gathers the
+parameters for every forward and backward (``step._dp_exposed``), so no stage dominates another.
+The bounds price stages >= 1 with ZeRO-1's collectives, which never exceed ZeRO-2's or ZeRO-3's
+exposed time: with c one pass's collective and t the pass it runs under, ZeRO-1 exposes
+max(0, c - drain·t) with drain >= 1 and ZeRO-2/3 at least m·max(0, c - t), so they stay lower
+bounds.
 """
 
 from __future__ import annotations
@@ -97,11 +100,9 @@ class _Search:
         self.fitting = 0  # candidates that divide and fit, counted as the blocks are screened
         self.timed = 0
         self._exact: dict[_Pick, tuple[StepTime, ParallelLayout, LayoutRun]] = {}
-        # of the stages >= 1, only the highest allowed is timed (module docstring)
+        # every allowed stage is timed (module docstring)
         self.zeros = self.d.zero
-        self.timed_zeros = sorted({z for z in self.zeros if z == 0} | (
-            {max(z for z in self.zeros if z >= 1)} if any(z >= 1 for z in self.zeros) else set()
-        ))  # fmt: skip
+        self.timed_zeros = sorted(self.zeros)
 
     # ---- enumerate, check, fit ----
 
