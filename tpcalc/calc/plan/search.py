@@ -236,6 +236,7 @@ class _Search:
             schedule=blk.variant.schedule, recipe=self.req.recipe, sp=blk.sps[p.s],
             recompute=mode.recompute, dtype=self.req.dtype, activations=self.req.activations,
             memory=self.screen.techniques(mode),
+            with_latency=True,  # as `tpcalc layout` prices links by default (--latency)
         )  # fmt: skip
         return layout, run
 
