@@ -530,6 +530,7 @@ def _child(case: Case, out_path: str, err_path: str, memory_bytes: int) -> None:
             os.close(target)
         stdin = os.open(os.devnull, os.O_RDONLY)
         os.dup2(stdin, 0)
+        os.chdir(os.path.dirname(out_path))  # a relative output path (--save-svg 8) lands there
         resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
         from tpcalc.cli import main as tpcalc_main
 
