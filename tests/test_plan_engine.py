@@ -230,7 +230,7 @@ def test_bounds_never_exceed_exact(small, moe):
 
 EXHAUSTIVE = {
     "llama3-8b": {"recompute": ("none", "selective"), "recompute_modules": ((),),
-                  "zero": (0, 1), "pp": (1, 2, 4), "micro_batch": (1, 2), "vpp": (2, 4)},
+                  "zero": (0, 1, 2, 3), "pp": (1, 2, 4), "micro_batch": (1, 2), "vpp": (2, 4)},
     "qwen3-30b-a3b": {"recompute": ("selective",), "recompute_modules": ((),), "sp": (True,),
                       "ep": (1, 4, 8), "etp": (1,), "pp": (1, 2), "micro_batch": (1, 2),
                       "zero": (1,), "vpp": (2,)},
@@ -243,7 +243,7 @@ def test_branch_and_bound_equals_exhaustive(model, h100):
     exhaustive top 10 and no candidate beats a Pareto point at its memory or less."""
     req = _request(model, h100, pins=EXHAUSTIVE[model])
     s, picks, mems, lbs = _search(req)
-    assert 50 < len(picks) < 1500
+    assert 50 < len(picks) < 2500
     k = 10
     ranked = S._best_first(s, picks, lbs, k)
     exact = np.array([s.exact(_pick(r)).step_time_s for r in picks])

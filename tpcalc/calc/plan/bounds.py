@@ -103,6 +103,7 @@ class StepBounds:
         self._work: dict[tuple, ShardWork] = {}
         self._times: dict[tuple, StageBound] = {}
         self._rest: dict[tuple, tuple[float, float, float]] = {}
+        self._dp_parts: dict[tuple, tuple[float, float, int]] = {}
         self._first_params: dict[tuple, int] = {}
         self.r = rates(hw, dtype, efficiency_scale=opts.efficiency_scale)
         kinds: dict[tuple[str, bool], list[int]] = {}
@@ -319,7 +320,34 @@ class StepBounds:
         shard = shape.dp * shape.cp if distributed else 1
         const += params / shard * ADAM_BYTES_PER_PARAM / r.hbm_bytes_per_s
         self._rest[key] = (const, a, c)
+        if distributed and params and group.size > 1:
+            self._dp_parts[key] = (one, gather, buckets)
         return const, a, c
+
+    def sharded_terms(
+        self, shape: Shape, v: Variant, zero: int, m: np.ndarray, a: float, c: float
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(A, D_a, C, D_c) of ``block``'s hidden terms for one ZeRO stage: what stage 0's
+        collectives leave to hide and the passes they hide under. ZeRO-2 reduce-scatters every
+        micro-batch's gradients under its own backward, ZeRO-3 also gathers before every forward
+        and backward (``step._dp_exposed``): m·buckets·(collective) − first bucket under m
+        passes. Stages 0-1, or no overlap, keep ZeRO-1's terms under the drain (the exact time
+        of a higher stage is never less)."""
+        d = 1 + (shape.pp - 1) / v.vpp
+        ov = self.opts.overlap
+        key = (shape.tp, shape.cp, shape.pp, shape.dp, v.vpp, True)
+        parts = self._dp_parts.get(key) if zero >= 2 else None
+        full = np.ones_like(m)
+        a_z, da, c_z, dc = a * full, d * full, c * full, d * full
+        if parts is None:
+            return a_z, da, c_z, dc
+        one, gather, buckets = parts
+        if ov.dp_grad_reduce:
+            per_pass = buckets * (one + (gather if zero >= 3 else 0.0))
+            a_z, da = m * per_pass - one, m
+        if zero >= 3 and ov.dp_param_gather:
+            c_z, dc = m * buckets * gather - gather, m
+        return a_z, da, c_z, dc
 
     def links(self, shape: Shape) -> dict:
         """The pp and dp groups (they do not depend on ep, etp)."""
@@ -431,28 +459,33 @@ class StepBounds:
 
     def block(
         self, shape: Shape, v: Variant, mbs: list[int], per_dp: int, sps: list[bool],
-        modes: list[RecomputeMode], distributed: list[bool],
+        modes: list[RecomputeMode], distributed: list[bool], zeros: list[int] | None = None,
     ) -> np.ndarray:  # fmt: skip
         """``lower`` of every (zero, micro-batch, sp, mode) of a block: [Z, M, S, R], in one
         numpy pass over the block (the same terms ``lower`` adds, broadcast)."""
         p = shape.pp
         slowest, f0, total0, f, bi, w, sends = self.pipe_arrays(shape, v.vpp, mbs, sps, modes)
-        d = 1 + (p - 1) / v.vpp  # the drain, as step._dp_exposed takes it
         m = np.array([per_dp // b for b in mbs], dtype=np.float64)[:, None, None]  # [M, 1, 1]
         bubble = _bubble(v, p, f / p, bi / p, w / p, (f + bi + w) / p)  # [M, S, R]
         tails = [self.dp_tail(shape, v, dist) for dist in distributed]
         zs = (len(distributed), 1, 1, 1)
         const = np.array([t[0] for t in tails]).reshape(zs)
-        a2 = np.array([t[1] for t in tails]).reshape(zs) + d * f0  # [Z, M, S, R]
-        c2 = np.array([t[2] for t in tails]).reshape(zs) + d * (total0 - f0)
+        stage = zeros if zeros is not None else [int(dist) for dist in distributed]
+        terms = [
+            self.sharded_terms(shape, v, z, m, t[1], t[2])
+            for z, t in zip(stage, tails, strict=True)
+        ]
+        a_z, da, c_z, dc = (np.stack([t[i] for t in terms]) for i in range(4))  # [Z, M, 1, 1]
+        a2 = a_z + da * f0  # [Z, M, S, R]
+        c2 = c_z + dc * (total0 - f0)
         n = np.stack(
             [
                 np.broadcast_to(slowest, a2.shape),
-                np.maximum(slowest, a2 / d),
-                np.maximum(slowest, c2 / d),
+                np.maximum(slowest, a2 / da),
+                np.maximum(slowest, c2 / dc),
             ]
         )
-        h = m * n + np.maximum(0.0, a2 - d * n) + np.maximum(0.0, c2 - d * n)
+        h = m * n + np.maximum(0.0, a2 - da * n) + np.maximum(0.0, c2 - dc * n)
         return h.min(axis=0) + const + sends + bubble
 
     def lower(

@@ -202,7 +202,7 @@ class _Search:
                 continue
             lb = bounds.block(
                 blk.shape, blk.variant, blk.mbs, blk.per_dp, blk.sps, self.d.recompute,
-                [zero >= 1 for zero in self.timed_zeros],
+                [zero >= 1 for zero in self.timed_zeros], [int(z) for z in self.timed_zeros],
             )  # fmt: skip
             cols.append(np.stack([np.full_like(z, k), zi[z], i, s, r], axis=1).astype(np.int32))
             mems.append(mem[z, i, s, r])
