@@ -273,28 +273,15 @@ def plan(
     """
     lists = {"--tp": tp, "--cp": cp, "--pp": pp, "--dp": dp, "--ep": ep, "--etp": etp,
              "--vpp": vpp, "--micro-batch": micro_batch, "--zero": zero}  # fmt: skip
+    switches = {"sp": sp, "tp_comm_overlap": tp_comm_overlap, "dp_overlap": dp_overlap}
     try:
-        pins: dict[str, Any] = {
-            flag.removeprefix("--").replace("-", "_"): values
-            for flag, value in lists.items()
-            if (values := _ints(value, flag)) is not None
-        }
-        if (words := _words(recompute, "--recompute", Recompute)) is not None:
-            pins["recompute"] = words
-        if (words := _words(schedule, "--schedule", Schedule)) is not None:
-            pins["schedule"] = words
-        if recompute_modules is not None:
-            pins["recompute_modules"] = (recompute_modules,)
-        for name, flag in (("sp", sp), ("tp_comm_overlap", tp_comm_overlap),
-                           ("dp_overlap", dp_overlap)):  # fmt: skip
-            if flag is not None:
-                pins[name] = (flag,)
+        pins = _pins(lists, recompute, schedule, recompute_modules, switches)
     except TpcalcError as exc:
         error(str(exc))
         raise typer.Exit(1) from None
-    bounds = {name: value for name, value in (
-        ("tp", max_tp), ("cp", max_cp), ("pp", max_pp), ("ep", max_ep), ("vpp", max_vpp),
-        ("micro_batch", max_micro_batch)) if value is not None}  # fmt: skip
+    maxima = {"tp": max_tp, "cp": max_cp, "pp": max_pp, "ep": max_ep, "vpp": max_vpp,
+              "micro_batch": max_micro_batch}  # fmt: skip
+    bounds = {name: value for name, value in maxima.items() if value is not None}
     if max_seq or largest_micro_batch:
         _inverse(
             model, hardware, gpus=gpus, pins=pins, seq=seq, global_batch=global_batch,
@@ -304,21 +291,9 @@ def plan(
         return
 
     def search():
-        from tpcalc.reports.inputs import positive
         from tpcalc.reports.plan import plan as run_plan
 
-        _bounded(positive(gpus, "--gpus"), "--gpus", MAX_GPUS, "GPUs")
-        _bounded(top, "--top", MAX_TOP, "layouts; --all lists every feasible one")
-        if global_batch is not None:
-            _bounded(positive(global_batch, "--global-batch"), "--global-batch",
-                     MAX_GLOBAL_BATCH, "sequences")  # fmt: skip
-        if global_batch_tokens is not None:
-            from tpcalc.catalog import load_model
-
-            tokens = positive(global_batch_tokens, "--global-batch-tokens")
-            s = seq if seq is not None else load_model(model).seq_length
-            _bounded(-(-tokens // max(s, 1)), "--global-batch-tokens / --seq", MAX_GLOBAL_BATCH,
-                     "sequences")  # fmt: skip
+        _check_sizes(model, gpus, top, seq, global_batch, global_batch_tokens)
         options: dict[str, Any] = dict(
             seq=seq, global_batch=global_batch, global_batch_tokens=global_batch_tokens,
             pins=pins, bounds=bounds, memory_headroom=memory_headroom,
@@ -340,6 +315,48 @@ def plan(
     _print(
         result, model, hardware, fmt=fmt, units=units, explain=explain, every=all_layouts, top=top
     )
+
+
+def _pins(
+    lists: dict[str, str | None], recompute: str | None, schedule: str | None,
+    recompute_modules: str | None, switches: dict[str, bool | None],
+) -> dict[str, Any]:  # fmt: skip
+    """The planner's pins from the options: each list flag ('--tp 1,2,4') as a tuple of ints,
+    the recompute and schedule words, one recompute-module set, and the on/off switches."""
+    pins: dict[str, Any] = {
+        flag.removeprefix("--").replace("-", "_"): values
+        for flag, value in lists.items()
+        if (values := _ints(value, flag)) is not None
+    }
+    if (words := _words(recompute, "--recompute", Recompute)) is not None:
+        pins["recompute"] = words
+    if (words := _words(schedule, "--schedule", Schedule)) is not None:
+        pins["schedule"] = words
+    if recompute_modules is not None:
+        pins["recompute_modules"] = (recompute_modules,)
+    pins.update({name: (flag,) for name, flag in switches.items() if flag is not None})
+    return pins
+
+
+def _check_sizes(
+    model: str, gpus: int, top: int, seq: int | None, global_batch: int | None,
+    global_batch_tokens: int | None,
+) -> None:  # fmt: skip
+    """The sizes that keep one search within seconds (MAX_GPUS, MAX_TOP, MAX_GLOBAL_BATCH)."""
+    from tpcalc.reports.inputs import positive
+
+    _bounded(positive(gpus, "--gpus"), "--gpus", MAX_GPUS, "GPUs")
+    _bounded(top, "--top", MAX_TOP, "layouts; --all lists every feasible one")
+    if global_batch is not None:
+        _bounded(positive(global_batch, "--global-batch"), "--global-batch",
+                 MAX_GLOBAL_BATCH, "sequences")  # fmt: skip
+    if global_batch_tokens is not None:
+        from tpcalc.catalog import load_model
+
+        tokens = positive(global_batch_tokens, "--global-batch-tokens")
+        s = seq if seq is not None else load_model(model).seq_length
+        _bounded(-(-tokens // max(s, 1)), "--global-batch-tokens / --seq", MAX_GLOBAL_BATCH,
+                 "sequences")  # fmt: skip
 
 
 def _fewest_gpus(
