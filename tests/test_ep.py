@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tpcalc.calc.ep.all_to_all import ep_comm
 from tpcalc.calc.ep.memory import experts_per_rank
 from tpcalc.calc.ep.routing import copies_per_token, max_nodes_per_token
 from tpcalc.calc.links.link import nodes_spanned
@@ -26,7 +27,7 @@ def dsv3():
 
 @pytest.fixture(scope="module")
 def row(dsv3, h800):
-    return ep_row(dsv3, h800, ep=64, tokens=TOKENS)
+    return ep_row(dsv3, h800, ep_comm(dsv3, h800, ep=64, tokens=TOKENS))
 
 
 def test_experts_per_card(dsv3, row):
@@ -55,7 +56,7 @@ def test_expert_memory_per_rank(row):
 
 
 def test_megatron_recipe_is_18_bytes(dsv3, h800):
-    r = ep_row(dsv3, h800, ep=64, tokens=TOKENS, recipe=StateRecipe.megatron18)
+    r = ep_row(dsv3, h800, ep_comm(dsv3, h800, ep=64, tokens=TOKENS, recipe=StateRecipe.megatron18))
     assert r.value("expert_states_bytes_per_rank") == 18 * r.value("routed_expert_params_per_rank")
 
 
@@ -68,7 +69,7 @@ def test_node_limited_copies_over_ib(row):
 
 
 def test_uniform_routing_sends_more_over_ib(dsv3, h800, row):
-    uni = ep_row(dsv3, h800, ep=64, tokens=TOKENS, routing=EpRouting.uniform)
+    uni = ep_row(dsv3, h800, ep_comm(dsv3, h800, ep=64, tokens=TOKENS, routing=EpRouting.uniform))
     assert uni.value("ib_copies_per_token") == 8 * 7 / 8
     assert uni.value("cross_node_share_ratio") > row.value("cross_node_share_ratio")
     # same total bytes leave the rank; only the link mix changes
@@ -86,7 +87,7 @@ def test_a2a_bytes_per_layer(row):
 
 def test_fp8_dispatch_halves_dispatch_bytes(dsv3, h800, row):
     # DeepSeek-V3 §3.3: activations are dispatched in FP8, combined in BF16
-    r = ep_row(dsv3, h800, ep=64, tokens=TOKENS, dispatch_dtype=Dtype.fp8)
+    r = ep_row(dsv3, h800, ep_comm(dsv3, h800, ep=64, tokens=TOKENS, dispatch_dtype=Dtype.fp8))
     assert r.value("fwd_dispatch_bytes_per_layer") * 2 == pytest.approx(
         row.value("fwd_dispatch_bytes_per_layer")
     )
@@ -99,13 +100,13 @@ def test_cross_node_ep_comm_about_equal_to_compute(row):
 
 
 def test_ep_inside_one_node_uses_nvlink_only(dsv3, h800):
-    r = ep_row(dsv3, h800, ep=8, tokens=TOKENS)
+    r = ep_row(dsv3, h800, ep_comm(dsv3, h800, ep=8, tokens=TOKENS))
     assert r.value("ep_nodes") == 1
     assert r.value("ib_copies_per_token") == 0
 
 
 def test_ep_one_moves_nothing(dsv3, h800):
-    r = ep_row(dsv3, h800, ep=1, tokens=TOKENS)
+    r = ep_row(dsv3, h800, ep_comm(dsv3, h800, ep=1, tokens=TOKENS))
     assert r.value("send_bytes_per_micro_batch") == 0
     assert r.value("comm_time_s") == 0
 
@@ -134,9 +135,13 @@ def test_node_limit_never_adds_ib_traffic(k, nodes, per_node, m):
 
 def test_errors_name_what_to_change(dsv3, h800, qwen38):
     with pytest.raises(DivisibilityError, match=r"n_routed_experts=256 is not divisible by ep=3"):
-        ep_row(dsv3, h800, ep=3, tokens=TOKENS)
+        ep_row(dsv3, h800, ep_comm(dsv3, h800, ep=3, tokens=TOKENS))
     with pytest.raises(InputError, match=r"needs an MoE model"):
-        ep_row(qwen38, h800, ep=8, tokens=TOKENS)
+        ep_row(qwen38, h800, ep_comm(qwen38, h800, ep=8, tokens=TOKENS))
     with pytest.raises(InputError, match=r"routing=node-limited needs topk_group"):
         no_groups = dsv3.model_copy(update={"n_group": None, "topk_group": None})
-        ep_row(no_groups, h800, ep=64, tokens=TOKENS, routing=EpRouting.node_limited)
+        ep_row(
+            no_groups,
+            h800,
+            ep_comm(no_groups, h800, ep=64, tokens=TOKENS, routing=EpRouting.node_limited),
+        )

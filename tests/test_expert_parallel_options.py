@@ -7,6 +7,7 @@ import pytest
 
 from tpcalc.calc.activations.exact.layer import saved_tensors
 from tpcalc.calc.activations.exact.options import ActivationOptions
+from tpcalc.calc.ep.all_to_all import ep_comm
 from tpcalc.calc.layout.groups import ParallelLayout, place_groups
 from tpcalc.calc.links.link import Link
 from tpcalc.catalog import load_hardware, load_model
@@ -28,8 +29,8 @@ def h800():
 
 def test_etp_splits_each_expert(ds, h800):
     # Megatron-Core expert tensor parallel: each expert's weights split over etp ranks
-    one = ep_row(ds, h800, ep=8, tokens=S)
-    two = ep_row(ds, h800, ep=8, tokens=S, etp=2)
+    one = ep_row(ds, h800, ep_comm(ds, h800, ep=8, tokens=S))
+    two = ep_row(ds, h800, ep_comm(ds, h800, ep=8, tokens=S, etp=2))
     assert one.value("routed_expert_params_per_rank") == 58 * E * 3 * H * F // 8
     assert two.value("routed_expert_params_per_rank") == 58 * E * 3 * H * F // 16
 
@@ -37,7 +38,7 @@ def test_etp_splits_each_expert(ds, h800):
 def test_allgather_dispatcher_sends_every_token_to_every_rank(ds, h800):
     # MoEAllGatherTokenDispatcher: a ring all-gather sends (n-1) shards of T·h per rank;
     # four collectives per layer (dispatch, combine, and their backward), bf16
-    row = ep_row(ds, h800, ep=8, tokens=S, dispatcher=MoeDispatcher.allgather)
+    row = ep_row(ds, h800, ep_comm(ds, h800, ep=8, tokens=S, dispatcher=MoeDispatcher.allgather))
     assert row.value("send_bytes_per_layer") == 4 * 7 * S * H * 2
 
 
@@ -48,8 +49,10 @@ def test_capacity_factor_pads_expert_tensors_and_dispatch(ds, h800):
     padded = {r.name: r for r in saved_tensors(ds, 10, S, 1, opts)}
     assert plain["moe.permuted_tokens"].shape == (S * K, H)
     assert padded["moe.permuted_tokens"].shape == (S * K * 5 // 4, H)
-    base = ep_row(ds, h800, ep=64, tokens=S).value("send_bytes_per_layer")
-    capped = ep_row(ds, h800, ep=64, tokens=S, capacity_factor=1.25).value("send_bytes_per_layer")
+    base = ep_row(ds, h800, ep_comm(ds, h800, ep=64, tokens=S)).value("send_bytes_per_layer")
+    capped = ep_row(ds, h800, ep_comm(ds, h800, ep=64, tokens=S, capacity_factor=1.25)).value(
+        "send_bytes_per_layer"
+    )
     assert capped == pytest.approx(1.25 * base, rel=1e-12)
 
 

@@ -7,12 +7,17 @@ Each takes the request (``tpcalc.reports.request``), then calls ``tpcalc.calc.cp
 
 from __future__ import annotations
 
-from tpcalc.choices import DEFAULT_EP, EpRouting, LinkChoice, MoeDispatcher, StateRecipe
+from typing import TYPE_CHECKING
+
+from tpcalc.choices import DEFAULT_EP, EpRouting, LinkChoice, MoeDispatcher
 from tpcalc.errors import InputError
 from tpcalc.reports.request import Layout, Workload
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.terms import Report, Row, Scalar
 from tpcalc.units import Dtype
+
+if TYPE_CHECKING:
+    from tpcalc.calc.ep.all_to_all import EpComm
 
 DEFAULT_CP = "2,4,8"
 # The causal-balance count lists the work of every chunk, so the chunk count is bounded to keep
@@ -95,7 +100,7 @@ def ep_report(
     experts and expert memory per rank, the four all-to-alls of an MoE layer with their IB and
     NVLink shares, and all-to-all time against expert compute. The dispatch dtype, the state
     recipe, the dispatcher and the capacity factor are the workload's."""
-    from tpcalc.choices import MoeDispatcher
+    from tpcalc.calc.ep.all_to_all import ep_comm
     from tpcalc.errors import divide
     from tpcalc.reports.inputs import int_list, positive
     from tpcalc.reports.tp import tp_warnings
@@ -109,7 +114,7 @@ def ep_report(
     techniques = workload.memory
     rows = []
     for e in int_list(ep, "--ep", [int(v) for v in DEFAULT_EP.split(",")]):
-        row = ep_row(
+        comm = ep_comm(
             workload.spec, workload.hw, ep=e, tokens=tokens, stride=positive(etp, "--etp"),
             gpus_per_node=g, routing=routing, dispatch_dtype=dtype,
             combine_dtype=combine_dtype or dtype, recipe=workload.recipe,
@@ -117,6 +122,7 @@ def ep_report(
             dispatcher=MoeDispatcher(techniques.moe_dispatcher),
             capacity_factor=techniques.capacity_factor,
         )  # fmt: skip
+        row = ep_row(workload.spec, workload.hw, comm)
         echo = {"model": row.inputs["model"], "hardware": workload.hw.name, "seq": seq,
                 "micro_batch": micro_batch, "tp": tp, "cp": cp, **row.inputs}  # fmt: skip
         rows.append(row.model_copy(update={"inputs": echo}))
@@ -131,47 +137,24 @@ def ep_report(
     )
 
 
-def ep_row(
-    spec: ModelSpec,
-    hw: HardwareSpec,
-    *,
-    ep: int,
-    tokens: int,
-    stride: int = 1,
-    gpus_per_node: int | None = None,
-    routing: EpRouting | None = None,
-    dispatch_dtype: Dtype = Dtype.bf16,
-    combine_dtype: Dtype = Dtype.bf16,
-    recipe: StateRecipe = StateRecipe.zero16,
-    with_latency: bool = False,
-    etp: int = 1,
-    dispatcher: MoeDispatcher = MoeDispatcher.alltoall,
-    capacity_factor: float | None = None,
-) -> Row:
-    """One row of ``tpcalc ep``: ``ep_comm`` for one ep with its explanations, and the inputs
-    it resolved (node size, routing)."""
-    from tpcalc.calc.ep.all_to_all import ep_comm
+def ep_row(spec: ModelSpec, hw: HardwareSpec, r: EpComm) -> Row:
+    """One row of ``tpcalc ep``: an ``ep_comm`` result with its explanations, and the inputs it
+    was priced with (node size and routing as resolved)."""
     from tpcalc.calc.ep.all_to_all_explain import ep_terms
 
-    r = ep_comm(
-        spec, hw, ep=ep, tokens=tokens, stride=stride, gpus_per_node=gpus_per_node,
-        routing=routing, dispatch_dtype=dispatch_dtype, combine_dtype=combine_dtype,
-        recipe=recipe, with_latency=with_latency, etp=etp, dispatcher=dispatcher,
-        capacity_factor=capacity_factor,
-    )  # fmt: skip
     inputs: dict[str, Scalar] = {
         "model": spec.name,
-        "ep": ep,
-        "tokens": tokens,
-        "stride": stride,
+        "ep": r.ep,
+        "tokens": r.tokens,
+        "stride": r.stride,
         "gpus_per_node": r.gpus_per_node,
         "routing": r.routing.value,
-        "dispatch_dtype": dispatch_dtype.value,
-        "combine_dtype": combine_dtype.value,
-        "recipe": recipe.value,
-        "latency": with_latency,
-        "etp": etp,
-        "dispatcher": dispatcher.value,
-        "capacity_factor": "none" if capacity_factor is None else capacity_factor,
+        "dispatch_dtype": r.dispatch_dtype.value,
+        "combine_dtype": r.combine_dtype.value,
+        "recipe": r.memory.recipe.value,
+        "latency": r.with_latency,
+        "etp": r.etp,
+        "dispatcher": r.dispatcher.value,
+        "capacity_factor": "none" if r.capacity_factor is None else r.capacity_factor,
     }
     return Row(inputs=inputs, terms=ep_terms(r, spec, hw))
