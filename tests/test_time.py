@@ -5,6 +5,7 @@ up, and the properties issue 9 asks for."""
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import replace
 
 import pytest
@@ -343,3 +344,28 @@ def test_zero_2_and_3_repeat_their_collectives_every_micro_batch():
     assert rs > 0 and ag > 0
     assert z3 == pytest.approx(m * (rs + 2 * ag), rel=1e-12)
     assert step1 <= step2 <= step3
+
+
+def test_pipeline_layout_strings_are_read_or_refused_with_the_reason():
+    from tpcalc.calc.time.pipeline_layout import layers_text, parse_pipeline_layout
+    from tpcalc.errors import InputError
+
+    # Megatron-Core grammar: '|' ends a virtual stage, 't' a decoder layer, (..)*n and x*n
+    # repeat; commas are cosmetic. Megatron-Bridge's DeepSeek-V3 layout on 16 stages: 4 layers on
+    # each stage but the last, which holds 1, the MTP module and the loss (61 layers)
+    assert parse_pipeline_layout("Et*4|(t*4|)*14tmL", 16) == (4,) * 15 + (1,)
+    assert parse_pipeline_layout("Ettt|((t|)*2)*1,tL", 4) == (3, 1, 1, 1)
+    assert layers_text((4,) * 15 + (1,)) == "4×15+1"
+    bad = {
+        ("Et*4|(t*4|)*14tmL", 32): "16 stages; pp · vpp = 32",
+        ("Ettt|(tt|)*29,m|L", 32): "on the last stage",
+        ("t|EtL", 2): "must open the first stage",
+        ("Et|(t)L", 2): "needs its ')' and a repeat count",
+        ("Et|(tL", 2): "needs its ')' and a repeat count",
+        ("Et|xL", 2): "unknown symbols x",
+        ("((t*999)*999)*999", 1): "more than 100,000 symbols",
+        (" , ", 1): "is empty",
+    }
+    for (text, stages), message in bad.items():
+        with pytest.raises(InputError, match=re.escape(message)):
+            parse_pipeline_layout(text, stages)

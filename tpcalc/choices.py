@@ -74,10 +74,15 @@ class LinkChoice(str, Enum):
 
 class MoeDispatcher(str, Enum):
     """Megatron-Core --moe-token-dispatcher-type: ``alltoall`` sends each token copy to the rank
-    of its expert; ``allgather`` gathers every token of the group on every rank."""
+    of its expert; ``allgather`` gathers every token of the group on every rank; ``flex``
+    (DeepEP / HybridEP) sends a token across the network once per remote node holding one of
+    its experts and forwards it over NVLink there (DeepSeek-V3 report §3.2.1). Memory and the
+    per-rank bytes of ``tpcalc ep`` count ``flex`` as ``alltoall`` (the same copies arrive);
+    the step time prices its network leg (calc/time/roofline.dispatch_time_s)."""
 
     alltoall = "alltoall"
     allgather = "allgather"
+    flex = "flex"
 
 
 class ParamConvention(str, Enum):

@@ -71,6 +71,7 @@ from tpcalc.cli.time_options import (
     FusedSinksOpt,
     LastStageLayersOpt,
     OpsOpt,
+    PipelineLayoutOpt,
     RecomputeLayersOpt,
     TimeModelOpt,
     TpCommOverlapOpt,
@@ -133,6 +134,7 @@ def layout(
     ops: OpsOpt = False,
     attention_flops: AttentionFlopsOpt = AttentionFlops.causal,
     fused_sinks: FusedSinksOpt = True,
+    pipeline_layout: PipelineLayoutOpt = None,
 ) -> None:
     """A combined layout: checks world size and every divisibility, places groups on GPUs (TP
     innermost, PP outermost; a group wider than a node is priced on the inter-node link), and
@@ -161,6 +163,12 @@ def layout(
 
       tpcalc layout -m llama3-405b --tp 8 --pp 16 --dp 128 --zero 1 --microbatches 16 --ops
 
+    A published run's MoE dispatcher and stage split (Megatron-Bridge DeepSeek-V3 on 256 GB200):
+
+      tpcalc layout -m deepseek-v3 --hardware gb200 --gpus-per-node 64 --pp 4 --vpp 4 --dp 64
+      --ep 64 --zero 1 --schedule interleaved --microbatches 64 --dtype fp8 --recompute none
+      --moe-dispatcher flex --pipeline-layout 'Et*4|(t*4|)*14tmL'
+
     Memory techniques, each explicit (DeepSeek-V3 as published, report §3.2-3.3):
 
       tpcalc layout -m deepseek-v3 --hardware h800 --pp 16 --dp 128 --ep 64 --zero 1
@@ -171,9 +179,12 @@ def layout(
     """
 
     def build():
+        from tpcalc.calc.time.pipeline_layout import parse_pipeline_layout
         from tpcalc.calc.time.step import Overlap, TimeOptions
         from tpcalc.reports.layout import layout_report
 
+        stages = pp * vpp
+        chunks = parse_pipeline_layout(pipeline_layout, stages) if pipeline_layout else None
         options = TimeOptions(
             overlap=Overlap(
                 tp_comm=tp_comm_overlap, dp_grad_reduce=dp_overlap, dp_param_gather=dp_overlap,
@@ -182,6 +193,7 @@ def layout(
             first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
             recompute_layers=recompute_layers,
             causal_model_flops=attention_flops is AttentionFlops.causal, fused_sinks=fused_sinks,
+            ep_node_dedup=moe_dispatcher is MoeDispatcher.flex, chunk_layers=chunks,
         )  # fmt: skip
         return layout_report(
             workload_of(ctx.params), layout_of(ctx.params), allow_uneven=uneven,

@@ -262,8 +262,10 @@ DispatcherOpt = Annotated[
     MoeDispatcher,
     typer.Option(
         "--moe-dispatcher",
-        help="Megatron-Core MoE token dispatcher: 'alltoall' (each copy to its expert's rank) or "
-        "'allgather' (every rank gathers the group's tokens). Example: --moe-dispatcher allgather",
+        help="Megatron-Core MoE token dispatcher: 'alltoall' (each copy to its expert's rank), "
+        "'allgather' (every rank gathers the group's tokens) or 'flex' (DeepEP/HybridEP: a token "
+        "crosses the network once per remote node; priced by the step time, memory as "
+        "alltoall). Example: --moe-dispatcher flex",
     ),
 ]
 CapacityFactorOpt = Annotated[

@@ -101,3 +101,13 @@ FusedSinksOpt = Annotated[
         "scores materialised that Transformer Engine takes without one (TE issue #2318).",
     ),
 ]
+PipelineLayoutOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--pipeline-layout",
+        help="Megatron-Core --pipeline-model-parallel-layout: the layers of each of the pp·vpp "
+        "virtual stages, '|' ending a stage, t a decoder layer, E the embedding (first stage), "
+        "m an MTP module and L the loss (last stage), x*n and (...)*n repeats. Default: an even "
+        "split. Example: --pp 16 --pipeline-layout 'Et*4|(t*4|)*14tmL'",
+    ),
+]

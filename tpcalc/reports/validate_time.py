@@ -10,7 +10,6 @@ each with its source; they are the same for every row (never tuned to one).
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -20,6 +19,7 @@ import yaml
 
 from tpcalc.calc.dp.zero import ZeroStage
 from tpcalc.calc.layout.groups import LayoutRun, MemoryTechniques, ParallelLayout
+from tpcalc.calc.time.pipeline_layout import parse_pipeline_layout
 from tpcalc.calc.time.step import Overlap, StepTime, TimeOptions, step_time
 from tpcalc.catalog import hardware_names, load_hardware, load_model, model_names
 from tpcalc.choices import Recompute, Schedule
@@ -156,32 +156,17 @@ def case_of(row: dict[str, Any]) -> Case | str:
     )  # fmt: skip
 
 
-_LAYOUT_SYMBOLS = frozenset("EtmL")  # embedding, decoder layer, MTP module, loss
-
-
 def layout_chunk_layers(layout: Any, stages: int) -> tuple[int, ...] | None:
-    """Decoder layers of each virtual stage in a Megatron-Core pipeline layout string
-    (megatron/core/transformer/pipeline_parallel_layer_layout.py: ``|`` ends a stage, ``t`` is a
-    decoder layer, ``E`` the embedding, ``m`` an MTP module, ``L`` the loss, ``(...)*n`` and
-    ``x*n`` repeat, commas are cosmetic), e.g. "Et*4|(t*4|)*14tmL" = 4, 4 × 14, 1. None when
-    there is no layout, or when it is one tpcalc cannot place: not ``stages`` stages, or the
-    embedding not first, or the loss and MTP not in the last stage (tpcalc puts them there)."""
+    """Decoder layers of each virtual stage in a recipe's Megatron-Core pipeline layout string
+    (``calc.time.pipeline_layout``), or None when there is no layout or one tpcalc cannot
+    place (not ``stages`` stages, the embedding not first, the loss and MTP not last): the
+    row then splits its layers evenly."""
     if not isinstance(layout, str) or not layout:
         return None
-    text = layout.replace(",", "").replace(" ", "")
-    while "(" in text:  # innermost groups first
-        text = re.sub(r"\(([^()]*)\)\*(\d+)", lambda g: g.group(1) * int(g.group(2)), text)
-        if re.search(r"\([^()]*\)(?!\*\d)", text):
-            return None
-    text = re.sub(r"(.)\*(\d+)", lambda g: g.group(1) * int(g.group(2)), text)
-    chunks = text.split("|")
-    if len(chunks) != stages or not set(text) - {"|"} <= _LAYOUT_SYMBOLS:
+    try:
+        return parse_pipeline_layout(layout, stages)
+    except InputError:
         return None
-    if not chunks[0].startswith("E") or text.count("E") != 1 or "L" not in chunks[-1]:
-        return None
-    if any("m" in c or "L" in c for c in chunks[:-1]):
-        return None
-    return tuple(c.count("t") for c in chunks)
 
 
 def _trains_mtp(row: dict[str, Any], recipe: dict[str, Any]) -> bool:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from tpcalc.calc.layout.comm import DimCost
 from tpcalc.calc.time.explain import STEP_EXPLANATIONS
+from tpcalc.calc.time.pipeline_layout import layers_text
 from tpcalc.calc.time.step import StepTime, TimeOptions
 from tpcalc.explain import terms
 from tpcalc.specs import HardwareSpec
@@ -67,6 +68,8 @@ def time_inputs(hw: HardwareSpec, opts: TimeOptions) -> dict[str, Scalar]:
         "first_stage_layers": opts.first_stage_layers,
         "last_stage_layers": opts.last_stage_layers,
         "recompute_layers": opts.recompute_layers,
+        "ep_dispatch": "node-aware" if opts.ep_node_dedup else "all-to-all",
+        "stage_layers": layers_text(opts.chunk_layers) if opts.chunk_layers else "even",
         "compute_scale": scale,
     }
 
