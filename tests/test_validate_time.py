@@ -133,3 +133,25 @@ def test_fit_time_gaps_count_what_the_moe_constant_acts_on():
     # mbs4 · 4096 tokens, 8 copies each (top-8); 128 experts over EP8
     assert (row.routed_copies, row.local_experts, row.cuda_graphs) == (4 * 4096 * 8, 16, True)
     assert row.per_pass_s == pytest.approx(row.missing_s / (48 * 16 * 2))
+
+
+def test_fit_time_what_ifs_price_sinks_unfused_and_list_every_moe_row():
+    """docs/kernel-measurements.md §7's what-ifs: --gaps --unfused-sinks prices GPT-OSS's
+    attention with its scores materialised (more work, a longer step, so less missing time) and
+    leaves models without sinks as they were; --errors lists every computable MoE row."""
+    tool = _fit_time_tool()
+    fused = {g.id: g for g in tool.gaps("b200")}
+    unfused = {g.id: g for g in tool.gaps("b200", unfused_sinks=True)}
+    oss = "mbridge-26.04.01-gpt-oss-120b-b200-64-bf16"
+    qwen = "mbridge-26.04.01-qwen3-30b-a3b-b200-8-mxfp8"
+    assert unfused[oss].predicted_step_s > fused[oss].predicted_step_s
+    assert unfused[qwen].predicted_step_s == fused[qwen].predicted_step_s
+    card = load_hardware("b200").performance.fitted
+    shipped = {"compute_scale": card.compute_scale.value}
+    shipped["moe_layer_overhead_s"] = card.moe_layer_overhead_s.value
+    errors = dict(tool.moe_errors("b200", shipped))
+    # the shipped constants give what `tpcalc validate` prints for the row
+    done = [o for o in outcomes(load_runs())[0] if o.error is not None]
+    assert errors[oss] == pytest.approx(next(o.error for o in done if o.case.id == oss), rel=1e-12)
+    b200_moe = {o.case.id for o in done if (o.case.hardware, o.case.kind) == ("b200", "moe")}
+    assert set(errors) == b200_moe and len(b200_moe) == 11

@@ -25,6 +25,12 @@ backward of each MoE layer of the bottleneck stage, every micro-batch), per rout
 and per local expert. A physical per-layer cost would show one value per card in the per-pass
 column, a per-token cost one value in the per-copy column, a per-expert cost one value in the
 last; docs/kernel-measurements.md §6 reads the table.
+
+Two what-ifs behind docs/kernel-measurements.md §7 (neither changes the shipped constants):
+``--gaps --unfused-sinks`` prices the attention-sink models (GPT-OSS) with their scores
+materialised, the fallback Transformer Engine takes without cuDNN 9.13.1; ``--exclude-sinks``
+fits the MoE constant without them (a kernel tpcalc cannot price from a public measurement),
+and ``--errors`` prints every MoE row's error under the constants just fitted.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ import fnmatch
 import math
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tpcalc.calc.time.step import stage_layers, step_time
@@ -90,8 +96,15 @@ def _objective(cases: list[Case], card) -> float:
     return total / len(cases)
 
 
-def fit(hardware: str, runs: Path | None = None) -> dict[str, tuple[float, float, list[str]]]:
-    """{constant: (value, objective, row ids)} for ``hardware``."""
+def _sinks(case: Case) -> bool:
+    return load_model(case.model).attention_sinks
+
+
+def fit(
+    hardware: str, runs: Path | None = None, *, exclude_sinks: bool = False
+) -> dict[str, tuple[float, float, list[str]]]:
+    """{constant: (value, objective, row ids)} for ``hardware``; ``exclude_sinks`` leaves the
+    attention-sink models out of the MoE fit rows (module docstring)."""
     hw = load_hardware(hardware)
     dense = _cases(hardware, FIT_ROWS[hardware], "dense", runs)
     if not dense:
@@ -99,6 +112,8 @@ def fit(hardware: str, runs: Path | None = None) -> dict[str, tuple[float, float
     obj, scale = min((_objective(dense, _card(hw, compute_scale=s)), s) for s in SCALES)
     out = {"compute_scale": (scale, obj, [c.id for c in dense])}
     moe = _cases(hardware, MOE_FIT_ROWS[hardware], "moe", runs)
+    if exclude_sinks:
+        moe = [c for c in moe if not _sinks(c)]
     if moe and hw.performance.fitted.moe_layer_overhead_s is not None:
         base = _card(hw, compute_scale=scale)
         obj, over = min(
@@ -129,8 +144,9 @@ class Gap:
         return self.missing_s / self.moe_layer_passes
 
 
-def gaps(hardware: str, runs: Path | None = None) -> list[Gap]:
-    """Gap of every computable MoE row of ``hardware`` with the MoE overhead set to zero."""
+def gaps(hardware: str, runs: Path | None = None, *, unfused_sinks: bool = False) -> list[Gap]:
+    """Gap of every computable MoE row of ``hardware`` with the MoE overhead set to zero;
+    ``unfused_sinks`` prices attention sinks with the scores materialised."""
     card = _card(load_hardware(hardware), moe_layer_overhead_s=0.0)
     out = []
     for row in load_runs(runs):
@@ -140,8 +156,10 @@ def gaps(hardware: str, runs: Path | None = None) -> list[Gap]:
         if not isinstance(c, Case) or not c.measured_tokens_per_s_per_gpu:
             continue
         spec = load_model(c.model)
-        st = step_time(spec, card, c.layout, c.run, c.options)
         o = c.options
+        if unfused_sinks and spec.attention_sinks:
+            o = replace(o, fused_sinks=False)
+        st = step_time(spec, card, c.layout, c.run, o)
         split = stage_layers(
             spec.num_hidden_layers, c.layout.pp, c.run.vpp,
             first=o.first_stage_layers, last=o.last_stage_layers, chunks=o.chunk_layers,
@@ -181,6 +199,19 @@ def _print_gaps(hardware: str, rows: list[Gap]) -> None:
         )
 
 
+def moe_errors(
+    hardware: str, constants: dict[str, float], runs: Path | None = None
+) -> list[tuple[str, float]]:
+    """(row id, predicted / measured − 1) of every computable MoE row of ``hardware`` under
+    ``constants`` (the fitted values to try)."""
+    card = _card(load_hardware(hardware), **constants)
+    out = []
+    for c in _cases(hardware, ("*",), "moe", runs):
+        st = step_time(load_model(c.model), card, c.layout, c.run, c.options)
+        out.append((c.id, st.tokens_per_s_per_gpu / c.measured_tokens_per_s_per_gpu - 1))
+    return out
+
+
 def _write(hardware: str, fitted: dict[str, tuple[float, float, list[str]]]) -> Path:
     path = Path(str(configs_root())) / "hardware" / f"{hardware}.yaml"
     text = path.read_text(encoding="utf-8")
@@ -205,17 +236,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--gaps", action="store_true", help="print what each MoE row lacks with no MoE overhead"
     )
+    parser.add_argument(
+        "--unfused-sinks", action="store_true", help="--gaps: price attention sinks unfused"
+    )
+    parser.add_argument(
+        "--exclude-sinks", action="store_true", help="fit the MoE constant without sink models"
+    )
+    parser.add_argument(
+        "--errors", action="store_true", help="print every MoE row's error under the fit"
+    )
     args = parser.parse_args(argv)
     if args.gaps:
-        _print_gaps(args.hardware, gaps(args.hardware, args.runs))
+        _print_gaps(args.hardware, gaps(args.hardware, args.runs, unfused_sinks=args.unfused_sinks))
         return 0
-    fitted = fit(args.hardware, args.runs)
+    if args.write and args.exclude_sinks:
+        parser.error("--exclude-sinks is a what-if; --write keeps the shipped rule")
+    fitted = fit(args.hardware, args.runs, exclude_sinks=args.exclude_sinks)
     for name, (value, obj, rows) in fitted.items():
         print(
             f"{args.hardware}: {name} {value:.6g} (mean |log error| {obj:.4f} on {len(rows)} rows)"
         )
         for r in rows:
             print(f"  {r}")
+    if args.errors:
+        errors = moe_errors(args.hardware, {k: v[0] for k, v in fitted.items()}, args.runs)
+        for row, err in errors:
+            print(f"  {row:<58} {err:+.1%}")
+        mean = sum(abs(e) for _, e in errors) / len(errors)
+        print(f"{args.hardware}: MoE mean |error| {mean:.1%} over {len(errors)} rows")
     if args.write:
         print(f"wrote {_write(args.hardware, fitted)}")
     return 0
