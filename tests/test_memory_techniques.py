@@ -170,3 +170,52 @@ def test_recompute_modules_replace_selectives_core_attn(ds):
     b = saved_tensors(ds, MOE_LAYER, S, 1, plain)
     assert [r.name for r in a] == [r.name for r in b]
     assert "attention.softmax_lse" in {r.name for r in a}
+
+
+# Transformer Engine FP8 (TransformerEngine module/linear.py: _Linear.forward keeps
+# ``saved_inputmat``, the quantized input, for the weight gradient; layernorm_linear.py keeps the
+# quantized norm output): Llama 3 8B config.json, h 4096, 32 heads of 128, ffn 14336, seq 4096.
+L_S, L_H, L_F = 4096, 4096, 14336
+
+
+def test_te_fp8_keeps_linear_inputs_in_one_byte_and_activation_inputs_in_two():
+    llama = load_model("llama3-8b")
+    plain = _by_name(saved_tensors(llama, 0, L_S, 1))
+    te = _by_name(saved_tensors(llama, 0, L_S, 1, ActivationOptions(fp8_linear_inputs=True)))
+    for name, width in (("attention.qkv_input", L_H), ("mlp.fc1_input", L_H),
+                        ("mlp.fc2_input", L_F)):  # fmt: skip
+        assert plain[name].bytes == L_S * width * 2 and te[name].bytes == L_S * width * 1
+    # the SwiGLU input stays BF16: the bias-SwiGLU function keeps it, not a Linear
+    assert te["mlp.fc1_output"].bytes == plain["mlp.fc1_output"].bytes == L_S * 2 * L_F * 2
+    # FlashAttention keeps O in BF16; the out-projection adds its own FP8 copy
+    assert te["attention.out"].bytes == plain["attention.out"].bytes == L_S * L_H * 2
+    assert te["attention.out_fp8"].bytes == L_S * L_H * 1
+    saved = sum(r.bytes for r in plain.values()) - sum(r.bytes for r in te.values())
+    assert saved == L_S * (L_H + L_H + L_F) - L_S * L_H
+
+
+def test_fp8_runs_keep_fp8_linear_inputs_unless_told_otherwise():
+    from tpcalc.calc.layout.groups import LayoutRun, MemoryTechniques
+    from tpcalc.units import Dtype
+
+    assert LayoutRun(seq=4096, microbatches=1, dtype=Dtype.fp8).memory.fp8_linear_inputs is True
+    assert LayoutRun(seq=4096, microbatches=1).memory.fp8_linear_inputs is False
+    off = MemoryTechniques(fp8_linear_inputs=False)
+    run = LayoutRun(seq=4096, microbatches=1, dtype=Dtype.fp8, memory=off)
+    assert run.memory.fp8_linear_inputs is False
+
+
+def test_cli_layout_fp8_echoes_and_prices_fp8_linear_inputs(cli):
+    import json
+
+    # Llama 3 8B, TP1 PP1 DP8, one micro-batch in flight per rank, selective recompute
+    base = ["layout", "-m", "llama3-8b", "--dp", "8", "--seq", str(L_S), "--microbatches", "1",
+            "--dtype", "fp8", "-f", "json"]  # fmt: skip
+    on = json.loads(cli(*base).out)[-1]
+    off = json.loads(cli(*base, "--no-fp8-linear-inputs").out)[-1]
+    assert on["fp8_linear_inputs"] is True and off["fp8_linear_inputs"] is False
+    layers = 32  # num_hidden_layers
+    per_layer = L_S * (L_H + L_H + L_F) - L_S * L_H  # the test above, one byte per element
+    assert off["activation_bytes"] - on["activation_bytes"] == layers * per_layer
+    bf16 = json.loads(cli(*base[:-4], "-f", "json").out)[-1]
+    assert bf16["fp8_linear_inputs"] is False

@@ -229,6 +229,16 @@ MtpOpt = Annotated[
         "§2.2, §3.2). Example: --no-mtp",
     ),
 ]
+Fp8LinearInputsOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--fp8-linear-inputs/--no-fp8-linear-inputs",
+        help="Keep each Linear's input in FP8 for backward, as Transformer Engine's FP8 recipes "
+        "do (module/linear.py saves the quantized input). Default: on with --dtype fp8, off "
+        "otherwise. Example: --no-fp8-linear-inputs",
+        show_default=False,
+    ),
+]
 OffloadLayersOpt = Annotated[
     int,
     typer.Option(

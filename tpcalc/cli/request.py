@@ -38,6 +38,7 @@ WORKLOAD_OPTIONS: dict[str, str] = {
 # parsed and checked by parallel_options.memory_techniques
 TECHNIQUE_OPTIONS: dict[str, str] = {
     "fp8_cache": "fp8_cache",
+    "fp8_linear_inputs": "fp8_linear_inputs",
     "moe_probs_in_act": "moe_probs_in_act",
     "mtp": "mtp",
     "offload_layers": "offload_layers",

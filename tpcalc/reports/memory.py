@@ -51,13 +51,15 @@ def exact_options(
     fused norm and SwiGLU; their defaults if None) with the workload's SP, recompute and memory
     techniques."""
     from tpcalc.calc.activations.exact.options import ActivationOptions
+    from tpcalc.calc.layout.groups import resolve_fp8_inputs
     from tpcalc.choices import RouterDtype
 
-    m = workload.memory
+    m = resolve_fp8_inputs(workload.memory, workload.dtype)
     return (kernels or ActivationOptions()).model_copy(
         update={
             "t": t, "sequence_parallel": workload.sp, "recompute": workload.recompute,
             "recompute_modules": m.recompute_modules, "fp8_cache": m.fp8_cache,
+            "fp8_linear_inputs": bool(m.fp8_linear_inputs),
             "moe_probs_in_act": m.moe_probs_in_act, "router_dtype": RouterDtype(m.router_dtype),
             "capacity_factor": m.capacity_factor,
         }

@@ -15,7 +15,7 @@ the placement.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tpcalc.calc.activations.paper import sp_seq_problem
 from tpcalc.calc.dp.zero import ZeroStage
@@ -132,6 +132,8 @@ class MemoryTechniques:
 
     recompute_modules: tuple[str, ...] = ()  # Megatron recompute_modules
     fp8_cache: bool = False  # DeepSeek-V3 §3.3: FP8 Linear inputs and SwiGLU input
+    # Transformer Engine FP8 keeps each Linear's FP8 input; None: on when the run's dtype is FP8
+    fp8_linear_inputs: bool | None = None
     moe_probs_in_act: bool = False  # Megatron-Core activation_func_with_probs
     mtp: bool = True  # count the MTP module (last stage) when the model has one
     offload_layers: int = 0  # Megatron --cpu-offloading-num-layers: layers kept on the host
@@ -142,8 +144,9 @@ class MemoryTechniques:
     def echo(self) -> dict[str, Scalar]:
         return {
             "recompute_modules": ",".join(self.recompute_modules) or "none",
-            "fp8_cache": self.fp8_cache, "moe_probs_in_act": self.moe_probs_in_act,
-            "mtp": self.mtp, "offload_layers": self.offload_layers,
+            "fp8_cache": self.fp8_cache, "fp8_linear_inputs": bool(self.fp8_linear_inputs),
+            "moe_probs_in_act": self.moe_probs_in_act, "mtp": self.mtp,
+            "offload_layers": self.offload_layers,
             "moe_dispatcher": self.moe_dispatcher, "router_dtype": self.router_dtype,
             "capacity_factor": "none" if self.capacity_factor is None else self.capacity_factor,
         }  # fmt: skip
@@ -165,6 +168,19 @@ class LayoutRun:
     with_latency: bool = False
     activations: ActivationModel = ActivationModel.exact
     memory: MemoryTechniques = field(default_factory=lambda: MemoryTechniques())
+
+    def __post_init__(self) -> None:
+        # An FP8 run keeps its Linear inputs in FP8 unless the techniques say otherwise.
+        object.__setattr__(self, "memory", resolve_fp8_inputs(self.memory, self.dtype))
+
+
+def resolve_fp8_inputs(memory: MemoryTechniques, dtype: Dtype) -> MemoryTechniques:
+    """``memory`` with ``fp8_linear_inputs`` decided: an unset value follows the GEMM dtype
+    (Transformer Engine FP8 recipes save each Linear's FP8 input; see
+    ``tpcalc.calc.activations.exact.techniques``)."""
+    if memory.fp8_linear_inputs is not None:
+        return memory
+    return replace(memory, fp8_linear_inputs=dtype is Dtype.fp8)
 
 
 def layout_problems(

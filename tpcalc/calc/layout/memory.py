@@ -164,6 +164,7 @@ def activation_options(
     return ActivationOptions(
         t=layout.tp, cp=layout.cp, sequence_parallel=sp, recompute=recompute,
         recompute_modules=techniques.recompute_modules, fp8_cache=techniques.fp8_cache,
+        fp8_linear_inputs=bool(techniques.fp8_linear_inputs),
         moe_probs_in_act=techniques.moe_probs_in_act,
         router_dtype=RouterDtype(techniques.router_dtype),
         capacity_factor=techniques.capacity_factor,

@@ -94,6 +94,7 @@ class MemoryScreen:
         layout = ParallelLayout(gpus_per_node=self.node, tp=tp, cp=cp)
         tech = MemoryTechniques(
             fp8_cache=self.tech.fp8_cache, moe_probs_in_act=self.tech.moe_probs_in_act,
+            fp8_linear_inputs=self.tech.fp8_linear_inputs,
             router_dtype=self.tech.router_dtype, capacity_factor=self.tech.capacity_factor,
         )  # fmt: skip
         opts = activation_options(layout, sp=sp, recompute=grain, techniques=tech)
@@ -166,6 +167,7 @@ class MemoryScreen:
     def _techniques(self, mode: RecomputeMode) -> MemoryTechniques:
         return MemoryTechniques(
             recompute_modules=mode.modules, fp8_cache=self.tech.fp8_cache,
+            fp8_linear_inputs=self.tech.fp8_linear_inputs,
             moe_probs_in_act=self.tech.moe_probs_in_act, mtp=self.tech.mtp,
             offload_layers=self.tech.offload_layers, moe_dispatcher=self.tech.moe_dispatcher,
             capacity_factor=self.tech.capacity_factor, router_dtype=self.tech.router_dtype,

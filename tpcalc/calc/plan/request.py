@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tpcalc.calc.dp.zero import zero_stage
-from tpcalc.calc.layout.groups import MemoryTechniques
+from tpcalc.calc.layout.groups import MemoryTechniques, resolve_fp8_inputs
 from tpcalc.calc.plan.types import OPTION_DIMS, PIN_DIMS, SIZE_DIMS, Objective, PlanRequest
 from tpcalc.calc.time.step import RECOMPUTE_MODULE_OPS, TimeOptions
 from tpcalc.choices import ActivationModel, Recompute, Schedule, StateRecipe
@@ -135,15 +135,16 @@ def build_request(
             "recompute itself; leave them unset (price such a layout with `tpcalc layout`)"
         )
     node = _positive_int(gpus_per_node or hw.gpus_per_node.value, "gpus_per_node")
+    gemm_dtype = _choice(Dtype, dtype, "dtype")
     return PlanRequest(
         spec=spec, hw=hw, gpus=gpus, seq=seq, global_batch=batch, pins=typed_pins,
         bounds=dict(bounds or {}), memory_headroom=float(memory_headroom),
         reserve_bytes=float(reserve_bytes), objective=obj, target_step_time_s=target_step_time_s,
         top_k=_positive_int(top_k, "top_k"), include_all=include_all,
         tp_within_node=tp_within_node, allow_uneven=allow_uneven, gpus_per_node=node,
-        recipe=_choice(StateRecipe, recipe, "recipe"), dtype=_choice(Dtype, dtype, "dtype"),
+        recipe=_choice(StateRecipe, recipe, "recipe"), dtype=gemm_dtype,
         activations=_choice(ActivationModel, activations, "activations"),
-        memory=memory or MemoryTechniques(), time_options=opts,
+        memory=resolve_fp8_inputs(memory or MemoryTechniques(), gemm_dtype), time_options=opts,
     )  # fmt: skip
 
 

@@ -75,11 +75,14 @@ def saved_tensors(
         "post_attention_norm", "norm", lay, h, layernorm=ln, fused=opts.fused_norm
     )
     out += (moe_records if mlp == "moe" else dense_mlp_records)(spec, lay, opts, dropout)
-    if not (opts.recompute_modules or opts.fp8_cache or opts.moe_probs_in_act):
+    if not (
+        opts.recompute_modules or opts.fp8_cache or opts.fp8_linear_inputs or opts.moe_probs_in_act
+    ):
         return out
     return apply_techniques(
         out, modules=frozenset(opts.recompute_modules), fp8_cache=opts.fp8_cache,
         probs_in_act=opts.moe_probs_in_act, mla=attn == "mla",
+        fp8_linear_inputs=opts.fp8_linear_inputs,
     )  # fmt: skip
 
 

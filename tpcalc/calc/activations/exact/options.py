@@ -55,6 +55,7 @@ class ActivationOptions(BaseModel):
     # Memory techniques (tpcalc.calc.activations.exact.techniques), all off by default:
     recompute_modules: tuple[str, ...] = ()  # Megatron recompute_modules, on top of ``recompute``
     fp8_cache: bool = False  # DeepSeek-V3 §3.3: Linear inputs and SwiGLU input kept in FP8
+    fp8_linear_inputs: bool = False  # Transformer Engine FP8: each Linear keeps its FP8 input
     moe_probs_in_act: bool = False  # Megatron-Core activation_func_with_probs
     router_dtype: RouterDtype = RouterDtype.fp32  # router scores and top-k probabilities
     capacity_factor: float | None = None  # expert capacity with dropping/padding (off)
@@ -84,6 +85,7 @@ class ActivationOptions(BaseModel):
             "activation_dtype": self.dtype.value,
             "recompute_modules": ",".join(self.recompute_modules) or "none",
             "fp8_cache": self.fp8_cache,
+            "fp8_linear_inputs": self.fp8_linear_inputs,
             "moe_probs_in_act": self.moe_probs_in_act,
             "router_dtype": self.router_dtype.value,
             "capacity_factor": "none" if self.capacity_factor is None else self.capacity_factor,
