@@ -14,14 +14,25 @@ from tpcalc.calc.cp.ring_explain import explanations as cp_explanations
 from tpcalc.calc.dp import zero_explain
 from tpcalc.calc.dp.gradients import GradientSync
 from tpcalc.calc.dp.gradients_explain import explanations as dp_explanations
-from tpcalc.calc.dp.zero import ZeroComm, ZeroStates
+from tpcalc.calc.dp.zero import ZeroComm, ZeroCommParts, ZeroStates
 from tpcalc.calc.ep import all_to_all_explain as ep_explain
 from tpcalc.calc.ep.all_to_all import EpComm
 from tpcalc.calc.ep.memory import ExpertMemory
 from tpcalc.calc.ep.routing import AllToAll
-from tpcalc.calc.layout import memory_explain, summary_explain
+from tpcalc.calc.layout import comm_explain, memory_explain, summary_explain, timed_explain
+from tpcalc.calc.layout.comm import (
+    CpDetail,
+    DimCost,
+    DpDetail,
+    DpShare,
+    EpDetail,
+    PpDetail,
+    TpDetail,
+)
+from tpcalc.calc.layout.groups import Group
 from tpcalc.calc.layout.memory import LayoutMemory
 from tpcalc.calc.layout.summary import DimensionTotal, FixedStepSummary
+from tpcalc.calc.layout.timed import RooflineSummary
 from tpcalc.calc.links.breakdown import LinkTime, link_time_explanations
 from tpcalc.calc.links.link import Link
 from tpcalc.calc.params import states_explain
@@ -112,6 +123,16 @@ from tpcalc.reports.tp import tp_comm_row
             ZeroComm,
             zero_explain.comm_explanations(load_hardware("h800"), Link.inter_node, True),
         ),
+        (ZeroCommParts, zero_explain.parts_explanations()),
+        (TpDetail, {**comm_explain.TP_EXPLANATIONS, **comm_explain.TP_INPUTS}),
+        (CpDetail, comm_explain.CP_INPUTS),
+        (PpDetail, {**comm_explain.PP_EXPLANATIONS, **comm_explain.PP_INPUTS}),
+        (DpShare, comm_explain.DP_SHARE_INPUTS),
+        (DpDetail, {"dp_backward_time_s": comm_explain.DP_BACKWARD}),
+        (EpDetail, {"ep_tokens_per_rank": comm_explain.EP_TOKENS, **comm_explain.EP_INPUTS}),
+        (DimCost, comm_explain.cost_explanations("dp", load_hardware("h100-sxm"), True)),
+        (Group, {**comm_explain.group_explanations("tp"), **comm_explain.GROUP_INPUTS}),
+        (RooflineSummary, timed_explain.EXPLANATIONS),
         (
             TpFlops,
             {
@@ -146,6 +167,16 @@ from tpcalc.reports.tp import tp_comm_row
         "ModelStates",
         "ZeroStates",
         "ZeroComm",
+        "ZeroCommParts",
+        "TpDetail",
+        "CpDetail",
+        "PpDetail",
+        "DpShare",
+        "DpDetail",
+        "EpDetail",
+        "DimCost",
+        "Group",
+        "RooflineSummary",
         "TpFlops",
     ],
 )
