@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tpcalc.calc.activations import paper_explain
+from tpcalc.calc.activations.exact import summary_explain as exact_explain
+from tpcalc.calc.activations.exact.summary import ExactActivations
 from tpcalc.calc.activations.paper import Logits, PaperActivations, PaperLayer
 from tpcalc.calc.cp.causal import CausalBalance
 from tpcalc.calc.cp.ring import CpRing
@@ -35,7 +37,8 @@ from tpcalc.calc.layout.summary import DimensionTotal, FixedStepSummary
 from tpcalc.calc.layout.timed import RooflineSummary
 from tpcalc.calc.links.breakdown import LinkTime, link_time_explanations
 from tpcalc.calc.links.link import Link
-from tpcalc.calc.params import states_explain
+from tpcalc.calc.params import breakdown_explain, states_explain
+from tpcalc.calc.params.breakdown import ParamBreakdown
 from tpcalc.calc.params.states import ModelStates, StateParts
 from tpcalc.calc.pipeline import breakdown_explain as pp_explain
 from tpcalc.calc.pipeline.breakdown import PipelineActivations, PipelineBreakdown
@@ -133,6 +136,8 @@ from tpcalc.reports.tp import tp_comm_row
         (DimCost, comm_explain.cost_explanations("dp", load_hardware("h100-sxm"), True)),
         (Group, {**comm_explain.group_explanations("tp"), **comm_explain.GROUP_INPUTS}),
         (RooflineSummary, timed_explain.EXPLANATIONS),
+        (ExactActivations, {**exact_explain.explanations(True), **exact_explain.INPUTS}),
+        (ParamBreakdown, breakdown_explain.explanations(load_model("deepseek-v3"))),
         (
             TpFlops,
             {
@@ -177,6 +182,8 @@ from tpcalc.reports.tp import tp_comm_row
         "DimCost",
         "Group",
         "RooflineSummary",
+        "ExactActivations",
+        "ParamBreakdown",
         "TpFlops",
     ],
 )

@@ -26,7 +26,7 @@ TOTAL = "total_bytes_per_rank"
 
 def _exact_terms(spec: ModelSpec, *, seq: int, micro_batch: int, options, explain: bool):
     from tpcalc.calc.activations.exact.layer import layer_kind, saved_tensors
-    from tpcalc.calc.activations.exact.summary import exact_activation_terms, tensor_terms
+    from tpcalc.calc.activations.exact.summary_explain import exact_activation_terms, tensor_terms
 
     terms = [
         t if t.label.startswith("exact") else t.model_copy(update={"label": f"exact: {t.label}"})
