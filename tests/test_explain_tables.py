@@ -51,7 +51,9 @@ from tpcalc.calc.tp.flops_explain import explanations as flops_explanations
 from tpcalc.calc.tp.memory import TpMemoryTotal
 from tpcalc.calc.tp.memory_explain import explanations as tp_memory_explanations
 from tpcalc.calc.tp.shards import KvSplit, TpShards, VocabPadding, Width
+from tpcalc.calc.tp.table import RankParams
 from tpcalc.calc.tp.table_explain import PLAIN as SHARD_PLAIN
+from tpcalc.calc.tp.table_explain import RANK_EXPLANATIONS, RANK_INPUTS
 from tpcalc.calc.tp.table_explain import explanations as shard_explanations
 from tpcalc.calc.tp.weights import ShardedWeight, model_weights
 from tpcalc.catalog import load_hardware, load_model
@@ -138,6 +140,7 @@ from tpcalc.reports.tp import tp_comm_row
         (RooflineSummary, timed_explain.EXPLANATIONS),
         (ExactActivations, {**exact_explain.explanations(True), **exact_explain.INPUTS}),
         (ParamBreakdown, breakdown_explain.explanations(load_model("deepseek-v3"))),
+        (RankParams, {**RANK_EXPLANATIONS, **RANK_INPUTS}),
         (
             TpFlops,
             {
@@ -184,6 +187,7 @@ from tpcalc.reports.tp import tp_comm_row
         "RooflineSummary",
         "ExactActivations",
         "ParamBreakdown",
+        "RankParams",
         "TpFlops",
     ],
 )
