@@ -57,8 +57,8 @@ def param_breakdown(spec: ModelSpec) -> ParamBreakdown:
     sum of the parts and the declared parts."""
     s = summed_layer_parts(spec)
     parts = (
-        embedding_params(spec), s["full_attention"], s["linear_attention"], s["dense_mlp"],
-        s["routed_expert"], s["shared_expert"], s["router"], s["norm"],
+        embedding_params(spec), s.full_attention, s.linear_attention, s.dense_mlp,
+        s.routed_expert, s.shared_expert, s.router, s.norm,
         final_norm_params(spec), lm_head_params(spec), mtp_params(spec),
     )  # fmt: skip
     declared = tuple(d.params for d in spec.tpcalc.declared_parts)
