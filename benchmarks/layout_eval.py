@@ -3,8 +3,10 @@
 The case is issue 8's: Llama 3 405B on 16,384 H100s, [TP, CP, PP, DP] = 8 × 1 × 16 × 128
 (the Llama 3 report's 405B pre-training layout, Dubey et al. 2024 Table 4). The specs are loaded
 once, outside the timer; each timed call checks, places and prices the layout exactly as
-`tpcalc layout` does before rendering (``tpcalc.calc.layout.report.layout_report``). When the
-step-time model is importable (``tpcalc.calc.time.step.step_time``), it is timed too.
+`tpcalc layout` does, into the typed ``LayoutPrice`` (``tpcalc.calc.layout.price.price_layout``,
+no terms, no rendering); the report built from it (``tpcalc.reports.layout.price_report``:
+labels, formulas, sources) and the per-operation step model (``tpcalc.calc.time.step.step_time``)
+are timed too.
 
     python benchmarks/layout_eval.py            # 200 evaluations, median and minimum
     python benchmarks/layout_eval.py -n 1000
@@ -56,11 +58,15 @@ def main() -> None:
     )
     run = LayoutRun(seq=SEQ, microbatches=MICROBATCHES)
 
-    from tpcalc.calc.layout.report import layout_report
+    from tpcalc.calc.layout.price import price_layout
+    from tpcalc.reports.layout import price_report
 
+    priced = price_layout(spec, hw, layout, run)
     cases: list[tuple[str, Callable[[], object]]] = [
-        ("layout_report (checks, placement, memory, comm, bubble, MFU)",
-         lambda: layout_report(spec, hw, layout, run)),
+        ("price_layout (typed core: checks, placement, memory, comm, step, MFU)",
+         lambda: price_layout(spec, hw, layout, run)),
+        ("price_report (its rows: labels, formulas, sources; no rendering)",
+         lambda: price_report(priced)),
     ]  # fmt: skip
     try:
         from tpcalc.calc.time.step import step_time

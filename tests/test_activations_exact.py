@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from tpcalc.calc.activations.exact.layer import layer_kind, saved_tensors, shared_tensors
 from tpcalc.calc.activations.exact.options import ActivationOptions
-from tpcalc.calc.activations.exact.summary import exact_activation_terms, tensor_terms
+from tpcalc.calc.activations.exact.summary_explain import exact_activation_terms, tensor_terms
 from tpcalc.calc.activations.paper_explain import paper_layer_terms
 from tpcalc.catalog import load_model, model_names
 from tpcalc.choices import Recompute

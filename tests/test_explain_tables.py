@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tpcalc.calc.activations import paper_explain
+from tpcalc.calc.activations.exact import summary_explain as exact_explain
+from tpcalc.calc.activations.exact.summary import ExactActivations
 from tpcalc.calc.activations.paper import Logits, PaperActivations, PaperLayer
 from tpcalc.calc.cp.causal import CausalBalance
 from tpcalc.calc.cp.ring import CpRing
@@ -14,17 +16,29 @@ from tpcalc.calc.cp.ring_explain import explanations as cp_explanations
 from tpcalc.calc.dp import zero_explain
 from tpcalc.calc.dp.gradients import GradientSync
 from tpcalc.calc.dp.gradients_explain import explanations as dp_explanations
-from tpcalc.calc.dp.zero import ZeroComm, ZeroStates
+from tpcalc.calc.dp.zero import ZeroComm, ZeroCommParts, ZeroStates
 from tpcalc.calc.ep import all_to_all_explain as ep_explain
 from tpcalc.calc.ep.all_to_all import EpComm
 from tpcalc.calc.ep.memory import ExpertMemory
 from tpcalc.calc.ep.routing import AllToAll
-from tpcalc.calc.layout import memory_explain, summary_explain
+from tpcalc.calc.layout import comm_explain, memory_explain, summary_explain, timed_explain
+from tpcalc.calc.layout.comm import (
+    CpDetail,
+    DimCost,
+    DpDetail,
+    DpShare,
+    EpDetail,
+    PpDetail,
+    TpDetail,
+)
+from tpcalc.calc.layout.groups import Group
 from tpcalc.calc.layout.memory import LayoutMemory
 from tpcalc.calc.layout.summary import DimensionTotal, FixedStepSummary
+from tpcalc.calc.layout.timed import RooflineSummary
 from tpcalc.calc.links.breakdown import LinkTime, link_time_explanations
 from tpcalc.calc.links.link import Link
-from tpcalc.calc.params import states_explain
+from tpcalc.calc.params import breakdown_explain, states_explain
+from tpcalc.calc.params.breakdown import ParamBreakdown
 from tpcalc.calc.params.states import ModelStates, StateParts
 from tpcalc.calc.pipeline import breakdown_explain as pp_explain
 from tpcalc.calc.pipeline.breakdown import PipelineActivations, PipelineBreakdown
@@ -37,7 +51,9 @@ from tpcalc.calc.tp.flops_explain import explanations as flops_explanations
 from tpcalc.calc.tp.memory import TpMemoryTotal
 from tpcalc.calc.tp.memory_explain import explanations as tp_memory_explanations
 from tpcalc.calc.tp.shards import KvSplit, TpShards, VocabPadding, Width
+from tpcalc.calc.tp.table import RankParams
 from tpcalc.calc.tp.table_explain import PLAIN as SHARD_PLAIN
+from tpcalc.calc.tp.table_explain import RANK_EXPLANATIONS, RANK_INPUTS
 from tpcalc.calc.tp.table_explain import explanations as shard_explanations
 from tpcalc.calc.tp.weights import ShardedWeight, model_weights
 from tpcalc.catalog import load_hardware, load_model
@@ -112,6 +128,19 @@ from tpcalc.reports.tp import tp_comm_row
             ZeroComm,
             zero_explain.comm_explanations(load_hardware("h800"), Link.inter_node, True),
         ),
+        (ZeroCommParts, zero_explain.parts_explanations()),
+        (TpDetail, {**comm_explain.TP_EXPLANATIONS, **comm_explain.TP_INPUTS}),
+        (CpDetail, comm_explain.CP_INPUTS),
+        (PpDetail, {**comm_explain.PP_EXPLANATIONS, **comm_explain.PP_INPUTS}),
+        (DpShare, comm_explain.DP_SHARE_INPUTS),
+        (DpDetail, {"dp_backward_time_s": comm_explain.DP_BACKWARD}),
+        (EpDetail, {"ep_tokens_per_rank": comm_explain.EP_TOKENS, **comm_explain.EP_INPUTS}),
+        (DimCost, comm_explain.cost_explanations("dp", load_hardware("h100-sxm"), True)),
+        (Group, {**comm_explain.group_explanations("tp"), **comm_explain.GROUP_INPUTS}),
+        (RooflineSummary, timed_explain.EXPLANATIONS),
+        (ExactActivations, {**exact_explain.explanations(True), **exact_explain.INPUTS}),
+        (ParamBreakdown, breakdown_explain.explanations(load_model("deepseek-v3"))),
+        (RankParams, {**RANK_EXPLANATIONS, **RANK_INPUTS}),
         (
             TpFlops,
             {
@@ -146,6 +175,19 @@ from tpcalc.reports.tp import tp_comm_row
         "ModelStates",
         "ZeroStates",
         "ZeroComm",
+        "ZeroCommParts",
+        "TpDetail",
+        "CpDetail",
+        "PpDetail",
+        "DpShare",
+        "DpDetail",
+        "EpDetail",
+        "DimCost",
+        "Group",
+        "RooflineSummary",
+        "ExactActivations",
+        "ParamBreakdown",
+        "RankParams",
         "TpFlops",
     ],
 )

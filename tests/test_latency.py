@@ -12,10 +12,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tpcalc.calc.layout.groups import LayoutRun, ParallelLayout
-from tpcalc.calc.layout.report import layout_report
 from tpcalc.calc.links.collectives import Collective
 from tpcalc.calc.links.link import LatencySteps, nodes_spanned, ring_latency_s, ring_steps
 from tpcalc.errors import InputError
+from tpcalc.reports.layout import parallel_layout_report as layout_report
 
 
 @pytest.mark.parametrize(

@@ -17,12 +17,13 @@ from tpcalc.calc.layout.groups import (
     place_groups,
 )
 from tpcalc.calc.layout.memory import rank_layers
-from tpcalc.calc.layout.report import DIM_ORDER, layout_report
+from tpcalc.calc.layout.summary import DIM_ORDER
 from tpcalc.calc.links.link import Link
 from tpcalc.calc.params.counts import layer_params, total_params
 from tpcalc.catalog import load_hardware, load_model
 from tpcalc.choices import Schedule, TimeModel
 from tpcalc.errors import InputError
+from tpcalc.reports.layout import parallel_layout_report as layout_report
 from tpcalc.terms import Report
 
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpcalc.calc.params.breakdown import param_terms
+from tpcalc.calc.params.breakdown_explain import param_terms
 from tpcalc.calc.params.counts import (
     active_params,
     embedding_params,

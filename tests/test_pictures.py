@@ -14,7 +14,6 @@ import pytest
 from tpcalc.calc.layout.groups import ParallelLayout
 from tpcalc.pictures.bars import bar_cells, layout_bars, memory_bars
 from tpcalc.pictures.layout_map import gpus_to_show, group_members, layout_map
-from tpcalc.pictures.show import layout_objects
 from tpcalc.reports.layout import layout_report
 from tpcalc.reports.memory import memory_report
 from tpcalc.reports.request import Layout, Workload
@@ -59,8 +58,10 @@ def test_memory_bars_cli(cli):
 
 def test_layout_bars_sum_to_the_summary_row():
     work = Workload.load("llama3-70b", "h100-sxm")
-    rep = layout_report(work, Layout(tp=8, pp=4, dp=2, microbatches=8))
-    spec, hw, lay, run = layout_objects(rep, "llama3-70b", "h100-sxm")
+    request = Layout(tp=8, pp=4, dp=2, microbatches=8)
+    rep = layout_report(work, request)
+    spec, hw = work.spec, work.hw
+    lay, run = request.parallel(work.node(request)), work.run(request, with_latency=True)
     bars = layout_bars(spec, hw, lay, run)
     assert len(bars) == 4  # one per pipeline stage
     summary = rep.rows[-1]

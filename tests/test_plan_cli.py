@@ -89,12 +89,12 @@ def planned(monkeypatch, result):
     """`tpcalc plan` with the search replaced by the reference result (same request fields)."""
     seen = {}
 
-    def fake_plan(model, hardware, **kwargs):
-        seen.update(kwargs, model=model, hardware=hardware)
+    def fake_plan(workload, progress=None, **kwargs):
+        seen.update(kwargs, model=workload.spec.name, hardware=workload.hw.name)
         top_k = kwargs["top_k"]
         return PlanResult(**{**result.__dict__, "top": result.top[:top_k]})
 
-    monkeypatch.setattr("tpcalc.reports.plan.plan", fake_plan)
+    monkeypatch.setattr("tpcalc.reports.plan.plan_workload", fake_plan)
     return seen
 
 
@@ -264,13 +264,13 @@ def test_objective_gpus_finds_the_fewest_counts_tried(monkeypatch, result):
 
     tried = []
 
-    def fake_plan(model, hardware, *, gpus, **kwargs):
+    def fake_plan(workload, progress=None, *, gpus, **kwargs):
         tried.append(gpus)
         assert kwargs["objective"] == "time"
         top = tuple(replace(c, step_time_s=8.0 / gpus) for c in result.top[:1])
         return replace(result, gpus=gpus, top=top)
 
-    monkeypatch.setattr("tpcalc.reports.plan.plan", fake_plan)
+    monkeypatch.setattr("tpcalc.reports.plan.plan_workload", fake_plan)
     r = run_cli(*ARGS[:3], "--gpus", "64", "--global-batch", "16", "--objective", "gpus",
                 "--target-step-time", "0.3")  # fmt: skip
     assert r.code == 0, r.err

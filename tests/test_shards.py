@@ -12,11 +12,8 @@ from hypothesis import strategies as st
 
 from tpcalc.calc.params.counts import layer_params, total_params
 from tpcalc.calc.tp.rules import max_t_without_replication, padded_vocab, valid_tp_sizes
-from tpcalc.calc.tp.table import (
-    layer_params_per_rank,
-    per_rank_param_terms,
-    per_rank_params,
-)
+from tpcalc.calc.tp.table import layer_params_per_rank, per_rank_params
+from tpcalc.calc.tp.table_explain import per_rank_param_terms
 from tpcalc.catalog import load_model, model_names
 from tpcalc.errors import DivisibilityError, InputError
 from tpcalc.reports.tp import check_tp, shard_shapes

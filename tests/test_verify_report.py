@@ -8,8 +8,19 @@ import pytest
 
 from tests.golden import expected
 from tpcalc.errors import DivisibilityError, InputError
+from tpcalc.reports.request import Workload
 from tpcalc.verify.kinds import Activation, Scheme
-from tpcalc.verify.report import sections, verify_report
+from tpcalc.verify.report import sections
+from tpcalc.verify.report import verify_report as verify_workload
+
+WORKLOAD_FIELDS = ("seq", "micro_batch", "dtype")
+
+
+def verify_report(model, **kwargs):
+    """``verify_report`` of ``model`` on the default card; seq, micro_batch and dtype go to
+    the ``Workload`` as the CLI puts them."""
+    given = {k: kwargs.pop(k) for k in WORKLOAD_FIELDS if k in kwargs}
+    return verify_workload(Workload.load(model, "h100-sxm", **given), **kwargs)
 
 
 @pytest.fixture(scope="module")

@@ -180,6 +180,8 @@ def layout(
     Every published layout at once: tpcalc validate --memory
     """
 
+    request = []  # the (Workload, Layout) build made, which the pictures draw
+
     def build():
         from tpcalc.calc.time.pipeline_layout import parse_pipeline_layout
         from tpcalc.calc.time.step import Overlap, TimeOptions
@@ -197,9 +199,11 @@ def layout(
             causal_model_flops=attention_flops is AttentionFlops.causal, fused_sinks=fused_sinks,
             ep_node_dedup=moe_dispatcher is MoeDispatcher.flex, chunk_layers=chunks,
         )  # fmt: skip
+        work, lay = workload_of(ctx.params), layout_of(ctx.params)
+        request.append((work, lay))
         return layout_report(
-            workload_of(ctx.params), layout_of(ctx.params), allow_uneven=uneven,
-            with_latency=latency, time_model=time_model, time_options=options, ops=ops,
+            work, lay, allow_uneven=uneven, with_latency=latency, time_model=time_model,
+            time_options=options, ops=ops,
         )  # fmt: skip
 
     report = emit(build, fmt, units=units, explain=explain)
@@ -210,8 +214,9 @@ def layout(
     def pictures(width: int):
         from tpcalc.pictures.show import layout_pictures
 
+        work, lay = request[0]
         return layout_pictures(
-            report, model, hardware, bars=bars or not anything,
+            report, work, lay, with_latency=latency, bars=bars or not anything,
             timeline=timeline or not anything, group_map=group_map or not anything,
             units=units, width=width,
         )  # fmt: skip

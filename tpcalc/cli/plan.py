@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -31,6 +31,9 @@ from tpcalc.cli.parallel_options import ActivationsOpt, GpusPerNodeOpt, StateRec
 from tpcalc.errors import TpcalcError
 from tpcalc.render import Format
 from tpcalc.units import GB, ByteUnits, Dtype
+
+if TYPE_CHECKING:
+    from tpcalc.reports.request import Workload
 
 app = typer.Typer()
 
@@ -291,19 +294,24 @@ def plan(
         return
 
     def search():
-        from tpcalc.reports.plan import plan as run_plan
+        from tpcalc.reports.plan import plan_workload
+        from tpcalc.reports.request import Workload
 
         _check_sizes(model, gpus, top, seq, global_batch, global_batch_tokens)
+        # micro-batch, SP and recompute are searched (pinned above), not the workload's
+        work = Workload.load(
+            model, hardware, seq=seq, recipe=recipe, dtype=dtype, activations=activations
+        )
         options: dict[str, Any] = dict(
-            seq=seq, global_batch=global_batch, global_batch_tokens=global_batch_tokens,
+            global_batch=global_batch, global_batch_tokens=global_batch_tokens,
             pins=pins, bounds=bounds, memory_headroom=memory_headroom,
             reserve_bytes=reserve_gb * GB, top_k=top, include_all=all_layouts,
             tp_within_node=tp_within_node, allow_uneven=uneven, gpus_per_node=gpus_per_node,
-            recipe=recipe.value, dtype=dtype.value, activations=activations.value,
         )  # fmt: skip
         if objective is not PlanObjective.gpus:
-            return run_plan(model, hardware, gpus=gpus, objective=objective.value, **options), None
-        return _fewest_gpus(model, hardware, gpus, target_step_time, gpus_per_node, options)
+            return plan_workload(work, gpus=gpus, objective=objective.value, **options), None
+        echo = {"model": model, "hardware": hardware}
+        return _fewest_gpus(work, echo, gpus, target_step_time, gpus_per_node, options)
 
     try:
         result, counts = _run_with_progress(search, fmt)
@@ -360,24 +368,23 @@ def _check_sizes(
 
 
 def _fewest_gpus(
-    model: str, hardware: str, gpus: int, target: float | None, gpus_per_node: int | None,
-    options: dict[str, Any],
+    work: Workload, echo: dict[str, Any], gpus: int, target: float | None,
+    gpus_per_node: int | None, options: dict[str, Any],
 ) -> tuple[Any, Any]:  # fmt: skip
     """--objective gpus: the fewest GPUs (up to --gpus) whose best layout reaches the target,
     by ``tpcalc.calc.plan.inverse.min_gpus`` over the planner's best step time per count (powers
     of two, then bisection over whole nodes); the plan at that count, and the counts tried."""
-    from tpcalc.catalog import load_hardware
-    from tpcalc.reports.plan import plan as run_plan
+    from tpcalc.reports.plan import plan_workload
     from tpcalc.reports.plan_inverse import gpu_counts, min_gpus_report
 
     if target is None:
         raise TpcalcError("--objective gpus needs --target-step-time SECONDS, e.g. 2.0")
-    node = gpus_per_node or load_hardware(hardware).gpus_per_node.value
+    node = gpus_per_node or work.hw.gpus_per_node.value
     plans: dict[int, Any] = {}
 
     def at(g: int) -> Any:
         if g not in plans:
-            plans[g] = run_plan(model, hardware, gpus=g, objective="time", **options)
+            plans[g] = plan_workload(work, gpus=g, objective="time", **options)
         return plans[g]
 
     def best(g: int) -> float | None:
@@ -386,7 +393,6 @@ def _fewest_gpus(
 
     coarse, fine = gpu_counts(node, gpus)
     title = f"Fewest GPUs for a {target:g} s step (best layout per count, up to {gpus:,})"
-    echo = {"model": model, "hardware": hardware}
     report, found = min_gpus_report(title, echo, target, [*coarse, gpus], fine, best)
     return at(found.gpus if found.gpus is not None else gpus), report
 

@@ -19,6 +19,7 @@ from tpcalc.cli.options import (
     TpOpt,
     UnitsOpt,
 )
+from tpcalc.cli.request import workload_of
 from tpcalc.errors import TpcalcError
 from tpcalc.render import Format
 from tpcalc.terms import Report
@@ -40,6 +41,7 @@ def _require_numpy() -> None:
 
 @app.command()
 def verify(
+    ctx: typer.Context,
     cards: Annotated[
         int,
         typer.Option(
@@ -100,15 +102,12 @@ def verify(
         from tpcalc.verify.report import verify_report
 
         return verify_report(
-            model,
+            workload_of(ctx.params),
             cards=cards,
             activation=activation,
             seed=seed,
             intermediate=intermediate,
             tp=tp,
-            seq=seq,
-            micro_batch=micro_batch,
-            dtype=dtype,
             causal=causal,
         )
 

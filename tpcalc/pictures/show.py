@@ -7,12 +7,15 @@ import io
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from tpcalc.choices import Schedule
 from tpcalc.errors import TpcalcError
 from tpcalc.terms import Report, Row
 from tpcalc.units import ByteUnits
+
+if TYPE_CHECKING:
+    from tpcalc.reports.request import Layout, Workload
 
 PIPED_WIDTH = 160  # as tpcalc.render: piped output has no terminal width
 SHARE_DIGITS = 3  # shares are printed as 12.3%, so they agree to 0.05%
@@ -106,40 +109,6 @@ def pipeline_pictures(report: Report, width: int) -> list[Any]:
     return [_timeline_from_row(row, width) for row in report.rows]
 
 
-def layout_objects(report: Report, model: str, hardware: str):
-    """(spec, hw, layout, run) as the report priced them, rebuilt from its echoed inputs."""
-    from tpcalc.calc.dp.zero import zero_stage
-    from tpcalc.calc.layout.groups import LayoutRun, MemoryTechniques, ParallelLayout
-    from tpcalc.catalog import load_hardware, load_model
-    from tpcalc.choices import ActivationModel, Recompute, StateRecipe
-    from tpcalc.units import Dtype
-
-    i: dict[str, Any] = {k: v for k, v in report.rows[-1].inputs.items() if k != "dimension"}
-    layout = ParallelLayout(
-        gpus_per_node=i["gpus_per_node"], tp=i["tp"], cp=i["cp"], pp=i["pp"], dp=i["dp"],
-        ep=i["ep"], etp=i.get("etp", 1), zero=zero_stage(i["zero"]), world_size=i["world_size"],
-    )  # fmt: skip
-    modules = str(i.get("recompute_modules", "none"))
-    factor = i.get("capacity_factor", "none")
-    memory = MemoryTechniques(
-        recompute_modules=() if modules == "none" else tuple(modules.split(",")),
-        fp8_cache=bool(i.get("fp8_cache", False)),
-        moe_probs_in_act=bool(i.get("moe_probs_in_act", False)),
-        mtp=bool(i.get("mtp", True)),
-        offload_layers=int(i.get("offload_layers", 0)),
-        moe_dispatcher=str(i.get("moe_dispatcher", "alltoall")),
-        capacity_factor=None if factor == "none" else float(factor),
-        router_dtype=str(i.get("router_dtype", "fp32")),
-    )
-    run = LayoutRun(
-        seq=i["seq"], microbatches=i["microbatches"], micro_batch=i["micro_batch"], vpp=i["vpp"],
-        schedule=Schedule(i["schedule"]), recipe=StateRecipe(i["recipe"]), sp=i["sp"],
-        recompute=Recompute(i["recompute"]), dtype=Dtype(i["dtype"]),
-        with_latency=i["latency"], activations=ActivationModel(i["activations"]), memory=memory,
-    )  # fmt: skip
-    return load_model(model), load_hardware(hardware), layout, run
-
-
 def layout_timeline(report: Report, run, p: int, width: int) -> Any:
     """The layout's pipeline, drawn with F = B = W = a third of one micro-batch's compute plus
     its in-stage exposed communication (TP, CP, EP), the split ``compute.stage_times`` starts
@@ -193,13 +162,17 @@ def layout_timeline(report: Report, run, p: int, width: int) -> Any:
 
 
 def layout_pictures(
-    report: Report, model: str, hardware: str, *, bars: bool, timeline: bool, group_map: bool,
-    units: ByteUnits, width: int,
+    report: Report, workload: Workload, request: Layout, *, with_latency: bool, bars: bool,
+    timeline: bool, group_map: bool, units: ByteUnits, width: int,
 ) -> list[Any]:  # fmt: skip
+    """The pictures of ``tpcalc layout``'s ``report``, priced from the request it was built
+    from (``workload`` on ``request``, as ``reports.layout.layout_report`` priced it)."""
     from tpcalc.pictures.bars import layout_bars, render_bars
     from tpcalc.pictures.layout_map import render_map
 
-    spec, hw, layout, run = layout_objects(report, model, hardware)
+    spec, hw = workload.spec, workload.hw
+    layout = request.parallel(workload.node(request))
+    run = workload.run(request, with_latency=with_latency)
     out: list[Any] = []
     if bars:
         title = (

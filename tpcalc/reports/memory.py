@@ -6,7 +6,11 @@ import re
 from typing import TYPE_CHECKING
 
 from tpcalc.calc.activations.paper import logits, paper_activations
-from tpcalc.calc.activations.paper_explain import logits_row_terms, model_terms
+from tpcalc.calc.activations.paper_explain import (
+    MODEL_EXPLANATIONS,
+    logits_row_terms,
+    model_terms,
+)
 from tpcalc.calc.params.counts import total_params
 from tpcalc.calc.params.states import model_states
 from tpcalc.calc.params.states_explain import states_terms
@@ -20,17 +24,20 @@ from tpcalc.terms import Report, Row, Scalar, Term, Unit, term
 
 if TYPE_CHECKING:
     from tpcalc.calc.activations.exact.options import ActivationOptions
+    from tpcalc.calc.activations.exact.summary import ExactActivations
 
 TOTAL = "total_bytes_per_rank"
 
 
-def _exact_terms(spec: ModelSpec, *, seq: int, micro_batch: int, options, explain: bool):
+def _exact_terms(
+    a: ExactActivations, spec: ModelSpec, *, seq: int, micro_batch: int, options, explain: bool
+) -> list[Term]:
     from tpcalc.calc.activations.exact.layer import layer_kind, saved_tensors
-    from tpcalc.calc.activations.exact.summary import exact_activation_terms, tensor_terms
+    from tpcalc.calc.activations.exact.summary_explain import activation_terms, tensor_terms
 
     terms = [
         t if t.label.startswith("exact") else t.model_copy(update={"label": f"exact: {t.label}"})
-        for t in exact_activation_terms(spec, seq, micro_batch, options)
+        for t in activation_terms(a)
     ]
     if explain:  # the tensors of the first layer of each kind, for --explain
         firsts: dict[str, int] = {}
@@ -87,36 +94,46 @@ def memory_row(
     paper = model_terms(paper_act)
     exact: list[Term] = []
     echo: dict[str, Scalar] = {}
+    # the activations the total counts: (row key, bytes, source)
+    chosen: tuple[str, int | float, str] = (
+        "activation_bytes", paper_act.activation_bytes,
+        MODEL_EXPLANATIONS["activation_bytes"].source,
+    )  # fmt: skip
     if kernels is not None or activations is ActivationModel.exact:
+        from tpcalc.calc.activations.exact.summary import exact_activations
+        from tpcalc.calc.activations.exact.summary_explain import TOTAL as EXACT_TOTAL
+        from tpcalc.calc.activations.exact.summary_explain import explanations as exact_table
+
         opts = exact_options(workload, t, kernels)
-        exact = _exact_terms(spec, seq=seq, micro_batch=micro_batch, options=opts,
+        exact_act = exact_activations(spec, seq, micro_batch, opts)
+        exact = _exact_terms(exact_act, spec, seq=seq, micro_batch=micro_batch, options=opts,
                              explain=explain_tensors)  # fmt: skip
         echo = {
             f"exact_{k}": v for k, v in opts.echo(spec).items() if k not in ("t", "sp", "recompute")
         }
         paper_total = paper_act.activation_bytes
-        exact_total = next(x.number for x in exact if x.key == "exact_activation_bytes")
+        exact_total = float(exact_act.exact_activation_bytes)
         exact.append(term("activation_difference_bytes", "exact − paper", exact_total - paper_total,
                           Unit.bytes, formula="exact_activation_bytes − activation_bytes",
                           source="what Table 2's GPT-3 layer misses for this model",
                           exact=exact_total, paper=paper_total))  # fmt: skip
-    chosen_key = (
-        "exact_activation_bytes" if activations is ActivationModel.exact else "activation_bytes"
-    )
+        if activations is ActivationModel.exact:
+            source = exact_table(exact_act.rope_table)[EXACT_TOTAL].source
+            chosen = (EXACT_TOTAL, exact_act.exact_activation_bytes, source)
+    chosen_key, chosen_bytes, chosen_source = chosen
     lg = logits(spec, seq=seq, micro_batch=micro_batch, t=t)
     logits_rows = logits_row_terms(lg)
     ms = model_states(total_params(spec), recipe, shards=t)
     states = states_terms(ms)
-    picked = next(x for x in (*paper, *exact) if x.key == chosen_key)
     parts = [
-        term("activation_bytes_per_rank", f"activations ({activations.value})", picked.value,
-             Unit.bytes, formula=chosen_key, source=picked.source, part_of=TOTAL),
+        term("activation_bytes_per_rank", f"activations ({activations.value})", chosen_bytes,
+             Unit.bytes, formula=chosen_key, source=chosen_source, part_of=TOTAL),
         logits_rows[-1].model_copy(update={"part_of": TOTAL}),
         states[-1].model_copy(update={"part_of": TOTAL}),
     ]  # fmt: skip
     tail = total_terms(
         tp_memory_total(
-            activation_bytes=picked.number, logits_bytes=lg.logits_fp32_bytes_per_rank,
+            activation_bytes=float(chosen_bytes), logits_bytes=lg.logits_fp32_bytes_per_rank,
             states_bytes=ms.model_states_bytes, card_bytes=hw.memory_bytes.value,
         ),
         hw,

@@ -3,7 +3,7 @@ with its parameter breakdown (tpcalc show)."""
 
 from __future__ import annotations
 
-from tpcalc.calc.params.breakdown import param_terms
+from tpcalc.calc.params.breakdown_explain import param_terms
 from tpcalc.calc.params.counts import total_params
 from tpcalc.catalog import load_model, model_names
 from tpcalc.specs import ModelSpec

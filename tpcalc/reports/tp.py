@@ -260,11 +260,15 @@ def check_tp(
     replication warning (raises like ``tp_shards`` for a bad t)."""
     from tpcalc.calc.tp.shards import tp_shards
     from tpcalc.calc.tp.shards_explain import shards_terms
-    from tpcalc.calc.tp.table import row_inputs
 
     s = tp_shards(spec, t, vocab_pad_multiple=vocab_pad_multiple, dtype=dtype)
     inputs = row_inputs(spec, t, vocab_pad_multiple, dtype=dtype.value)
     return TpCheck(row=Row(inputs=inputs, terms=shards_terms(s)), warnings=s.warnings)
+
+
+def row_inputs(spec: ModelSpec, t: int, pad: int, **more: Scalar) -> dict[str, Scalar]:
+    """The inputs every shard-table row echoes: model, t, vocab pad multiple, and more."""
+    return {"model": spec.name, "t": t, "vocab_pad_multiple": pad, **more}
 
 
 def shard_shapes(
@@ -276,8 +280,7 @@ def shard_shapes(
     gate/up [8192, 3584], down [3584, 8192], embedding [16032, 8192]. The rows'
     ``params_per_rank`` add up to ``per_rank_params``. Raises like ``check_tp`` for a bad t.
     """
-    from tpcalc.calc.tp.table import BLOCK_LABELS, row_inputs
-    from tpcalc.calc.tp.table_explain import weight_terms
+    from tpcalc.calc.tp.table_explain import BLOCK_LABELS, weight_terms
     from tpcalc.calc.tp.weights import model_weights
 
     rows = []

@@ -13,6 +13,7 @@ import numpy as np
 
 from tpcalc.calc.links.collectives import Collective
 from tpcalc.errors import DivisibilityError, InputError
+from tpcalc.reports.request import Workload
 from tpcalc.specs import ModelSpec
 from tpcalc.terms import Report, Row, Scalar, Unit, term
 from tpcalc.units import Dtype
@@ -184,31 +185,33 @@ def _backward_row(block: str, diff, tally, base: dict[str, Scalar]) -> Row:
 
 
 def verify_report(
-    model: str | ModelSpec,
+    workload: Workload,
     *,
     cards: int = 2,
     activation: Activation = Activation.relu,
     seed: int = 0,
     intermediate: int = TOY_INTERMEDIATE,
     tp: str | int | list[int] | None = None,
-    seq: int | None = None,
-    micro_batch: int = 1,
-    dtype: Dtype = Dtype.bf16,
     causal: bool = True,
 ) -> Report:
-    """The verification bench of seed 000 on ``cards`` simulated cards, priced for ``model``."""
-    from tpcalc.catalog import load_model
-    from tpcalc.reports.inputs import parse_tp_list, positive, seq_warnings
+    """The verification bench of seed 000 on ``cards`` simulated cards, its communication
+    priced for ``workload``'s model, sequence, micro-batch and dtype at each t of ``tp``
+    (default 8); the workload's card is not used."""
+    from tpcalc.reports.inputs import parse_tp_list
 
-    spec = load_model(model) if isinstance(model, str) else model
+    spec, seq, micro_batch, dtype = (
+        workload.spec,
+        workload.seq,
+        workload.micro_batch,
+        workload.dtype,
+    )
     activation = Activation(activation)
     check_cards(cards, intermediate)
     if seed < 0:
         raise InputError(f"--seed must be a non-negative integer, got {seed}")
     model_tps = parse_tp_list(tp, 1) if tp is not None else [DEFAULT_MODEL_TP]
-    defaulted = seq_warnings(spec, seq)
-    seq = positive(seq, "--seq") if seq is not None else spec.seq_length
-    tokens = seq * positive(micro_batch, "--micro-batch")
+    defaulted = list(workload.warnings)
+    tokens = seq * micro_batch
 
     p = draw_problem(seed, TOY_HIDDEN, intermediate)
     attn = draw_attention(seed, spec.num_attention_heads, spec.kv_heads, causal=causal)

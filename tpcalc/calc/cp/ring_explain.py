@@ -261,3 +261,17 @@ def ring_row(
         "chunks": chunks, "latency": with_latency,
     }  # fmt: skip
     return Row(inputs=inputs, terms=(*ring, *causal_terms(causal_balance(chunks, cp), cp)))
+
+
+def ring_terms(
+    r: CpRing, spec: ModelSpec, hw: HardwareSpec, *, seq: int, cp: int, micro_batch: int,
+    dtype: Dtype, link: Link, with_latency: bool, only: tuple[str, ...],
+) -> tuple[Term, ...]:  # fmt: skip
+    """The rows ``only`` of ``r`` (computed with these inputs); ``tpcalc layout`` quotes a few
+    in its CP row."""
+    table = explanations(latency_source(hw, with_latency))
+    symbols = _symbols(
+        r, spec, hw, seq=seq, cp=cp, micro_batch=micro_batch, dtype=dtype, link=link,
+        with_latency=with_latency,
+    )  # fmt: skip
+    return terms(r, {k: table[k] for k in only}, symbols=symbols)

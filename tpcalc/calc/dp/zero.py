@@ -64,16 +64,7 @@ def zero_states_bytes(params: int, recipe: StateRecipe, stage: ZeroStage, n: int
     return params * (rb.weight_bytes / dw + rb.grad_bytes / dg + rb.optimizer_bytes / do)
 
 
-COMM_LABELS = {
-    "all_reduce_grads": ("all-reduce gradients", "2(n-1)/n × N × grad_bytes"),
-    "reduce_scatter_grads": ("reduce-scatter gradients", "(n-1)/n × N × grad_bytes"),
-    "all_gather_params_update": ("all-gather updated params", "(n-1)/n × N × weight_bytes"),
-    "all_gather_params_fwd": ("all-gather params (forward)", "(n-1)/n × N × weight_bytes"),
-    "all_gather_params_bwd": ("all-gather params (backward)", "(n-1)/n × N × weight_bytes"),
-}
-
-
-# The collective behind each part of ``zero_comm_parts`` (its ring steps set its latency).
+# The collective behind each part of ``ZeroCommParts`` (its ring steps set its latency).
 COMM_COLLECTIVES = {
     "all_reduce_grads": Collective.all_reduce,
     "reduce_scatter_grads": Collective.reduce_scatter,
@@ -83,17 +74,50 @@ COMM_COLLECTIVES = {
 }
 
 
-def zero_latency_steps(parts: dict[str, float], n: int, nodes: int) -> LatencySteps:
+@dataclass(frozen=True, slots=True)
+class ZeroCommParts:
+    """Bytes each rank sends per step by collective (ring convention); 0 for the collectives
+    the stage does not run."""
+
+    all_reduce_grads_bytes: float = 0.0
+    reduce_scatter_grads_bytes: float = 0.0
+    all_gather_params_update_bytes: float = 0.0
+    all_gather_params_fwd_bytes: float = 0.0
+    all_gather_params_bwd_bytes: float = 0.0
+
+    @property
+    def total_bytes(self) -> float:
+        """Every collective's bytes, summed."""
+        return (
+            self.all_reduce_grads_bytes
+            + self.reduce_scatter_grads_bytes
+            + self.all_gather_params_update_bytes
+            + self.all_gather_params_fwd_bytes
+            + self.all_gather_params_bwd_bytes
+        )
+
+    def by_collective(self) -> tuple[tuple[str, float], ...]:
+        """(part name of ``COMM_COLLECTIVES``, bytes) for every collective, in that order."""
+        return (
+            ("all_reduce_grads", self.all_reduce_grads_bytes),
+            ("reduce_scatter_grads", self.reduce_scatter_grads_bytes),
+            ("all_gather_params_update", self.all_gather_params_update_bytes),
+            ("all_gather_params_fwd", self.all_gather_params_fwd_bytes),
+            ("all_gather_params_bwd", self.all_gather_params_bwd_bytes),
+        )
+
+
+def zero_latency_steps(parts: ZeroCommParts, n: int, nodes: int) -> LatencySteps:
     """Ring latency steps of the collectives a step runs (the non-zero ``parts``), one each,
     over n ranks on ``nodes`` nodes (NCCL ring model, ``links.ring_steps``)."""
     steps = LatencySteps()
-    for key, value in parts.items():
+    for key, value in parts.by_collective():
         if value:
             steps += ring_steps(COMM_COLLECTIVES[key], n, nodes)
     return steps
 
 
-def zero_comm_parts(params: int, recipe: StateRecipe, stage: ZeroStage, n: int) -> dict[str, float]:
+def zero_comm_parts(params: int, recipe: StateRecipe, stage: ZeroStage, n: int) -> ZeroCommParts:
     """Bytes each rank sends per step, by collective (ring convention), at ``stage``.
 
     Stage 0: all-reduce of gradients 2(n-1)/n·Ψ·g. Stages 1-2: reduce-scatter of gradients
@@ -106,22 +130,21 @@ def zero_comm_parts(params: int, recipe: StateRecipe, stage: ZeroStage, n: int) 
     grads, weights = params * rb.grad_bytes, params * rb.weight_bytes
     rs = ring_factor(Collective.reduce_scatter, n)
     ag = ring_factor(Collective.all_gather, n)
-    parts = dict.fromkeys(COMM_LABELS, 0.0)  # every key in every row: stable JSON/CSV columns
     if stage is ZeroStage.none:
-        parts["all_reduce_grads"] = ring_factor(Collective.all_reduce, n) * grads
-    else:
-        parts["reduce_scatter_grads"] = rs * grads
-    if stage in (ZeroStage.optimizer, ZeroStage.gradients):
-        parts["all_gather_params_update"] = ag * weights
+        return ZeroCommParts(all_reduce_grads_bytes=ring_factor(Collective.all_reduce, n) * grads)
     if stage is ZeroStage.parameters:
-        parts["all_gather_params_fwd"] = ag * weights
-        parts["all_gather_params_bwd"] = ag * weights
-    return parts
+        return ZeroCommParts(
+            reduce_scatter_grads_bytes=rs * grads,
+            all_gather_params_fwd_bytes=ag * weights,
+            all_gather_params_bwd_bytes=ag * weights,
+        )
+    return ZeroCommParts(reduce_scatter_grads_bytes=rs * grads,
+                         all_gather_params_update_bytes=ag * weights)  # fmt: skip
 
 
 def zero_comm_bytes(params: int, recipe: StateRecipe, stage: ZeroStage, n: int) -> float:
-    """Total bytes each rank sends per step at ``stage`` (sum of ``zero_comm_parts``)."""
-    return sum(zero_comm_parts(params, recipe, stage, n).values())
+    """Total bytes each rank sends per step at ``stage`` (``ZeroCommParts.total_bytes``)."""
+    return zero_comm_parts(params, recipe, stage, n).total_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,7 +235,7 @@ def zero_comm(
     ``nodes`` = nodes the group spans (default ``links.link_nodes``) for the ring latency."""
     rb = recipe_bytes(recipe)
     parts = zero_comm_parts(params, recipe, stage, n)
-    comm = sum(parts.values())
+    comm = parts.total_bytes
     dp = zero_comm_bytes(params, recipe, ZeroStage.none, n)
     nodes = link_nodes(link, n) if nodes is None else nodes
     steps = zero_latency_steps(parts, n, nodes)
@@ -222,11 +245,11 @@ def zero_comm(
         params=params,
         grad_bytes_per_param=rb.grad_bytes,
         weight_bytes_per_param=rb.weight_bytes,
-        all_reduce_grads_send_bytes=parts["all_reduce_grads"],
-        reduce_scatter_grads_send_bytes=parts["reduce_scatter_grads"],
-        all_gather_params_update_send_bytes=parts["all_gather_params_update"],
-        all_gather_params_fwd_send_bytes=parts["all_gather_params_fwd"],
-        all_gather_params_bwd_send_bytes=parts["all_gather_params_bwd"],
+        all_reduce_grads_send_bytes=parts.all_reduce_grads_bytes,
+        reduce_scatter_grads_send_bytes=parts.reduce_scatter_grads_bytes,
+        all_gather_params_update_send_bytes=parts.all_gather_params_update_bytes,
+        all_gather_params_fwd_send_bytes=parts.all_gather_params_fwd_bytes,
+        all_gather_params_bwd_send_bytes=parts.all_gather_params_bwd_bytes,
         comm_send_bytes_per_rank=comm,
         dp_send_bytes_per_rank=dp,
         link=link,

@@ -4,7 +4,6 @@ beside ``zero.py``), and their conversion to the ``Term`` rows ``tpcalc zero`` p
 from __future__ import annotations
 
 from tpcalc.calc.dp.zero import (
-    COMM_LABELS,
     ZERO_COMM_SOURCE,
     ZERO_MEM_SOURCE,
     ZeroComm,
@@ -22,6 +21,14 @@ from tpcalc.specs import HardwareSpec
 from tpcalc.terms import Scalar, Term, Unit
 
 COMM_TOTAL = "comm_send_bytes_per_rank"
+# Label and formula of each part of ``ZeroCommParts``, by the names of ``COMM_COLLECTIVES``.
+COMM_LABELS = {
+    "all_reduce_grads": ("all-reduce gradients", "2(n-1)/n × N × grad_bytes"),
+    "reduce_scatter_grads": ("reduce-scatter gradients", "(n-1)/n × N × grad_bytes"),
+    "all_gather_params_update": ("all-gather updated params", "(n-1)/n × N × weight_bytes"),
+    "all_gather_params_fwd": ("all-gather params (forward)", "(n-1)/n × N × weight_bytes"),
+    "all_gather_params_bwd": ("all-gather params (backward)", "(n-1)/n × N × weight_bytes"),
+}
 SRC_RATIO = "seed 000 summary (444.5 GB = 5.6 × 80 GB)"
 SRC_FREE = "seed 000 summary (80 - 55.6 = 24.4 GB)"
 STATES_ROWS = (STATES_TOTAL, "states_over_memory_ratio", "free_for_activations_bytes")
@@ -58,6 +65,14 @@ def states_explanations(recipe: StateRecipe) -> dict[str, Explanation]:
         "n": Explanation("n", Unit.count, "data-parallel size", ZERO_MEM_SOURCE),
         "memory_bytes": Explanation("card memory", Unit.bytes, "hardware config", src),
     }  # fmt: skip
+
+
+def parts_explanations() -> dict[str, Explanation]:
+    """The explain table of ``ZeroCommParts``: one collective per field."""
+    return {
+        f"{key}_bytes": Explanation(label, Unit.bytes, formula, ZERO_COMM_SOURCE, COMM_TOTAL)
+        for key, (label, formula) in COMM_LABELS.items()
+    }
 
 
 def comm_explanations(hw: HardwareSpec, link: Link, with_latency: bool) -> dict[str, Explanation]:

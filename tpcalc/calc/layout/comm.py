@@ -10,57 +10,28 @@ says how much of that time is exposed, under a named overlap assumption:
   (Li et al. 2020 DDP buckets; seed 000 compares 1.94 s with 1.05 s);
 - EP: 4 all-to-alls per MoE layer per micro-batch, exposed, except DualPipe, which hides them
   behind the other direction's compute (DeepSeek-V3 §3.2.1).
+
+Every function returns a frozen ``DimCost`` with a typed detail of the dimension; labels,
+formulas and sources are in ``tpcalc.calc.layout.comm_explain``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
-from tpcalc.calc.cp.ring import ring_latency_steps_per_layer
-from tpcalc.calc.cp.ring_explain import cp_row
-from tpcalc.calc.dp.zero import COMM_LABELS, zero_comm_parts, zero_latency_steps
-from tpcalc.calc.ep import all_to_all_explain as ep_explain
-from tpcalc.calc.ep.all_to_all import A2A_KINDS, ep_comm
-from tpcalc.calc.layout.groups import SRC_ORDER, Group, LayoutRun, ParallelLayout
+from tpcalc.calc.cp.ring import CpRing, cp_ring, ring_latency_steps_per_layer
+from tpcalc.calc.dp.zero import ZeroCommParts, ZeroStage, zero_comm_parts, zero_latency_steps
+from tpcalc.calc.ep.all_to_all import A2A_KINDS, EpComm, ep_comm
+from tpcalc.calc.layout.groups import Group, LayoutRun, ParallelLayout
 from tpcalc.calc.links.collectives import Collective, ring_factor
-from tpcalc.calc.links.link import (
-    LATENCY_FORMULA,
-    LatencySteps,
-    latency_inputs,
-    latency_source,
-    ring_steps,
-    steps_time_s,
-)
+from tpcalc.calc.links.link import LatencySteps, Link, ring_steps, steps_time_s
 from tpcalc.calc.pipeline.schedule import p2p_bytes, p2p_sends_per_rank
 from tpcalc.calc.tp.comm import collectives_per_layer, message_bytes
 from tpcalc.choices import MoeDispatcher, Recompute, Schedule
 from tpcalc.specs import HardwareSpec, ModelSpec
-from tpcalc.terms import Row, Scalar, Term, Unit, term
-
-SRC_TP = "Shoeybi et al. 2019 §3: 2 fwd + 2 bwd all-reduces per layer; seed 000: TP waits"
-SRC_CP = "Liu et al. 2023 Ring Attention §3: transfer hidden when compute per block is longer"
-SRC_PP = "Narayanan et al. 2021 §4.1: s·b·h/t per send with scatter/gather; counted exposed"
-SRC_DP = "ZeRO §7.2 per stage; Li et al. 2020 (DDP) §3.2.3: overlap with the last backward"
-SRC_EP = "GShard §2.2 all-to-alls; DeepSeek-V3 §3.2.1: DualPipe overlaps them with compute"
-
-# How each dimension's group is shaped and what its row's totals add up (for --explain).
-GROUP_FORMULA = {"tp": "tp", "cp": "cp", "pp": "pp", "dp": "dp·cp", "ep": "ep"}
-STRIDE_FORMULA = {"tp": "1", "cp": "tp", "pp": "tp·cp·dp", "dp": "tp", "ep": "etp"}
-SEND_FORMULA = {
-    "tp": "m · layers · collectives/layer · 2(t-1)/t · M",
-    "cp": "m · full-attention layers · send_bytes_per_layer (cp row)",
-    "pp": "sends per step · p2p bytes",
-    "dp": "Σ ZeRO collectives of the dense (dp·cp) and expert (dp·cp/ep) parameters",
-    "ep": "m · MoE layers · all-to-all bytes per layer (ep row)",
-}
-SEND_SOURCE = {"tp": SRC_TP, "cp": SRC_CP, "pp": SRC_PP, "dp": SRC_DP, "ep": SRC_EP}
-EXPOSED_FORMULA = {
-    "tp": "comm_time",
-    "cp": "comm_time · max(0, 1 − attention/transfer)",
-    "pp": "comm_time",
-    "dp": "max(0, comm_time − last backward)",
-    "ep": "comm_time (DualPipe: max(0, comm_time − compute))",
-}
+from tpcalc.units import Dtype
 
 # The overlap assumption of each dimension, echoed in its row (see the module docstring).
 OVERLAP = {
@@ -73,16 +44,102 @@ OVERLAP = {
 }
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
+class TpDetail:
+    """The TP message and how many collectives the busiest stage runs."""
+
+    tp_message_bytes: float
+    tp_collectives_per_layer: int
+    tp_layers_on_rank: int
+    seq: int
+    cp: int
+
+
+@dataclass(frozen=True, slots=True)
+class CpDetail:
+    """The ring of one micro-batch (``cp_ring``) and the inputs it was computed from."""
+
+    ring: CpRing
+    seq: int
+    cp: int
+    micro_batch: int
+    dtype: Dtype
+    link: Link
+    with_latency: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PpDetail:
+    """One stage-to-stage send and the sends of the middle rank per step."""
+
+    pp_p2p_bytes: float
+    pp_sends_per_step: int
+    tp: int
+    microbatches: int
+    vpp: int
+
+
+@dataclass(frozen=True, slots=True)
+class DpShare:
+    """The ZeRO collectives of one kind of parameter (dense or expert) over its DP group."""
+
+    kind: str  # "dense" or "expert"
+    params: int
+    group_size: int
+    parts: ZeroCommParts
+
+
+@dataclass(frozen=True, slots=True)
+class DpDetail:
+    """The ZeRO collectives of the dense and expert parameters, and the backward hiding them."""
+
+    shares: tuple[DpShare, ...]
+    dp_backward_time_s: float
+    zero: ZeroStage
+
+
+@dataclass(frozen=True, slots=True)
+class EpDetail:
+    """The all-to-alls of one MoE layer (``ep_comm``) and the tokens each rank dispatches."""
+
+    comm: EpComm
+    ep_tokens_per_rank: int
+    seq: int
+    micro_batch: int
+
+
+Detail = TpDetail | CpDetail | PpDetail | DpDetail | EpDetail
+
+
+@dataclass(frozen=True, slots=True)
 class DimCost:
-    """One dimension's bytes, time and exposed time per step, plus its detail terms."""
+    """One dimension's bytes, time and exposed time per step, and its typed detail."""
 
     send_bytes: float = 0.0
     time_s: float = 0.0
     exposed_s: float = 0.0
-    details: list[Term] = field(default_factory=list)
     overlap: str = "nothing to send"
     latency: LatencySteps = field(default_factory=LatencySteps)
+    detail: Detail | None = None
+
+    @property
+    def hidden_s(self) -> float:
+        """The part of the time hidden behind compute."""
+        return self.time_s - self.exposed_s
+
+
+class DimCosts(NamedTuple):
+    """The cost of every dimension, in the rows' order (``summary.DIM_ORDER``)."""
+
+    tp: DimCost
+    cp: DimCost
+    pp: DimCost
+    dp: DimCost
+    ep: DimCost
+
+    def by_dimension(self) -> Iterator[tuple[str, DimCost]]:
+        """(dimension name, cost) in the rows' order."""
+        return zip(self._fields, self, strict=True)
 
 
 def tp_cost(
@@ -99,15 +156,8 @@ def tp_cost(
     count = run.microbatches * layers * n
     steps = ring_steps(Collective.all_reduce, layout.tp, group.nodes, count)
     time = steps_time_s(total, steps, hw, group.link, with_latency=run.with_latency)
-    details = [
-        term("tp_message_bytes", "TP message (s/cp)·b·h", m, Unit.bytes,
-             formula="(s/cp)·b·h·dtype", source=SRC_TP, s=run.seq, cp=layout.cp),
-        term("tp_collectives_per_layer", "TP all-reduces per layer", n, Unit.count,
-             formula="2 fwd + 2 bwd (+2 recomputed)", source=SRC_TP),
-        term("tp_layers_on_rank", "layers on the busiest stage", layers, Unit.count,
-             formula="max over PP ranks", source="pipeline.chunk_layer_counts"),
-    ]  # fmt: skip
-    return DimCost(total, time, time, details, OVERLAP["tp"], steps)
+    detail = TpDetail(m, n, layers, run.seq, layout.cp)
+    return DimCost(total, time, time, OVERLAP["tp"], steps, detail)
 
 
 def cp_cost(
@@ -117,21 +167,21 @@ def cp_cost(
     """The K/V ring over the full-attention layers of the worst stage."""
     if layout.cp == 1:
         return DimCost()
-    row = cp_row(
+    ring = cp_ring(
         spec, hw, seq=run.seq, cp=layout.cp, micro_batch=run.micro_batch, tp=layout.tp,
         dtype=run.dtype, link=group.link, with_latency=run.with_latency,
     )  # fmt: skip
-    per_layer = float(row.value("send_bytes_per_layer"))
-    total = run.microbatches * full_layers * per_layer
-    ratio = float(row.value("kv_over_compute_ratio"))
+    total = run.microbatches * full_layers * float(ring.send_bytes_per_layer)
+    ratio = ring.kv_over_compute_ratio
     steps = ring_latency_steps_per_layer(layout.cp, group.nodes).times(
         run.microbatches * full_layers
     )
     time = steps_time_s(total, steps, hw, group.link, with_latency=run.with_latency)
     exposed = time * max(0.0, 1 - 1 / ratio) if ratio > 0 else 0.0
-    details = [row.get("kv_block_bytes"), row.get("ring_sends_per_layer_count"),
-               row.get("kv_over_compute_ratio")]  # fmt: skip
-    return DimCost(total, time, exposed, details, OVERLAP["cp"], steps)
+    detail = CpDetail(
+        ring, run.seq, layout.cp, run.micro_batch, run.dtype, group.link, run.with_latency
+    )
+    return DimCost(total, time, exposed, OVERLAP["cp"], steps, detail)
 
 
 def pp_cost(
@@ -148,13 +198,8 @@ def pp_cost(
     total = per_send * sends
     steps = ring_steps(Collective.p2p, layout.pp, group.nodes, sends)
     time = steps_time_s(total, steps, hw, group.link, with_latency=run.with_latency)
-    details = [
-        term("pp_p2p_bytes", "stage-to-stage send", per_send, Unit.bytes,
-             formula="(s/cp)·b·h·dtype / t", source=SRC_PP, t=layout.tp),
-        term("pp_sends_per_step", "sends per step (middle rank)", sends, Unit.count,
-             formula="2·m (·v interleaved)", source=SRC_PP, m=run.microbatches, v=run.vpp),
-    ]  # fmt: skip
-    return DimCost(total, time, time, details, OVERLAP["pp"], steps)
+    detail = PpDetail(per_send, sends, layout.tp, run.microbatches, run.vpp)
+    return DimCost(total, time, time, OVERLAP["pp"], steps, detail)
 
 
 def dp_cost(
@@ -163,32 +208,21 @@ def dp_cost(
 ) -> DimCost:  # fmt: skip
     """ZeRO/DP traffic of the dense params over dp·cp and of the experts over dp·cp/ep."""
     dense_group, expert_group = groups
-    details: list[Term] = []
+    shares: list[DpShare] = []
     total = time = 0.0
     latency = LatencySteps()
     for kind, group, n in (("dense", dense_group, params[0]), ("expert", expert_group, params[1])):
         if group.size == 1 or n == 0:
             continue
-        parts = {
-            k: v for k, v in zero_comm_parts(n, run.recipe, layout.zero, group.size).items() if v
-        }
-        for key, value in parts.items():
-            label, formula = COMM_LABELS[key]
-            details.append(
-                term(f"dp_{kind}_{key}_bytes", f"{kind}: {label}", value, Unit.bytes,
-                     formula=formula, source=SRC_DP, part_of="send_bytes_per_step",
-                     N=n, n=group.size, zero=int(layout.zero))
-            )  # fmt: skip
-        sent = sum(parts.values())
+        parts = zero_comm_parts(n, run.recipe, layout.zero, group.size)
+        shares.append(DpShare(kind, n, group.size, parts))
+        sent = parts.total_bytes
         steps = zero_latency_steps(parts, group.size, group.nodes)
         total += sent
         latency += steps
         time += steps_time_s(sent, steps, hw, group.link, with_latency=run.with_latency)
-    details.append(
-        term("dp_backward_time_s", "backward of the last micro-batch (hides DP)", backward_s,
-             Unit.seconds, formula="4/6 of one micro-batch's compute", source=SRC_DP)
-    )  # fmt: skip
-    return DimCost(total, time, max(0.0, time - backward_s), details, OVERLAP["dp"], latency)
+    detail = DpDetail(tuple(shares), backward_s, layout.zero)
+    return DimCost(total, time, max(0.0, time - backward_s), OVERLAP["dp"], latency, detail)
 
 
 def ep_cost(
@@ -209,57 +243,8 @@ def ep_cost(
     total = run.microbatches * moe_layers * r.send_bytes_per_layer
     time = run.microbatches * moe_layers * r.a2a_time_per_layer_s
     hidden_by = compute_s if run.schedule is Schedule.dualpipe else 0.0
-    details = [
-        *ep_explain.memory_row_terms(r.memory, spec, only=("experts_per_rank",)),
-        *ep_explain.ep_comm_terms(r, spec, hw, only=("cross_node_share_ratio",)),
-        term("ep_tokens_per_rank", "tokens dispatched per micro-batch", tokens, Unit.count,
-             formula="s·b/(cp·tp)", source=SRC_EP, s=run.seq, b=run.micro_batch),
-    ]  # fmt: skip
     overlap = OVERLAP["ep-dualpipe" if hidden_by else "ep"]
     count = run.microbatches * moe_layers * len(A2A_KINDS)
     steps = ring_steps(Collective.all_to_all, layout.ep, group.nodes, count)
-    return DimCost(total, time, max(0.0, time - hidden_by), details, overlap, steps)
-
-
-def dimension_row(
-    group: Group,
-    cost: DimCost,
-    inputs: dict[str, Scalar],
-    hw: HardwareSpec,
-    with_latency: bool,
-    timed_by: tuple[str, str] | None = None,
-) -> Row:
-    """One row per dimension: the group, its link, bytes and time, hidden and exposed parts.
-    ``timed_by`` (formula, source) names the model that timed it when not this module's."""
-    link = group.link.value if group.size > 1 else "none"
-    hidden = cost.time_s - cost.exposed_s
-    terms = [
-        term("group_size", "group size", group.size, Unit.count,
-             formula=GROUP_FORMULA[group.dimension], source=SRC_ORDER),
-        term("stride", "rank distance", group.stride, Unit.count,
-             formula=STRIDE_FORMULA[group.dimension], source=SRC_ORDER),
-        term("nodes_spanned", "nodes one group spans", group.nodes, Unit.count,
-             formula="nodes_spanned(size, stride, gpus_per_node)",
-             source="tpcalc.calc.links.link.nodes_spanned"),
-        term("link", "link", link, Unit.text, formula="slowest link the group crosses",
-             source="tpcalc.calc.links.link.link_for_group"),
-        term("overlap", "overlap assumption", cost.overlap, Unit.text,
-             formula="named assumption", source=__doc__.splitlines()[0]),
-        *cost.details,
-        term("send_bytes_per_step", "sent per rank per step", cost.send_bytes, Unit.bytes,
-             formula=SEND_FORMULA[group.dimension], source=SEND_SOURCE[group.dimension]),
-        term("hidden_time_s", "hidden behind compute", hidden, Unit.seconds,
-             formula="comm_time − exposed_time", source=__doc__.splitlines()[0],
-             part_of="comm_time_s", comm_time_s=cost.time_s, exposed_time_s=cost.exposed_s),
-        term("exposed_time_s", "exposed (adds to the step)", cost.exposed_s, Unit.seconds,
-             formula=EXPOSED_FORMULA[group.dimension], source=SEND_SOURCE[group.dimension],
-             part_of="comm_time_s", overlap=cost.overlap),
-        term("comm_time_s", "time on the link", cost.time_s, Unit.seconds,
-             formula=f"bytes / bandwidth + {LATENCY_FORMULA}",
-             source="alpha-beta model (links.py); " + latency_source(hw, with_latency),
-             **latency_inputs(hw, cost.latency, with_latency))
-        if timed_by is None
-        else term("comm_time_s", "time on the link", cost.time_s, Unit.seconds,
-                  formula=timed_by[0], source=timed_by[1]),
-    ]  # fmt: skip
-    return Row(inputs={**inputs, "dimension": group.dimension}, terms=tuple(terms))
+    detail = EpDetail(r, tokens, run.seq, run.micro_batch)
+    return DimCost(total, time, max(0.0, time - hidden_by), overlap, steps, detail)

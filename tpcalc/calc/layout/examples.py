@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from tpcalc.calc.dp.zero import ZeroStage
 from tpcalc.calc.layout.groups import ParallelLayout
-from tpcalc.calc.layout.report import Cited
+from tpcalc.calc.layout.summary import Cited
 
 
 @dataclass(frozen=True)

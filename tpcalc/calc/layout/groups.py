@@ -9,7 +9,7 @@ etp is its own option, 1 by default as in the Megatron-Bridge MoE recipes). GPUs
 numbered node-major, so a group whose members are more than a node apart crosses the inter-node
 link and is priced on it (seed 000: "TP 只放机内").
 
-``tpcalc.calc.layout.report.layout_report`` builds the rows; this module holds the checks and
+``tpcalc.calc.layout.price.price_layout`` prices a layout; this module holds the checks and
 the placement.
 """
 

@@ -189,15 +189,12 @@ def layer_activation_bytes(
             recompute=recompute,
         )  # fmt: skip
         return [float(layer.activation_bytes_per_layer)] * spec.num_hidden_layers
-    from tpcalc.calc.activations.exact.layer import layer_kind
-    from tpcalc.calc.activations.exact.summary import exact_activation_terms
+    from tpcalc.calc.activations.exact.summary import exact_activations
 
     options = activation_options(
         layout, sp=sp, recompute=recompute, techniques=techniques or MemoryTechniques()
     )
-    values = {t.key: t.number for t in exact_activation_terms(spec, seq, micro_batch, options)}
-    kinds = [layer_kind(spec, i) for i in range(spec.num_hidden_layers)]
-    return [values[f"exact_{k.replace('+', '_')}_bytes_per_layer"] for k in kinds]
+    return exact_activations(spec, seq, micro_batch, options).bytes_per_layer(spec)
 
 
 def buffer_bytes(

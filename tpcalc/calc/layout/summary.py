@@ -6,17 +6,21 @@ slowest stage + the pipeline bubble + every dimension's exposed communication (N
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from tpcalc.calc.layout.comm import DimCost
+from tpcalc.calc.layout.comm import DimCosts
 from tpcalc.calc.layout.compute import mfu_peak, model_flop_per_step
 from tpcalc.calc.layout.groups import LayoutRun, ParallelLayout
 from tpcalc.specs import HardwareSpec, ModelSpec
 
-if TYPE_CHECKING:
-    from tpcalc.calc.layout.report import Cited
+DIM_ORDER = DimCosts._fields  # ("tp", "cp", "pp", "dp", "ep"): the rows' order
 
-DIM_ORDER = ("tp", "cp", "pp", "dp", "ep")
+
+@dataclass(frozen=True, slots=True)
+class Cited:
+    """A measured figure a source reports for this layout (shown, never computed)."""
+
+    mfu: float
+    source: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +30,11 @@ class DimensionTotal:
     dimension: str
     exposed_time_s: float
     send_bytes_per_step: float
+
+
+def dimension_totals(costs: DimCosts) -> tuple[DimensionTotal, ...]:
+    """Each dimension's exposed time and bytes, in ``DIM_ORDER``."""
+    return tuple(DimensionTotal(d, c.exposed_s, c.send_bytes) for d, c in costs.by_dimension())
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,13 +73,13 @@ class FixedStepSummary:
 
 def fixed_step_summary(
     spec: ModelSpec, hw: HardwareSpec, lay: ParallelLayout, run: LayoutRun,
-    costs: dict[str, DimCost], mb_s: float, bubble: float, cited: Cited | None,
+    costs: DimCosts, mb_s: float, bubble: float, cited: Cited | None,
 ) -> FixedStepSummary:  # fmt: skip
     """m micro-batches of the slowest stage + the bubble + every dimension's exposed time
     (``summary_explain.SRC_STEP``); MFU = model FLOP / (world · peak · step) (``SRC_MFU``)."""
     m = run.microbatches
     compute = m * mb_s
-    dims = tuple(DimensionTotal(d, costs[d].exposed_s, costs[d].send_bytes) for d in DIM_ORDER)
+    dims = dimension_totals(costs)
     exposed = sum(x.exposed_time_s for x in dims)
     step_s = compute + bubble + exposed
     model_flop = model_flop_per_step(
@@ -87,7 +96,7 @@ def fixed_step_summary(
         dimensions=dims,
         exposed_time_s=exposed,
         step_time_s=step_s,
-        send_bytes_per_step=sum(c.send_bytes for c in costs.values()),
+        send_bytes_per_step=sum(c.send_bytes for c in costs),
         bubble_share_ratio=bubble / step_s,
         model_flop_per_step=model_flop,
         achieved_flop_per_s=hw.achieved_flop_per_s.value,

@@ -1,32 +1,17 @@
-"""A layout's step under the per-operation model: the dimension rows' times and the summary.
+"""A layout's step under the per-operation model: each dimension's time and exposed part.
 
-``calc.layout.report`` prices a layout's bytes per dimension (``calc.layout.comm``); with the
+``calc.layout.price`` prices a layout's bytes per dimension (``calc.layout.comm``); with the
 roofline time model (the default) the time and the exposed part of each dimension, and the step
-breakdown, come from ``calc.time.step`` instead, and every modelling choice is echoed as an input.
+breakdown, come from ``calc.time.step`` instead. Labels and sources: ``timed_explain``.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, replace
 
-from tpcalc.calc.layout.comm import DimCost
-from tpcalc.calc.time.explain import STEP_EXPLANATIONS
-from tpcalc.calc.time.pipeline_layout import layers_text
+from tpcalc.calc.layout.comm import DimCosts
+from tpcalc.calc.layout.summary import Cited, DimensionTotal, dimension_totals
 from tpcalc.calc.time.step import StepTime, TimeOptions
-from tpcalc.explain import terms
-from tpcalc.specs import HardwareSpec
-from tpcalc.terms import Scalar, Term, Unit, term
-
-if TYPE_CHECKING:  # report.py imports this module
-    from tpcalc.calc.layout.report import Cited
-
-ROOFLINE_COMM = (
-    "Σ collectives: NCCL base + ring steps · α + bytes sent / busbw (k NICs across nodes)",
-    "tpcalc.calc.time.roofline.collective_time_s; the card's performance block",
-)
-SRC_DIMS = "tpcalc.calc.layout.comm: bytes each rank sends per step, per dimension"
-DIMS = ("tp", "cp", "pp", "dp", "ep")
 
 
 def overlap_text(opts: TimeOptions) -> dict[str, str]:
@@ -51,68 +36,42 @@ def overlap_text(opts: TimeOptions) -> dict[str, str]:
     }
 
 
-def time_inputs(hw: HardwareSpec, opts: TimeOptions) -> dict[str, Scalar]:
-    """Every assumption of the step-time model, as row inputs (table, JSON and CSV)."""
-    ov = opts.overlap
-    scale = hw.performance.fitted.compute_scale.value if hw.performance else None
-    return {
-        "time_model": "roofline",
-        "tp_comm_overlap": ov.tp_comm,
-        "cp_overlap": ov.cp_ring,
-        "ep_overlap": "auto" if ov.ep_a2a is None else ov.ep_a2a,
-        "pp_overlap": ov.pp_p2p,
-        "dp_overlap": ov.dp_grad_reduce and ov.dp_param_gather,
-        "causal": opts.causal,
-        "attention_flops": "causal" if opts.causal_model_flops else "full",
-        "fused_sinks": opts.fused_sinks,
-        "first_stage_layers": opts.first_stage_layers,
-        "last_stage_layers": opts.last_stage_layers,
-        "recompute_layers": opts.recompute_layers,
-        "ep_dispatch": "node-aware" if opts.ep_node_dedup else "all-to-all",
-        "stage_layers": layers_text(opts.chunk_layers) if opts.chunk_layers else "even",
-        "compute_scale": scale,
-    }
-
-
-def roofline_costs(costs: dict[str, DimCost], st: StepTime) -> dict[str, DimCost]:
+def roofline_costs(costs: DimCosts, st: StepTime) -> DimCosts:
     """Each dimension's bytes as priced, its time and exposed time from the step model."""
-    timed = {
-        "tp": (st.tp_comm_time_s, st.tp_exposed_time_s),
-        "cp": (st.cp_comm_time_s, st.cp_exposed_time_s),
-        "ep": (st.ep_comm_time_s, st.ep_exposed_time_s),
-        "pp": (st.pp_comm_time_s, st.pp_exposed_time_s),
-        "dp": (st.dp_comm_time_s, st.dp_exposed_time_s),
-    }
-    return {d: replace(costs[d], time_s=timed[d][0], exposed_s=timed[d][1]) for d in costs}
+    return DimCosts(
+        tp=replace(costs.tp, time_s=st.tp_comm_time_s, exposed_s=st.tp_exposed_time_s),
+        cp=replace(costs.cp, time_s=st.cp_comm_time_s, exposed_s=st.cp_exposed_time_s),
+        pp=replace(costs.pp, time_s=st.pp_comm_time_s, exposed_s=st.pp_exposed_time_s),
+        dp=replace(costs.dp, time_s=st.dp_comm_time_s, exposed_s=st.dp_exposed_time_s),
+        ep=replace(costs.ep, time_s=st.ep_comm_time_s, exposed_s=st.ep_exposed_time_s),
+    )
 
 
-def with_overlap(costs: dict[str, DimCost], opts: TimeOptions) -> dict[str, DimCost]:
+def with_overlap(costs: DimCosts, opts: TimeOptions) -> DimCosts:
     """The costs with each dimension's overlap assumption in words (``overlap_text``)."""
     text = overlap_text(opts)
-    return {d: replace(c, overlap=text[d]) for d, c in costs.items()}
+    return DimCosts(*(replace(c, overlap=text[d]) for d, c in costs.by_dimension()))
 
 
-def roofline_summary(st: StepTime, costs: dict[str, DimCost], cited: Cited | None) -> list[Term]:
-    """The summary row: the step breakdown (parts add up to step_time_s), throughput, MFU,
-    HFU, bytes per dimension, and a cited measured MFU when a source gives one."""
-    out = list(terms(st, STEP_EXPLANATIONS))
-    for d in DIMS:
-        out.append(
-            term(f"{d}_send_bytes_per_step", f"{d.upper()} sent", costs[d].send_bytes,
-                 Unit.bytes, formula=f"{d} row: send_bytes_per_step", source=SRC_DIMS,
-                 part_of="send_bytes_per_step")
-        )  # fmt: skip
-    out += [
-        term("send_bytes_per_step", "sent per rank per step, all dimensions",
-             sum(c.send_bytes for c in costs.values()), Unit.bytes,
-             formula="Σ over tp, cp, pp, dp, ep of send_bytes_per_step", source=SRC_DIMS),
-        term("bubble_share_ratio", "bubble / step", st.bubble_time_s / st.step_time_s,
-             Unit.ratio, formula="bubble_time / step_time", source=STEP_EXPLANATIONS[
-                 "bubble_time_s"].source),
-    ]  # fmt: skip
-    if cited is not None:
-        out.append(
-            term("mfu_cited_ratio", "MFU (cited, measured)", cited.mfu, Unit.ratio,
-                 formula="measured, as cited", source=cited.source)
-        )  # fmt: skip
-    return out
+@dataclass(frozen=True, slots=True)
+class RooflineSummary:
+    """The summary row under the roofline model: the step breakdown, bytes per dimension and
+    all dimensions, the bubble's share of the step, and a cited measured MFU when there is one."""
+
+    step: StepTime
+    dimensions: tuple[DimensionTotal, ...]  # in DIM_ORDER
+    send_bytes_per_step: float
+    bubble_share_ratio: float
+    cited: Cited | None
+
+
+def roofline_summary(st: StepTime, costs: DimCosts, cited: Cited | None) -> RooflineSummary:
+    """The step model's breakdown with the bytes each dimension sends (Σ over dimensions) and
+    bubble / step."""
+    return RooflineSummary(
+        step=st,
+        dimensions=dimension_totals(costs),
+        send_bytes_per_step=sum(c.send_bytes for c in costs),
+        bubble_share_ratio=st.bubble_time_s / st.step_time_s,
+        cited=cited,
+    )

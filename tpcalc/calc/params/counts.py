@@ -8,6 +8,8 @@ against an independent count) follows nanoGPT ``transformer_sizing.ipynb``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from tpcalc.choices import ParamConvention
 from tpcalc.errors import InputError
 from tpcalc.specs import ModelSpec
@@ -24,8 +26,38 @@ DELTANET_BA = 2  # in_proj_b and in_proj_a: one scalar per value head each
 DELTANET_DECAY = 2  # dt_bias and A_log: one scalar per value head each
 MTP_FC_INPUTS = 2  # MTP fc / eh_proj maps [norm(embedding); norm(hidden)] (2h) to h
 MTP_PRE_NORMS = 2  # enorm + hnorm (DeepSeek) = pre_fc_norm_embedding + pre_fc_norm_hidden (Qwen3.5)
-LAYER_PARTS = ("full_attention", "linear_attention", "dense_mlp", "routed_expert", "shared_expert",
-               "router", "norm")  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class LayerParts:
+    """A decoder layer's parameters by part (or, summed, all layers'); 0 for a part it lacks."""
+
+    full_attention: int = 0
+    linear_attention: int = 0
+    dense_mlp: int = 0
+    routed_expert: int = 0
+    shared_expert: int = 0
+    router: int = 0
+    norm: int = 0
+
+    @property
+    def total(self) -> int:
+        """Every part, summed."""
+        return (
+            self.full_attention + self.linear_attention + self.dense_mlp + self.routed_expert
+            + self.shared_expert + self.router + self.norm
+        )  # fmt: skip
+
+    def __add__(self, other: LayerParts) -> LayerParts:
+        return LayerParts(
+            self.full_attention + other.full_attention,
+            self.linear_attention + other.linear_attention,
+            self.dense_mlp + other.dense_mlp,
+            self.routed_expert + other.routed_expert,
+            self.shared_expert + other.shared_expert,
+            self.router + other.router,
+            self.norm + other.norm,
+        )
 
 
 def _norm(spec: ModelSpec, width: int) -> int:
@@ -104,25 +136,44 @@ def shared_expert_intermediate(spec: ModelSpec) -> int:
     return spec.n_shared_experts * (spec.moe_intermediate_size or 0)
 
 
-def _ffn_parts(spec: ModelSpec, i: int) -> dict[str, int]:
-    """Layer i's FFN: a dense MLP, or routed + shared experts + router (DeepSeek-V3 §2.1.2)."""
+def _ffn(spec: ModelSpec, i: int) -> tuple[int, int, int, int]:
+    """Layer i's FFN as (dense MLP, routed experts, shared experts, router): a dense MLP, or
+    routed + shared experts + router (DeepSeek-V3 §2.1.2)."""
     if not spec.is_moe_layer(i):
-        return {"dense_mlp": mlp_params(spec, spec.intermediate_size)}
+        return mlp_params(spec, spec.intermediate_size), 0, 0, 0
     experts, shared = spec.n_routed_experts or 0, shared_expert_intermediate(spec)
-    return {
-        "routed_expert": experts * mlp_params(spec, spec.moe_intermediate_size or 0),
-        "shared_expert": (mlp_params(spec, shared) if shared else 0) + _shared_gate(spec),
-        "router": experts * spec.hidden_size + (experts if spec.router_bias else 0),
-    }
+    return (
+        0,
+        experts * mlp_params(spec, spec.moe_intermediate_size or 0),
+        (mlp_params(spec, shared) if shared else 0) + _shared_gate(spec),
+        experts * spec.hidden_size + (experts if spec.router_bias else 0),
+    )
 
 
-def _layer_parts(spec: ModelSpec, i: int, *, force_full: bool = False) -> dict[str, int]:
-    """Layer i as {part: params}; the keys are the term keys without ``_params``."""
-    if force_full or spec.resolved_layer_types[i] != "linear_attention":
-        attn = {"full_attention": attention_params(spec)}
-    else:
-        attn = {"linear_attention": linear_attention_params(spec)}
-    return {**attn, **_ffn_parts(spec, i), "norm": NORMS_PER_LAYER * _norm(spec, spec.hidden_size)}
+def _is_full(spec: ModelSpec, i: int, force_full: bool) -> bool:
+    return force_full or spec.resolved_layer_types[i] != "linear_attention"
+
+
+def _layer_total(spec: ModelSpec, i: int, *, force_full: bool = False) -> int:
+    """``layer_parts(spec, i).total`` without building the parts (the planner's hot path)."""
+    full = _is_full(spec, i, force_full)
+    attention = attention_params(spec) if full else linear_attention_params(spec)
+    return attention + sum(_ffn(spec, i)) + NORMS_PER_LAYER * _norm(spec, spec.hidden_size)
+
+
+def layer_parts(spec: ModelSpec, i: int, *, force_full: bool = False) -> LayerParts:
+    """Layer i by part: its attention (full or linear), its FFN and its two norms."""
+    full = _is_full(spec, i, force_full)
+    dense, routed, shared, router = _ffn(spec, i)
+    return LayerParts(
+        full_attention=attention_params(spec) if full else 0,
+        linear_attention=0 if full else linear_attention_params(spec),
+        dense_mlp=dense,
+        routed_expert=routed,
+        shared_expert=shared,
+        router=router,
+        norm=NORMS_PER_LAYER * _norm(spec, spec.hidden_size),
+    )
 
 
 def layer_params(spec: ModelSpec, i: int) -> int:
@@ -131,12 +182,12 @@ def layer_params(spec: ModelSpec, i: int) -> int:
         raise InputError(
             f"layer {i} does not exist; {spec.name} has layers 0..{spec.num_hidden_layers - 1}"
         )
-    return sum(_layer_parts(spec, i).values())
+    return _layer_total(spec, i)
 
 
 def routed_layer_params(spec: ModelSpec, i: int) -> int:
     """Routed-expert parameters of layer i: E·P_mlp(I_moe) on an MoE layer, else 0."""
-    return _ffn_parts(spec, i).get("routed_expert", 0)
+    return _ffn(spec, i)[1]
 
 
 def active_layer_params(spec: ModelSpec, i: int) -> int:
@@ -149,12 +200,11 @@ def active_layer_params(spec: ModelSpec, i: int) -> int:
     return n
 
 
-def summed_layer_parts(spec: ModelSpec) -> dict[str, int]:
-    """Each LAYER_PARTS entry summed over all decoder layers."""
-    out = dict.fromkeys(LAYER_PARTS, 0)
+def summed_layer_parts(spec: ModelSpec) -> LayerParts:
+    """Every part summed over all decoder layers."""
+    out = LayerParts()
     for i in range(spec.num_hidden_layers):
-        for k, v in _layer_parts(spec, i).items():
-            out[k] += v
+        out += layer_parts(spec, i)
     return out
 
 
@@ -180,7 +230,7 @@ def mtp_params(spec: ModelSpec) -> int:
     module = (
         MTP_FC_INPUTS * h * h
         + MTP_PRE_NORMS * _norm(spec, h)
-        + sum(_layer_parts(spec, last, force_full=True).values())
+        + _layer_total(spec, last, force_full=True)
         + _norm(spec, h)
     )
     return spec.mtp_layers * module
@@ -199,7 +249,7 @@ def decoder_params(spec: ModelSpec) -> int:
 def routed_expert_params(spec: ModelSpec) -> int:
     """Routed experts over all MoE layers (DeepSeek-V3: 58 × 256 × 3 × 7168 × 2048 = 653.9e9,
     seed 000 §专家并行)."""
-    return summed_layer_parts(spec)["routed_expert"]
+    return summed_layer_parts(spec).routed_expert
 
 
 def total_params(spec: ModelSpec) -> int:
@@ -261,7 +311,7 @@ def tp_replicated_layer_params(spec: ModelSpec, i: int, *, force_full: bool = Fa
         n += (_norm(spec, q_rank) + h * q_rank) if q_rank else 0
     elif spec.uses_qk_norm:
         n += QK_NORMS * _norm(spec, spec.head_dim_resolved)
-    return n + _ffn_parts(spec, i).get("router", 0)
+    return n + _ffn(spec, i)[3]
 
 
 def tp_replicated_mtp_params(spec: ModelSpec) -> int:

@@ -5,8 +5,9 @@
   ``tpcalc check`` report, ``tpcalc.reports.tp.check_report``, sweeps it over t);
 - ``tp.weights.model_weights``: seed 003 §7.3.4's per-card shard table, one ``ShardedWeight``
   per weight (its rows: ``tp.table_explain``, ``tpcalc.reports.tp.shard_shapes``);
-- ``per_rank_params`` / ``per_rank_param_terms``: parameters one rank holds after TP
-  (KV replicas, vocab padding and replicated norms included; declared vision towers excluded);
+- ``per_rank_params`` / ``rank_params`` (terms: ``table_explain``): parameters one rank holds
+  after TP (KV replicas, vocab padding and replicated norms included; declared vision towers
+  excluded);
 - ``valid_tp_sizes`` / ``max_t_without_replication``: which t the model admits.
 
 Sources: Shoeybi et al. 2019 (arXiv 1909.08053) §3; Megatron-LM ``core/utils.py::divide`` and

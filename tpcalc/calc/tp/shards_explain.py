@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from tpcalc.calc.tp.shards import KvSplit, TpShards, VocabPadding, Width
-from tpcalc.calc.tp.table import SRC_KV, SRC_PARAMS, SRC_VOCAB
+from tpcalc.calc.tp.table_explain import SRC_KV, SRC_PARAMS, SRC_VOCAB
 from tpcalc.explain import Explanation, terms
 from tpcalc.terms import Scalar, Term, Unit
 

@@ -1,11 +1,11 @@
-"""``tpcalc layout --ops``: every operation of the slowest stage, one row each (explain layer
-of ``step.StepTime.bottleneck_ops``)."""
+"""Label, formula and source of every operation's row in ``tpcalc layout --ops`` (the explain
+layer of ``step.StepTime.bottleneck_ops``; ``reports.layout.ops_report`` builds the report)."""
 
 from __future__ import annotations
 
 from tpcalc.calc.time.ops import OpKind
-from tpcalc.calc.time.step import OpTime, StepTime
-from tpcalc.terms import Report, Row, Term, Unit, term
+from tpcalc.calc.time.step import OpTime
+from tpcalc.terms import Term, Unit, term
 
 SRC_OPS = "tpcalc.calc.time.ops (shapes after TP, SP, CP, EP); roofline.op_time_s"
 
@@ -40,26 +40,3 @@ def op_terms(ot: OpTime) -> tuple[Term, ...]:
         term("stage_time_s", "time on the stage", ot.time_s * ot.count, Unit.seconds,
              formula="time per layer · layers", source=SRC_OPS),
     )  # fmt: skip
-
-
-def ops_report(model: str, st: StepTime) -> Report:
-    """One row per op of the bottleneck stage, in execution order within each pass."""
-    rows = tuple(
-        Row(
-            inputs={
-                "model": model,
-                "stage": st.bottleneck_stage,
-                "op": ot.op.name,
-                "pass": ot.op.phase.value,
-                "fp8": ot.op.fp8,
-                "layers": ot.count,
-            },
-            terms=op_terms(ot),
-        )  # fmt: skip
-        for ot in st.bottleneck_ops
-    )
-    return Report(
-        title=f"{model}: operations of pipeline stage {st.bottleneck_stage} (the slowest), "
-        "one micro-batch",
-        rows=rows,
-    )

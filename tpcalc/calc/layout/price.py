@@ -1,0 +1,144 @@
+"""A combined layout, priced: every dimension's bytes and time, the step, and the memory of the
+most loaded rank against the card, as one typed result (``LayoutPrice``).
+
+The step is timed per operation by default (``calc.time.step``, with the overlap rules of
+``TimeOptions``); ``TimeModel.fixed`` keeps the seeds' convention: m micro-batches of the slowest
+stage at the achieved FLOP/s + the pipeline bubble + every dimension's exposed communication
+(``calc.layout.summary``). ``tpcalc.reports.layout`` turns the result into the rows
+``tpcalc layout`` prints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tpcalc.calc.layout.comm import DimCosts, cp_cost, dp_cost, ep_cost, pp_cost, tp_cost
+from tpcalc.calc.layout.compute import rank_flops, stage_times
+from tpcalc.calc.layout.groups import (
+    Group,
+    LayoutRun,
+    ParallelLayout,
+    check_layout,
+    expert_dp_group,
+    place_groups,
+    placement_warnings,
+)
+from tpcalc.calc.layout.memory import LayoutMemory, layout_memory, rank_layers, rank_memory
+from tpcalc.calc.layout.summary import Cited, FixedStepSummary, fixed_step_summary
+from tpcalc.calc.layout.timed import (
+    RooflineSummary,
+    roofline_costs,
+    roofline_summary,
+    with_overlap,
+)
+from tpcalc.calc.pipeline.schedule import bubble_time_s
+from tpcalc.calc.time.step import TimeOptions, step_time
+from tpcalc.choices import TimeModel
+from tpcalc.specs import HardwareSpec, ModelSpec
+
+
+@dataclass(frozen=True, slots=True)
+class LayoutPrice:
+    """One layout priced: its groups, each dimension's cost, the step summary of the time model
+    (``summary``), the most loaded rank's memory against the card, and what to warn about."""
+
+    spec: ModelSpec
+    hw: HardwareSpec
+    layout: ParallelLayout
+    run: LayoutRun
+    time_model: TimeModel
+    time_options: TimeOptions | None  # the roofline model's options; None under fixed
+    groups: dict[str, Group]
+    costs: DimCosts
+    summary: RooflineSummary | FixedStepSummary
+    memory: LayoutMemory
+    warnings: tuple[str, ...]
+
+
+def _layer_counts(spec: ModelSpec, lay: ParallelLayout, run: LayoutRun) -> tuple[int, int, int]:
+    """(layers, full-attention layers, MoE layers) of the pipeline rank with the most of each."""
+    ranks = rank_layers(spec.num_hidden_layers, lay.pp, run.vpp)
+    types = spec.resolved_layer_types
+    full = max(sum(1 for i in r if types[i] != "linear_attention") for r in ranks)
+    moe = max(sum(1 for i in r if spec.is_moe_layer(i)) for r in ranks)
+    return max(len(r) for r in ranks), full, moe
+
+
+def price_layout(
+    spec: ModelSpec,
+    hw: HardwareSpec,
+    layout: ParallelLayout,
+    run: LayoutRun,
+    *,
+    cited: Cited | None = None,
+    allow_uneven: bool = True,
+    time_model: TimeModel = TimeModel.roofline,
+    time_options: TimeOptions | None = None,
+) -> LayoutPrice:
+    """Check, place and price ``layout`` for ``spec`` on ``hw`` (sources: the calc modules).
+
+    ``time_model`` roofline (default) times the step per operation with the overlap rules of
+    ``time_options``; fixed keeps the seeds' convention (compute at the achieved FLOP/s)."""
+    check_layout(spec, layout, run, allow_uneven=allow_uneven)
+    groups = place_groups(layout)
+    mem = rank_memory(
+        spec, layout, seq=run.seq, micro_batch=run.micro_batch, microbatches=run.microbatches,
+        vpp=run.vpp, schedule=run.schedule, recipe=run.recipe, sp=run.sp, recompute=run.recompute,
+        activations=run.activations, techniques=run.memory,
+    )  # fmt: skip
+    worst = max(mem, key=lambda m: m.total_bytes)
+    flops = rank_flops(
+        spec, layout, seq=run.seq, micro_batch=run.micro_batch, vpp=run.vpp,
+        recompute=run.recompute,
+    )  # fmt: skip
+    slowest = max(flops, key=lambda f: f.total)
+    achieved = hw.achieved_flop_per_s.value
+    mb_s = slowest.total / achieved
+    recompute_share = slowest.recompute_flop / slowest.total if slowest.total else 0.0
+    layers, full, moe = _layer_counts(spec, layout, run)
+    biggest = max(mem, key=lambda m: m.dense_params + m.expert_params)
+    plain = stage_times(mb_s, 0.0, recompute_share)
+    costs = DimCosts(
+        tp=tp_cost(spec, hw, layout, run, groups["tp"], layers),
+        cp=cp_cost(spec, hw, layout, run, groups["cp"], full),
+        pp=pp_cost(spec, hw, layout, run, groups["pp"]),
+        dp=dp_cost(
+            hw, layout, run, (groups["dp"], expert_dp_group(layout)),
+            (biggest.dense_params, biggest.expert_params),
+            plain.backward_input_s + plain.backward_weight_s,
+        ),
+        ep=ep_cost(spec, hw, layout, run, groups["ep"], moe, mb_s * run.microbatches),
+    )  # fmt: skip
+    summary: RooflineSummary | FixedStepSummary
+    opts: TimeOptions | None = None
+    if time_model is TimeModel.roofline:
+        opts = time_options or TimeOptions()
+        st = step_time(spec, hw, layout, run, opts)
+        costs = with_overlap(roofline_costs(costs, st), opts)
+        summary = roofline_summary(st, costs, cited)
+    else:
+        in_stage = sum(c.exposed_s for c in (costs.tp, costs.cp, costs.ep)) / run.microbatches
+        times = stage_times(mb_s, in_stage, recompute_share)
+        bubble = bubble_time_s(run.schedule, layout.pp, run.microbatches, times, run.vpp)
+        summary = fixed_step_summary(spec, hw, layout, run, costs, mb_s, bubble, cited)
+    return LayoutPrice(
+        spec=spec, hw=hw, layout=layout, run=run, time_model=time_model, time_options=opts,
+        groups=groups, costs=costs, summary=summary, memory=layout_memory(worst, layout, hw),
+        warnings=tuple(_warnings(groups, layout, worst.total_bytes, hw, costs)),
+    )  # fmt: skip
+
+
+def _warnings(
+    groups: dict[str, Group], lay: ParallelLayout, memory: float, hw: HardwareSpec,
+    costs: DimCosts,
+) -> list[str]:  # fmt: skip
+    out = placement_warnings(groups, lay.gpus_per_node)
+    card = hw.memory_bytes.value
+    if memory > card:
+        out.append(
+            "the most loaded rank needs more than the card's memory (memory_over_card in the "
+            "total row): raise tp, pp or the ZeRO stage, or recompute activations"
+        )
+    if costs.cp.exposed_s > 0:
+        out.append("the CP ring transfer is slower than the attention it should hide behind")
+    return out
