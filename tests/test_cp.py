@@ -13,7 +13,6 @@ from tpcalc.calc.cp.causal import (
     chunk_causal_work,
     rank_chunks,
 )
-from tpcalc.calc.cp.ring_explain import cp_row
 from tpcalc.calc.cp.shapes import (
     block_pair_flop,
     kv_block_bytes,
@@ -24,6 +23,7 @@ from tpcalc.calc.cp.shapes import (
 from tpcalc.calc.links.link import Link
 from tpcalc.catalog import load_model
 from tpcalc.errors import DivisibilityError, InputError
+from tpcalc.reports.cp_ep import cp_row
 from tpcalc.units import MB, Dtype
 
 SEED_SEQ = 131_072  # seed 000 summary (CP row): s = 131,072 on 8 cards

@@ -17,13 +17,79 @@ from tpcalc.terms import Report, Row, Scalar
 from tpcalc.units import Dtype
 
 if TYPE_CHECKING:
+    from tpcalc.calc.cp.ring import CpRing
     from tpcalc.calc.ep.all_to_all import EpComm
+    from tpcalc.calc.links.link import Link
 
 DEFAULT_CP = "2,4,8"
 # The causal-balance count lists the work of every chunk, so the chunk count is bounded to keep
 # every answer under a second (issue 13 §2). Zig-zag uses 2·cp chunks; seed 000 uses 16 on 4
 # cards; no CP group of today's clusters needs more than a few thousand.
 MAX_CAUSAL_CHUNKS = 65_536
+
+
+def cp_row(
+    spec: ModelSpec,
+    hw: HardwareSpec,
+    *,
+    seq: int,
+    cp: int,
+    micro_batch: int = 1,
+    tp: int = 1,
+    dtype: Dtype = Dtype.bf16,
+    grad_dtype: Dtype | None = None,
+    link: Link | None = None,
+    chunks: int | None = None,
+    with_latency: bool = False,
+    nodes: int | None = None,
+) -> Row:
+    """One row of ``tpcalc cp``: ``cp_ring`` with its explanations (``ring_row``); the link
+    defaults to NVLink."""
+    from tpcalc.calc.cp.ring import cp_ring
+    from tpcalc.calc.links.link import Link
+
+    link = link or Link.intra_node
+    r = cp_ring(
+        spec, hw, seq=seq, cp=cp, micro_batch=micro_batch, tp=tp, dtype=dtype,
+        grad_dtype=grad_dtype, link=link, with_latency=with_latency, nodes=nodes,
+    )  # fmt: skip
+    return ring_row(
+        r, spec, hw, seq=seq, cp=cp, micro_batch=micro_batch, tp=tp, dtype=dtype,
+        grad_dtype=grad_dtype, link=link, chunks=chunks, with_latency=with_latency,
+    )  # fmt: skip
+
+
+def ring_row(
+    r: CpRing,
+    spec: ModelSpec,
+    hw: HardwareSpec,
+    *,
+    seq: int,
+    cp: int,
+    micro_batch: int,
+    tp: int,
+    dtype: Dtype,
+    grad_dtype: Dtype | None,
+    link: Link,
+    chunks: int | None,
+    with_latency: bool,
+) -> Row:
+    """The row of ``r`` (computed with these inputs): the ring, Ulysses' limit, and the causal
+    balance over ``chunks`` (default 2·cp) chunks, with the inputs echoed."""
+    from tpcalc.calc.cp.ring_explain import row_terms
+
+    grad_dtype = grad_dtype or dtype
+    chunks = chunks or 2 * cp
+    terms = row_terms(
+        r, spec, hw, seq=seq, cp=cp, micro_batch=micro_batch, dtype=dtype, link=link,
+        chunks=chunks, with_latency=with_latency,
+    )  # fmt: skip
+    inputs: dict[str, Scalar] = {
+        "model": spec.name, "seq": seq, "cp": cp, "micro_batch": micro_batch, "tp": tp,
+        "dtype": dtype.value, "grad_dtype": grad_dtype.value, "link": link.value,
+        "chunks": chunks, "latency": with_latency,
+    }  # fmt: skip
+    return Row(inputs=inputs, terms=terms)
 
 
 def cp_report(
@@ -40,7 +106,6 @@ def cp_report(
     per layer and micro-batch, link time vs attention compute, causal work contiguous vs
     zig-zag, and whether Ulysses could split the heads instead."""
     from tpcalc.calc.cp.ring import cp_ring
-    from tpcalc.calc.cp.ring_explain import ring_row
     from tpcalc.reports.inputs import int_list, pick_link, pick_nodes, positive
     from tpcalc.reports.tp import tp_warnings
 

@@ -5,12 +5,12 @@ causal balance."""
 from __future__ import annotations
 
 from tpcalc.calc.cp.causal import ZIGZAG, CausalBalance, causal_balance
-from tpcalc.calc.cp.ring import RING_BWD, CpRing, cp_ring
+from tpcalc.calc.cp.ring import RING_BWD, CpRing
 from tpcalc.calc.cp.shapes import FLASH, RING, ULYSSES
 from tpcalc.calc.links.link import LATENCY_FORMULA, Link, latency_inputs, latency_source
 from tpcalc.explain import Explanation, terms
 from tpcalc.specs import HardwareSpec, ModelSpec
-from tpcalc.terms import Row, Scalar, Term, Unit
+from tpcalc.terms import Scalar, Term, Unit
 from tpcalc.units import Dtype
 
 PER_LAYER = "send_bytes_per_layer"
@@ -204,63 +204,17 @@ def _symbols(
     }  # fmt: skip
 
 
-def cp_row(
-    spec: ModelSpec,
-    hw: HardwareSpec,
-    *,
-    seq: int,
-    cp: int,
-    micro_batch: int = 1,
-    tp: int = 1,
-    dtype: Dtype = Dtype.bf16,
-    grad_dtype: Dtype | None = None,
-    link: Link = Link.intra_node,
-    chunks: int | None = None,
-    with_latency: bool = False,
-    nodes: int | None = None,
-) -> Row:
-    """One row of ``tpcalc cp``: ``cp_ring`` with its explanations (``ring_row``)."""
-    r = cp_ring(
-        spec, hw, seq=seq, cp=cp, micro_batch=micro_batch, tp=tp, dtype=dtype,
-        grad_dtype=grad_dtype, link=link, with_latency=with_latency, nodes=nodes,
-    )  # fmt: skip
-    return ring_row(
-        r, spec, hw, seq=seq, cp=cp, micro_batch=micro_batch, tp=tp, dtype=dtype,
-        grad_dtype=grad_dtype, link=link, chunks=chunks, with_latency=with_latency,
-    )  # fmt: skip
-
-
-def ring_row(
-    r: CpRing,
-    spec: ModelSpec,
-    hw: HardwareSpec,
-    *,
-    seq: int,
-    cp: int,
-    micro_batch: int,
-    tp: int,
-    dtype: Dtype,
-    grad_dtype: Dtype | None,
-    link: Link,
-    chunks: int | None,
-    with_latency: bool,
-) -> Row:
-    """The row of ``r`` (computed with these inputs): the ring, Ulysses' limit, and the causal
-    balance over ``chunks`` (default 2·cp) chunks."""
-    grad_dtype = grad_dtype or dtype
-    chunks = chunks or 2 * cp
-    table = explanations(latency_source(hw, with_latency))
-    symbols = _symbols(
+def row_terms(
+    r: CpRing, spec: ModelSpec, hw: HardwareSpec, *, seq: int, cp: int, micro_batch: int,
+    dtype: Dtype, link: Link, chunks: int, with_latency: bool,
+) -> tuple[Term, ...]:  # fmt: skip
+    """The terms of one ``tpcalc cp`` row: the ring of ``r`` (computed with these inputs),
+    Ulysses' limit, and the causal balance over ``chunks`` chunks."""
+    ring = ring_terms(
         r, spec, hw, seq=seq, cp=cp, micro_batch=micro_batch, dtype=dtype, link=link,
-        with_latency=with_latency,
+        with_latency=with_latency, only=ROW,
     )  # fmt: skip
-    ring = terms(r, {k: table[k] for k in ROW}, symbols=symbols)
-    inputs: dict[str, Scalar] = {
-        "model": spec.name, "seq": seq, "cp": cp, "micro_batch": micro_batch, "tp": tp,
-        "dtype": dtype.value, "grad_dtype": grad_dtype.value, "link": link.value,
-        "chunks": chunks, "latency": with_latency,
-    }  # fmt: skip
-    return Row(inputs=inputs, terms=(*ring, *causal_terms(causal_balance(chunks, cp), cp)))
+    return (*ring, *causal_terms(causal_balance(chunks, cp), cp))
 
 
 def ring_terms(
