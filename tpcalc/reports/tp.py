@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from tpcalc.calc.tp import flops_explain
 from tpcalc.calc.tp.comm import tp_comm
 from tpcalc.calc.tp.comm_explain import tp_comm_terms
-from tpcalc.calc.tp.flops import tp_flops
 from tpcalc.choices import (
     DEFAULT_VOCAB_PAD_MULTIPLE,
     AttentionFlops,
@@ -69,6 +67,9 @@ def compute_term(
     layout) or the seeds' 6·N·tokens at the card's achieved FLOP/s (``TimeModel.fixed``).
     """
     if time_model is TimeModel.fixed:
+        from tpcalc.calc.tp import flops_explain
+        from tpcalc.calc.tp.flops import tp_flops
+
         f = tp_flops(spec, hw, t=t, seq=seq, micro_batch=micro_batch, params=params)
         ex = {COMPUTE_TIME_KEY: flops_explain.result_explanations(f, hw)[COMPUTE_TIME_KEY]}
         (fixed,) = terms(f, ex, symbols=flops_explain.symbols(f, spec))
@@ -157,6 +158,9 @@ def flops_report(
     """One row per t: per-rank FLOPs of one micro-batch and compute time (tpcalc flops); the
     time by the per-operation roofline, or at the achieved FLOP/s with ``TimeModel.fixed``.
     It prices the workload's model, card, seq and micro-batch (with SP, no recompute)."""
+    from tpcalc.calc.tp import flops_explain
+    from tpcalc.calc.tp.flops import tp_flops
+
     spec, hw, seq, micro_batch = workload.spec, workload.hw, workload.seq, workload.micro_batch
     tps = tp_sweep(workload, tp)
     warnings = tp_warnings(workload, tps)
@@ -243,7 +247,8 @@ def check_report(
 class TpCheck(BaseModel):
     """``check_tp``'s answer for one t: the summary row and warnings (KV replication)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # built on first use (tpcalc check), not when tpcalc comm or flops imports this module
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     row: Row
     warnings: tuple[str, ...] = ()
