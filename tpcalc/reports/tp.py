@@ -14,7 +14,7 @@ from tpcalc.choices import (
     TimeModel,
 )
 from tpcalc.explain import terms
-from tpcalc.reports.inputs import parse_tp_list
+from tpcalc.reports.inputs import parse_tp_list, tp_sweep, tp_warnings
 from tpcalc.reports.request import Workload
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.terms import Report, Row, Scalar, Term, Unit, term
@@ -23,25 +23,6 @@ from tpcalc.units import Dtype
 COMPUTE_TIME_KEY = "compute_time_s"
 # seed 000: "现代配置里 TP 通常不超过 8"; seed 003 §7.3.5: TP stays inside one 8-GPU node.
 DEFAULT_MAX_T = 8
-
-
-def tp_sweep(workload: Workload, tp: str | int | list[int] | None) -> list[int]:
-    """The t values of a sweep ('8', '1,2,4,8', [1, 8]); None: powers of two up to a node."""
-    return parse_tp_list(tp, workload.hw.gpus_per_node.value)
-
-
-def tp_warnings(workload: Workload, tps: list[int]) -> list[str]:
-    """Impossible splits raise (t must divide the query heads, ...); KV replication only warns.
-    The workload's own notes (the defaulted sequence length) come first."""
-    from tpcalc.calc.tp.rules import kv_warning, require_tp
-
-    warnings = list(workload.warnings)
-    for t in tps:
-        require_tp(workload.spec, t)
-        message = kv_warning(workload.spec, t)
-        if message:
-            warnings.append(message)
-    return warnings
 
 
 SRC_ROOFLINE_COMPUTE = (
