@@ -1,7 +1,8 @@
 """Validate the shared inputs of every report: sizes, the size lists (one parser for every
 --tp/--dp/--pp/--cp/--ep), the node size, the defaulted-seq note, the link a group is priced
 on, and a TP sweep with its warnings (``tp_sweep``, ``tp_warnings``: shared by the comm, flops,
-memory, dp and cp/ep reports). Loading the model and hardware is ``tpcalc.reports.request.Workload.load``."""
+memory, dp and cp/ep reports). Loading the model and hardware is
+``tpcalc.reports.request.Workload.load``."""
 
 from __future__ import annotations
 
