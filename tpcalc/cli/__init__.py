@@ -87,6 +87,12 @@ DEBUG_ENV = "TPCALC_DEBUG"
 # freed; reference counting frees everything else as before, and a long sweep is still
 # collected, once per this many allocations (at most a few MB of cyclic garbage waits).
 START_UP_GC_THRESHOLD = 100_000
+# pydantic loads its plugins when it builds its first validator, by reading the entry points of
+# every installed distribution (pydantic.plugin._loader): about 20e6 instructions, 2% of a
+# command's start-up, with the 118 distributions of the machine benchmarks/README.md measures
+# on. tpcalc uses no pydantic plugin, so main() turns the look-up off for its run, unless the
+# variable is already set (pydantic docs, "Pydantic Plugins": '1' disables all).
+PYDANTIC_PLUGINS_ENV = "PYDANTIC_DISABLE_PLUGINS"
 
 
 def _version() -> str:
@@ -192,6 +198,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(EXIT_OK)
     thresholds = gc.get_threshold()
     gc.set_threshold(max(START_UP_GC_THRESHOLD, thresholds[0]), *thresholds[1:])
+    plugins_set = PYDANTIC_PLUGINS_ENV in os.environ
+    if not plugins_set:
+        os.environ[PYDANTIC_PLUGINS_ENV] = "1"
     try:
         _run(args)
     except SystemExit:
@@ -208,6 +217,8 @@ def main(argv: list[str] | None = None) -> None:
         gc.freeze()
         gc.unfreeze()
         gc.set_threshold(*thresholds)
+        if not plugins_set:
+            os.environ.pop(PYDANTIC_PLUGINS_ENV, None)
 
 
 def _message(exc: Exception) -> str:

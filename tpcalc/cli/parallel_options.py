@@ -5,7 +5,7 @@ Same style as ``tpcalc.cli.options``: one ``Annotated`` type per option, choices
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -18,9 +18,7 @@ from tpcalc.choices import (
     Schedule,
     StateRecipe,
 )
-
-if TYPE_CHECKING:
-    from tpcalc.calc.layout.groups import MemoryTechniques
+from tpcalc.cli.request import recompute_modules as recompute_modules  # beside workload_of
 
 DpListOpt = Annotated[
     str | None,
@@ -247,25 +245,6 @@ OffloadLayersOpt = Annotated[
         "--cpu-offloading-num-layers). Example: --offload-layers 2",
     ),
 ]
-
-
-def recompute_modules(value: str | None) -> tuple[str, ...]:
-    """The --recompute-modules list as a tuple (checked against Megatron's module names)."""
-    from tpcalc.calc.activations.exact.techniques import check_recompute_modules
-
-    if not value:
-        return ()
-    modules = tuple(m.strip() for m in value.split(",") if m.strip())
-    check_recompute_modules(modules)
-    return modules
-
-
-def memory_techniques(modules: str | None, **techniques: Any) -> MemoryTechniques:
-    """The run's memory techniques (``Workload.memory``) from the shared options, with the
-    --recompute-modules list checked; the rest keep ``MemoryTechniques``' defaults."""
-    from tpcalc.calc.layout.groups import MemoryTechniques
-
-    return MemoryTechniques(recompute_modules=recompute_modules(modules), **techniques)
 
 
 DispatcherOpt = Annotated[

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from tpcalc.cli.options import DEFAULT_HARDWARE
 
 if TYPE_CHECKING:
+    from tpcalc.calc.layout.groups import MemoryTechniques
     from tpcalc.reports.request import Layout, Workload
 
 # option parameter name -> Workload field (model and hardware are Workload.load's names)
@@ -35,7 +36,7 @@ WORKLOAD_OPTIONS: dict[str, str] = {
     "state_recipe": "recipe",
 }
 # option parameter name -> MemoryTechniques field (Workload.memory); --recompute-modules is
-# parsed and checked by parallel_options.memory_techniques
+# parsed and checked by memory_techniques below
 TECHNIQUE_OPTIONS: dict[str, str] = {
     "fp8_cache": "fp8_cache",
     "fp8_linear_inputs": "fp8_linear_inputs",
@@ -64,7 +65,6 @@ def _given(params: Mapping[str, Any], names: Mapping[str, str]) -> dict[str, Any
 def workload_of(params: Mapping[str, Any]) -> Workload:
     """The command's ``Workload`` from its parsed options (``ctx.params``); raises
     ``TpcalcError`` for a model, card or size that cannot be used (call it inside ``build``)."""
-    from tpcalc.cli.parallel_options import memory_techniques
     from tpcalc.reports.request import Workload
 
     techniques = {
@@ -77,6 +77,25 @@ def workload_of(params: Mapping[str, Any]) -> Workload:
         memory=memory_techniques(params.get("recompute_modules"), **techniques),
         **_given(params, WORKLOAD_OPTIONS),
     )
+
+
+def recompute_modules(value: str | None) -> tuple[str, ...]:
+    """The --recompute-modules list as a tuple (checked against Megatron's module names)."""
+    if not value:
+        return ()
+    from tpcalc.calc.activations.exact.techniques import check_recompute_modules
+
+    modules = tuple(m.strip() for m in value.split(",") if m.strip())
+    check_recompute_modules(modules)
+    return modules
+
+
+def memory_techniques(modules: str | None, **techniques: Any) -> MemoryTechniques:
+    """The run's memory techniques (``Workload.memory``) from the shared options, with the
+    --recompute-modules list checked; the rest keep ``MemoryTechniques``' defaults."""
+    from tpcalc.calc.layout.groups import MemoryTechniques
+
+    return MemoryTechniques(recompute_modules=recompute_modules(modules), **techniques)
 
 
 def layout_of(params: Mapping[str, Any], *, sweep: tuple[str, ...] = ()) -> Layout:

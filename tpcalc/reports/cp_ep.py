@@ -106,8 +106,7 @@ def cp_report(
     per layer and micro-batch, link time vs attention compute, causal work contiguous vs
     zig-zag, and whether Ulysses could split the heads instead."""
     from tpcalc.calc.cp.ring import cp_ring
-    from tpcalc.reports.inputs import int_list, pick_link, pick_nodes, positive
-    from tpcalc.reports.tp import tp_warnings
+    from tpcalc.reports.inputs import int_list, pick_link, pick_nodes, positive, tp_warnings
 
     spec, hw, dtype = workload.spec, workload.hw, workload.dtype
     tp = positive(layout.tp, "--tp")
@@ -167,8 +166,7 @@ def ep_report(
     recipe, the dispatcher and the capacity factor are the workload's."""
     from tpcalc.calc.ep.all_to_all import ep_comm
     from tpcalc.errors import divide
-    from tpcalc.reports.inputs import int_list, positive
-    from tpcalc.reports.tp import tp_warnings
+    from tpcalc.reports.inputs import int_list, positive, tp_warnings
 
     tp, cp, etp = positive(layout.tp, "--tp"), layout.cp, layout.etp
     warnings = tp_warnings(workload, [tp])  # raises for a t the model cannot split

@@ -15,9 +15,8 @@ from tpcalc.calc.params.states import recipe_bytes
 from tpcalc.calc.pipeline.breakdown import pipeline_breakdown
 from tpcalc.calc.pipeline.breakdown_explain import breakdown_terms
 from tpcalc.choices import DDP_BUCKET_MIB, LinkChoice, ParamConvention, Schedule, TimeModel
-from tpcalc.reports.inputs import int_list, pick_link, pick_nodes, positive
+from tpcalc.reports.inputs import int_list, pick_link, pick_nodes, positive, tp_warnings
 from tpcalc.reports.request import Layout, Workload
-from tpcalc.reports.tp import tp_warnings
 from tpcalc.terms import Report, Row, Scalar
 from tpcalc.units import MiB
 

@@ -1,13 +1,20 @@
 """Validate the shared inputs of every report: sizes, the size lists (one parser for every
---tp/--dp/--pp/--cp/--ep), the node size, the defaulted-seq note and the link a group is priced
-on. Loading the model and hardware is ``tpcalc.reports.request.Workload.load``."""
+--tp/--dp/--pp/--cp/--ep), the node size, the defaulted-seq note, the link a group is priced
+on, and a TP sweep with its warnings (``tp_sweep``, ``tp_warnings``: shared by the comm, flops,
+memory, dp and cp/ep reports). Loading the model and hardware is
+``tpcalc.reports.request.Workload.load``."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from tpcalc.calc.links.link import Link, link_for_group, link_nodes, nodes_spanned
 from tpcalc.choices import LinkChoice
 from tpcalc.errors import InputError
 from tpcalc.specs import ModelSpec
+
+if TYPE_CHECKING:
+    from tpcalc.reports.request import Workload
 
 # Beyond this a "size" is surely a typo (and floats would lose integer exactness).
 MAX_SIZE = 10**12
@@ -95,3 +102,22 @@ def seq_warnings(spec: ModelSpec, seq: int | None) -> list[str]:
     if seq is not None or not spec.tpcalc.seq_length_defaulted:
         return []
     return [f"seq defaulted to {spec.seq_length:,} ({spec.tpcalc.seq_length_source}); set --seq"]
+
+
+def tp_sweep(workload: Workload, tp: str | int | list[int] | None) -> list[int]:
+    """The t values of a sweep ('8', '1,2,4,8', [1, 8]); None: powers of two up to a node."""
+    return parse_tp_list(tp, workload.hw.gpus_per_node.value)
+
+
+def tp_warnings(workload: Workload, tps: list[int]) -> list[str]:
+    """Impossible splits raise (t must divide the query heads, ...); KV replication only warns.
+    The workload's own notes (the defaulted sequence length) come first."""
+    from tpcalc.calc.tp.rules import kv_warning, require_tp
+
+    warnings = list(workload.warnings)
+    for t in tps:
+        require_tp(workload.spec, t)
+        message = kv_warning(workload.spec, t)
+        if message:
+            warnings.append(message)
+    return warnings

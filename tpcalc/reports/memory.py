@@ -17,8 +17,8 @@ from tpcalc.calc.params.states_explain import states_terms
 from tpcalc.calc.tp.memory import tp_memory_total
 from tpcalc.calc.tp.memory_explain import total_terms
 from tpcalc.choices import ActivationModel, FullRecomputeSharding
+from tpcalc.reports.inputs import tp_sweep, tp_warnings
 from tpcalc.reports.request import Workload
-from tpcalc.reports.tp import tp_sweep, tp_warnings
 from tpcalc.specs import ModelSpec
 from tpcalc.terms import Report, Row, Scalar, Term, Unit, term
 

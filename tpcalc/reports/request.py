@@ -163,7 +163,7 @@ class Layout:
 
     def parallel(self, gpus_per_node: int) -> ParallelLayout:
         """The calculators' ``ParallelLayout`` on nodes of ``gpus_per_node`` GPUs."""
-        from tpcalc.calc.dp.zero import zero_stage
+        from tpcalc.calc.dp.stage import zero_stage
 
         return ParallelLayout(
             tp=self.tp, cp=self.cp, pp=self.pp, dp=self.dp, ep=self.ep, etp=self.etp,

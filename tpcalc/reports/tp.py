@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from tpcalc.calc.tp import flops_explain
 from tpcalc.calc.tp.comm import tp_comm
 from tpcalc.calc.tp.comm_explain import tp_comm_terms
-from tpcalc.calc.tp.flops import tp_flops
 from tpcalc.choices import (
     DEFAULT_VOCAB_PAD_MULTIPLE,
     AttentionFlops,
@@ -16,7 +14,7 @@ from tpcalc.choices import (
     TimeModel,
 )
 from tpcalc.explain import terms
-from tpcalc.reports.inputs import parse_tp_list
+from tpcalc.reports.inputs import parse_tp_list, tp_sweep, tp_warnings
 from tpcalc.reports.request import Workload
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.terms import Report, Row, Scalar, Term, Unit, term
@@ -25,25 +23,6 @@ from tpcalc.units import Dtype
 COMPUTE_TIME_KEY = "compute_time_s"
 # seed 000: "现代配置里 TP 通常不超过 8"; seed 003 §7.3.5: TP stays inside one 8-GPU node.
 DEFAULT_MAX_T = 8
-
-
-def tp_sweep(workload: Workload, tp: str | int | list[int] | None) -> list[int]:
-    """The t values of a sweep ('8', '1,2,4,8', [1, 8]); None: powers of two up to a node."""
-    return parse_tp_list(tp, workload.hw.gpus_per_node.value)
-
-
-def tp_warnings(workload: Workload, tps: list[int]) -> list[str]:
-    """Impossible splits raise (t must divide the query heads, ...); KV replication only warns.
-    The workload's own notes (the defaulted sequence length) come first."""
-    from tpcalc.calc.tp.rules import kv_warning, require_tp
-
-    warnings = list(workload.warnings)
-    for t in tps:
-        require_tp(workload.spec, t)
-        message = kv_warning(workload.spec, t)
-        if message:
-            warnings.append(message)
-    return warnings
 
 
 SRC_ROOFLINE_COMPUTE = (
@@ -69,6 +48,9 @@ def compute_term(
     layout) or the seeds' 6·N·tokens at the card's achieved FLOP/s (``TimeModel.fixed``).
     """
     if time_model is TimeModel.fixed:
+        from tpcalc.calc.tp import flops_explain
+        from tpcalc.calc.tp.flops import tp_flops
+
         f = tp_flops(spec, hw, t=t, seq=seq, micro_batch=micro_batch, params=params)
         ex = {COMPUTE_TIME_KEY: flops_explain.result_explanations(f, hw)[COMPUTE_TIME_KEY]}
         (fixed,) = terms(f, ex, symbols=flops_explain.symbols(f, spec))
@@ -157,6 +139,9 @@ def flops_report(
     """One row per t: per-rank FLOPs of one micro-batch and compute time (tpcalc flops); the
     time by the per-operation roofline, or at the achieved FLOP/s with ``TimeModel.fixed``.
     It prices the workload's model, card, seq and micro-batch (with SP, no recompute)."""
+    from tpcalc.calc.tp import flops_explain
+    from tpcalc.calc.tp.flops import tp_flops
+
     spec, hw, seq, micro_batch = workload.spec, workload.hw, workload.seq, workload.micro_batch
     tps = tp_sweep(workload, tp)
     warnings = tp_warnings(workload, tps)
@@ -243,7 +228,8 @@ def check_report(
 class TpCheck(BaseModel):
     """``check_tp``'s answer for one t: the summary row and warnings (KV replication)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # built on first use (tpcalc check), not when tpcalc comm or flops imports this module
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     row: Row
     warnings: tuple[str, ...] = ()

@@ -10,35 +10,18 @@ parameters again in the forward and the backward pass: 1.5x DP (ZeRO §7.2.2; se
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import IntEnum
 
 from tpcalc.calc.dp.gradients import check_group
+from tpcalc.calc.dp.stage import ZeroStage as ZeroStage  # re-exported: its home until now
+from tpcalc.calc.dp.stage import zero_stage as zero_stage
 from tpcalc.calc.links.collectives import Collective, ring_factor
 from tpcalc.calc.links.link import LatencySteps, Link, link_nodes, ring_steps, steps_time_s
 from tpcalc.calc.params.states import StateParts, check_params, recipe_bytes, state_parts
 from tpcalc.choices import StateRecipe
-from tpcalc.errors import InputError
 from tpcalc.specs import HardwareSpec
 
 ZERO_MEM_SOURCE = "Rajbhandari et al. 2020 (ZeRO) §5.1-5.3, Figure 1; seed 000 summary"
 ZERO_COMM_SOURCE = "Rajbhandari et al. 2020 (ZeRO) §7.2; seed 000 summary (ZeRO-3 = 1.5x DP)"
-
-
-class ZeroStage(IntEnum):
-    """What is partitioned over the data-parallel ranks (cumulative)."""
-
-    none = 0  # plain data parallelism: every rank keeps everything
-    optimizer = 1  # P_os
-    gradients = 2  # P_os+g
-    parameters = 3  # P_os+g+p
-
-
-def zero_stage(value: int) -> ZeroStage:
-    """The ZeroStage for 0..3, or an InputError naming the valid stages (ZeRO §5)."""
-    try:
-        return ZeroStage(value)
-    except ValueError:
-        raise InputError(f"ZeRO stage {value} does not exist; use 0, 1, 2 or 3") from None
 
 
 def state_divisors(stage: ZeroStage, n: int) -> tuple[int, int, int]:

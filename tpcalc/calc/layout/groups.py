@@ -17,8 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from tpcalc.calc.activations.paper import sp_seq_problem
-from tpcalc.calc.dp.zero import ZeroStage
+from tpcalc.calc.dp.stage import ZeroStage
 from tpcalc.calc.links.link import Link, link_for_group, nodes_spanned
 from tpcalc.calc.pipeline.schedule import check_pipeline
 from tpcalc.calc.tp.rules import tp_problem
@@ -207,8 +206,12 @@ def layout_problems(
             f"seq={seq} is not divisible by 2·cp={2 * layout.cp}: zig-zag CP splits the "
             "sequence into 2·cp chunks"
         )
-    elif run.sp and (why := sp_seq_problem(seq, layout.tp, layout.cp)) is not None:
-        problems.append(why)
+    elif run.sp:
+        # the activation model's module, only here: a layout alone does not need it
+        from tpcalc.calc.activations.paper import sp_seq_problem
+
+        if (why := sp_seq_problem(seq, layout.tp, layout.cp)) is not None:
+            problems.append(why)
     try:
         check_pipeline(
             spec.num_hidden_layers, layout.pp, run.microbatches, run.vpp, run.schedule,

@@ -39,7 +39,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from functools import cache
 
-from tpcalc.calc.dp.zero import ZeroStage
+from tpcalc.calc.dp.stage import ZeroStage
 from tpcalc.calc.layout.groups import (
     Group,
     LayoutRun,

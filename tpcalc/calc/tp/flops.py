@@ -150,9 +150,6 @@ def tp_flops(
 
     MoE models count active parameters (``counted_params``); ``mtp`` counts the MTP module
     (default: as the convention does, ``all`` yes, ``matmul`` no)."""
-    # Here, not at the top: the activation records it pulls in cost every command start-up.
-    from tpcalc.calc.activations.exact.linear_attention import FLA_CHUNK_SIZE
-
     mtp = (params is ParamConvention.all) if mtp is None else mtp
     N = counted_params(spec, params, mtp=mtp)
     tokens = seq * micro_batch
@@ -161,6 +158,9 @@ def tp_flops(
     if attention:
         attn = attention_score_flop(spec, seq=seq, micro_batch=micro_batch, mask=mask) / t
     if attention and spec.linear_attention_layers:
+        # Here only: the activation records it pulls in cost every command start-up.
+        from tpcalc.calc.activations.exact.linear_attention import FLA_CHUNK_SIZE
+
         linear = deltanet_flop(spec, seq=seq, micro_batch=micro_batch, chunk=FLA_CHUNK_SIZE) / t
     total = dense + attn + linear
     achieved = hw.achieved_flop_per_s.value

@@ -123,12 +123,10 @@ def result_explanations(f: TpFlops, hw: HardwareSpec) -> dict[str, Explanation]:
 
 
 def symbols(f: TpFlops, spec: ModelSpec) -> dict[str, dict[str, Scalar]]:
-    """The numbers substituted into each row's formula (shown by --explain)."""
-    # Here, not at the top: the activation records it pulls in cost every command's start-up.
-    from tpcalc.calc.activations.exact.linear_attention import FLA_CHUNK_SIZE
-
+    """The numbers substituted into each row's formula (shown by --explain); the Gated
+    DeltaNet row's only when it is counted (``result_explanations`` shows it only then)."""
     d_qk = spec.head_dim_resolved
-    return {
+    out: dict[str, dict[str, Scalar]] = {
         "tokens": {"s": f.seq, "b": f.micro_batch},
         "dense_flop_per_rank": {"N": f.n_params, "s": f.seq, "b": f.micro_batch, "t": f.t},
         "attention_flop_per_rank": {
@@ -136,13 +134,18 @@ def symbols(f: TpFlops, spec: ModelSpec) -> dict[str, dict[str, Scalar]]:
             "d_v": (spec.v_head_dim or d_qk) if spec.is_mla else d_qk,
             "L_full": spec.full_attention_layers, "mask": f.mask.value, "t": f.t,
         },
-        "linear_attention_flop_per_rank": {
+        "compute_time_s": {"flop": f.flop_per_rank, "achieved": f.achieved_flop_per_s},
+    }  # fmt: skip
+    if f.linear_attention_counted:
+        # Here only: the activation records it pulls in cost every command's start-up.
+        from tpcalc.calc.activations.exact.linear_attention import FLA_CHUNK_SIZE
+
+        out["linear_attention_flop_per_rank"] = {
             "H_v": spec.linear_num_value_heads or 0, "d_k": spec.linear_key_head_dim or 0,
             "d_v": spec.linear_value_head_dim or 0, "C": FLA_CHUNK_SIZE,
             "L_linear": spec.linear_attention_layers, "t": f.t,
-        },
-        "compute_time_s": {"flop": f.flop_per_rank, "achieved": f.achieved_flop_per_s},
-    }  # fmt: skip
+        }  # fmt: skip
+    return out
 
 
 def tp_flops_terms(f: TpFlops, spec: ModelSpec, hw: HardwareSpec) -> tuple[Term, ...]:
