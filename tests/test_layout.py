@@ -314,3 +314,53 @@ def test_a_cited_mfu_needs_the_cited_hardware():
     lay = ParallelLayout(tp=8, cp=1, pp=16, dp=128, gpus_per_node=8)
     assert matching_example("llama3-405b", lay, "h800") is None
     assert matching_example("llama3-405b", lay, "h100-sxm") is LLAMA3_405B
+
+
+# Megatron-LM --decoder-first/last-pipeline-num-layers: the layers a stage holds, its
+# parameters and its activations follow the split the step model times (issue 9 §3, "uneven
+# stages are real"). Llama 3 8B config.json: 32 decoder layers, uniform, so every layer keeps
+# the same activations; 1F1B: rank r holds p - r micro-batches (Narayanan et al. 2021 §2.2).
+def test_a_hand_set_stage_split_places_memory_as_it_places_time():
+    from tpcalc.calc.layout.memory import layer_activation_bytes, rank_memory
+    from tpcalc.calc.layout.price import price_layout
+    from tpcalc.calc.pipeline.schedule import stage_split
+    from tpcalc.calc.time.step import TimeOptions
+
+    llama = load_model("llama3-8b")
+    h100 = load_hardware("h100-sxm")
+    lay = ParallelLayout(pp=4, dp=2, gpus_per_node=8)
+    run = LayoutRun(seq=8192, microbatches=8)
+    assert stage_split(32, 4, first=2, last=2) == (2, 14, 14, 2)
+    opts = TimeOptions(first_stage_layers=2, last_stage_layers=2)
+    price = price_layout(llama, h100, lay, run, time_options=opts)
+    per_layer = layer_activation_bytes(
+        llama, lay, seq=8192, micro_batch=1, sp=run.sp, recompute=run.recompute
+    )[0]
+    ranks = rank_memory(
+        llama, lay, seq=8192, micro_batch=1, microbatches=8, vpp=1, schedule=run.schedule,
+        recipe=run.recipe, sp=run.sp, recompute=run.recompute, counts=(2, 14, 14, 2),
+    )  # fmt: skip
+    for r, layers in enumerate((2, 14, 14, 2)):
+        assert ranks[r].activation_bytes == pytest.approx((4 - r) * layers * per_layer)
+    assert price.memory.memory_bytes_per_rank == max(m.total_bytes for m in ranks)
+    even = price_layout(llama, h100, lay, run)
+    assert even.memory.memory_bytes_per_rank != price.memory.memory_bytes_per_rank
+
+
+def test_a_hand_set_split_may_hold_more_chunks_than_layers_minus_one():
+    # Megatron-Core's pipeline layout may leave a stage without decoder layers (only E or L):
+    # the even split's "a chunk needs a layer" rule does not apply, stage_split checks the sum.
+    from tpcalc.calc.layout.price import price_layout
+    from tpcalc.calc.time.step import TimeOptions
+
+    llama = load_model("llama3-8b")
+    lay = ParallelLayout(pp=4, dp=2, gpus_per_node=8)
+    run = LayoutRun(seq=8192, microbatches=8)
+    opts = TimeOptions(chunk_layers=(0, 16, 16, 0))
+    price = price_layout(llama, load_hardware("h100-sxm"), lay, run, time_options=opts)
+    assert price.memory.memory_bytes_per_rank > 0
+    with pytest.raises(InputError, match="4 stages holding 31 layers"):
+        price_layout(
+            llama, load_hardware("h100-sxm"), lay, run,
+            time_options=TimeOptions(chunk_layers=(0, 16, 15, 0)),
+        )  # fmt: skip

@@ -222,3 +222,19 @@ def test_committed_svgs_are_what_the_readme_commands_draw(cli, tmp_path, args, p
     assert r.code == 0, r.err
     committed = Path(__file__).parents[1] / path
     assert fresh.read_text() == committed.read_text(), f"regenerate {path}: tpcalc {' '.join(args)}"
+
+
+def test_layout_bars_follow_a_hand_set_stage_split(cli):
+    # --first/--last-stage-layers move layers between stages: the bars are the ranks the summary
+    # row prices, so the tallest bar is still the printed memory per rank
+    import json
+
+    base = ["layout", "-m", "llama3-8b", "--pp", "4", "--dp", "2", "--microbatches", "8",
+            "--first-stage-layers", "2", "--last-stage-layers", "2"]  # fmt: skip
+    summary = json.loads(cli(*base, "-f", "json").out)[-1]
+    work = Workload.load("llama3-8b", "h100-sxm")
+    request = Layout(pp=4, dp=2, microbatches=8)
+    lay, run = request.parallel(work.node(request)), work.run(request, with_latency=True)
+    bars = layout_bars(work.spec, work.hw, lay, run, (2, 14, 14, 2))
+    assert max(b.total_bytes for b in bars) == summary["memory_bytes_per_rank"]
+    assert bars[summary["worst_pp_rank"]].total_bytes == summary["memory_bytes_per_rank"]

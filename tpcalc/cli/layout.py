@@ -180,7 +180,7 @@ def layout(
     Every published layout at once: tpcalc validate --memory
     """
 
-    request = []  # the (Workload, Layout) build made, which the pictures draw
+    request = []  # the (Workload, Layout, TimeOptions) build made, which the pictures draw
 
     def build():
         from tpcalc.calc.time.pipeline_layout import parse_pipeline_layout
@@ -200,7 +200,7 @@ def layout(
             ep_node_dedup=moe_dispatcher is MoeDispatcher.flex, chunk_layers=chunks,
         )  # fmt: skip
         work, lay = workload_of(ctx.params), layout_of(ctx.params)
-        request.append((work, lay))
+        request.append((work, lay, options))
         return layout_report(
             work, lay, allow_uneven=uneven, with_latency=latency, time_model=time_model,
             time_options=options, ops=ops,
@@ -214,11 +214,11 @@ def layout(
     def pictures(width: int):
         from tpcalc.pictures.show import layout_pictures
 
-        work, lay = request[0]
+        work, lay, options = request[0]
         return layout_pictures(
             report, work, lay, with_latency=latency, bars=bars or not anything,
             timeline=timeline or not anything, group_map=group_map or not anything,
-            units=units, width=width,
+            units=units, width=width, time_options=options,
         )  # fmt: skip
 
     draw(pictures, fmt, asked=anything, svg_path=save_svg, title="tpcalc layout")

@@ -15,6 +15,7 @@ from tpcalc.terms import Report, Row
 from tpcalc.units import ByteUnits
 
 if TYPE_CHECKING:
+    from tpcalc.calc.time.step import TimeOptions
     from tpcalc.reports.request import Layout, Workload
 
 PIPED_WIDTH = 160  # as tpcalc.render: piped output has no terminal width
@@ -164,22 +165,29 @@ def layout_timeline(report: Report, run, p: int, width: int) -> Any:
 def layout_pictures(
     report: Report, workload: Workload, request: Layout, *, with_latency: bool, bars: bool,
     timeline: bool, group_map: bool, units: ByteUnits, width: int,
+    time_options: TimeOptions | None = None,
 ) -> list[Any]:  # fmt: skip
     """The pictures of ``tpcalc layout``'s ``report``, priced from the request it was built
-    from (``workload`` on ``request``, as ``reports.layout.layout_report`` priced it)."""
+    from (``workload`` on ``request`` with ``time_options``' stage split, as
+    ``reports.layout.layout_report`` priced it)."""
     from tpcalc.pictures.bars import layout_bars, render_bars
     from tpcalc.pictures.layout_map import render_map
 
     spec, hw = workload.spec, workload.hw
     layout = request.parallel(workload.node(request))
     run = workload.run(request, with_latency=with_latency)
+    counts = None
+    if time_options is not None:
+        from tpcalc.calc.time.step import hand_split
+
+        counts = hand_split(time_options, spec.num_hidden_layers, layout.pp, run.vpp)
     out: list[Any] = []
     if bars:
         title = (
             f"Memory per GPU against the card: {spec.name}, one bar per pipeline stage "
             "(its most loaded rank)"
         )
-        out.append(render_bars(layout_bars(spec, hw, layout, run), title, units, width))
+        out.append(render_bars(layout_bars(spec, hw, layout, run, counts), title, units, width))
     if timeline:
         out.append(layout_timeline(report, run, layout.pp, width))
     if group_map:

@@ -23,7 +23,7 @@ from typing import Any
 from tpcalc.calc.dp.zero import ZeroStage
 from tpcalc.calc.layout.groups import layout_problems
 from tpcalc.calc.plan.inverse import worst_rank_bytes
-from tpcalc.calc.time.step import STEP_PARTS, StepTime, TimeOptions, step_time
+from tpcalc.calc.time.step import STEP_PARTS, StepTime, TimeOptions, hand_split, step_time
 from tpcalc.catalog import load_hardware, load_model
 from tpcalc.choices import Recompute
 from tpcalc.reports.validate_time import Case, case_of, load_runs, recipe_options
@@ -35,12 +35,13 @@ TOP_K = 10
 WITHIN_RATIO = 0.05
 SRC_CHECKS = "issue 11 §3: published layout feasible; in the top 10 or within 5% of the best"
 
+HAND_LAYOUT = "pipeline_model_parallel_layout"  # modelled when tpcalc reads the string
 # Options a source states that tpcalc's model leaves out, keyed by the recipe field that states
 # them (tpcalc/validation/runs.yaml `recipe`), with what tpcalc does instead.
 UNMODELLED: dict[str, str] = {
     "cuda_graph_impl": "CUDA graphs (their memory pool and the launch overhead they remove)",
     "moe_flex_dispatcher_backend": "the DeepEP/HybridEP flex dispatcher (priced as all-to-all)",
-    "pipeline_model_parallel_layout": "a hand-set stage layout (priced as an even split)",
+    HAND_LAYOUT: "a hand-set stage layout this tpcalc cannot read (priced as an even split)",
     "delay_wgrad_compute": "delayed weight-gradient GEMMs for EP overlap",
     "use_megatron_fsdp": "Megatron FSDP (priced as ZeRO-3)",
     "recompute_num_layers": "block recompute of N layers (its memory priced as full recompute)",
@@ -74,7 +75,11 @@ def published(row: dict[str, Any]) -> Published | str:
         run = replace(run, recompute=Recompute.full)
     if offload := recipe.get("cpu_offloading_num_layers"):
         run = replace(run, memory=replace(run.memory, offload_layers=int(offload)))
-    unmodelled = tuple(text for key, text in UNMODELLED.items() if recipe.get(key) not in _OFF)
+    unmodelled = tuple(
+        text
+        for key, text in UNMODELLED.items()
+        if recipe.get(key) not in _OFF and not (key == HAND_LAYOUT and case.options.chunk_layers)
+    )
     memory_case = replace(case, layout=layout, run=run)
     return Published(case, memory_case, row["global_batch"], unmodelled)
 
@@ -179,9 +184,10 @@ def check(item: Published, planner: Callable[[Published], Pick]) -> Check:
     """Price the published layout as stated and run the planner on the same question."""
     c, m = item.case, item.memory_case
     spec, hw = load_model(c.model), load_hardware(c.hardware)
-    problems = layout_problems(spec, m.layout, m.run)
+    counts = hand_split(c.options, spec.num_hidden_layers, c.layout.pp, c.run.vpp)
+    problems = layout_problems(spec, m.layout, m.run, by_hand=counts is not None)
     capacity = hw.memory_bytes.value
-    memory = worst_rank_bytes(spec, m.layout, m.run)
+    memory = worst_rank_bytes(spec, m.layout, m.run, counts)
     problem = "; ".join(problems) if problems else None
     if problem is None and memory > capacity:
         problem = f"needs {memory / GB:.1f} GB per rank of {capacity / GB:.0f} GB"

@@ -183,9 +183,11 @@ def resolve_fp8_inputs(memory: MemoryTechniques, dtype: Dtype) -> MemoryTechniqu
 
 
 def layout_problems(
-    spec: ModelSpec, layout: ParallelLayout, run: LayoutRun, *, allow_uneven: bool = True
-) -> list[str]:
-    """Every reason ``layout`` cannot run ``spec`` with ``run``, one line each (empty if none)."""
+    spec: ModelSpec, layout: ParallelLayout, run: LayoutRun, *, allow_uneven: bool = True,
+    by_hand: bool = False,
+) -> list[str]:  # fmt: skip
+    """Every reason ``layout`` cannot run ``spec`` with ``run``, one line each (empty if none);
+    ``by_hand``: the stages' layers are set by hand (``pipeline.stage_split`` checks them)."""
     problems: list[str] = []
     sizes = {d: getattr(layout, d) for d in DIMENSIONS}
     sizes["gpus_per_node"] = layout.gpus_per_node
@@ -215,7 +217,7 @@ def layout_problems(
     try:
         check_pipeline(
             spec.num_hidden_layers, layout.pp, run.microbatches, run.vpp, run.schedule,
-            allow_uneven=allow_uneven,
+            allow_uneven=allow_uneven, by_hand=by_hand,
         )  # fmt: skip
     except TpcalcError as exc:
         problems.append(str(exc))
@@ -262,10 +264,11 @@ def _ep_problems(spec: ModelSpec, layout: ParallelLayout) -> list[str]:
 
 
 def check_layout(
-    spec: ModelSpec, layout: ParallelLayout, run: LayoutRun, *, allow_uneven: bool = True
-) -> None:
+    spec: ModelSpec, layout: ParallelLayout, run: LayoutRun, *, allow_uneven: bool = True,
+    by_hand: bool = False,
+) -> None:  # fmt: skip
     """Raise one InputError listing every problem of ``layout_problems`` ('; '-joined)."""
-    problems = layout_problems(spec, layout, run, allow_uneven=allow_uneven)
+    problems = layout_problems(spec, layout, run, allow_uneven=allow_uneven, by_hand=by_hand)
     if problems:
         raise InputError("; ".join(problems))
 

@@ -12,6 +12,7 @@ tokens per rank, times the micro-batches in flight on that rank (``pipeline``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tpcalc.calc.activations.exact.options import ActivationOptions
@@ -68,9 +69,12 @@ SRC_ACT = {
 }
 
 
-def rank_layers(num_layers: int, p: int, v: int = 1) -> list[list[int]]:
-    """Decoder layer indices held by each of the p ranks (its v chunks, in order)."""
-    counts = chunk_layer_counts(num_layers, p * v)
+def rank_layers(
+    num_layers: int, p: int, v: int = 1, counts: Sequence[int] | None = None
+) -> list[list[int]]:
+    """Decoder layer indices held by each of the p ranks (its v chunks, in order); ``counts``:
+    the layers of each chunk when set by hand (``pipeline.stage_split``), else even."""
+    counts = counts if counts is not None else chunk_layer_counts(num_layers, p * v)
     starts = [sum(counts[:c]) for c in range(len(counts))]
     return [
         [i for c in rank_chunks(p, v, r) for i in range(starts[c], starts[c] + counts[c])]
@@ -79,19 +83,21 @@ def rank_layers(num_layers: int, p: int, v: int = 1) -> list[list[int]]:
 
 
 def rank_activation_bytes(
-    schedule: Schedule, p: int, m: int, v: int, per_layer: list[float], *, last_extra: float = 0.0
-) -> list[float]:
+    schedule: Schedule, p: int, m: int, v: int, per_layer: list[float], *, last_extra: float = 0.0,
+    counts: Sequence[int] | None = None,
+) -> list[float]:  # fmt: skip
     """Activations each pipeline rank holds at its peak: in-flight chunks / v × the sum of its
     layers' per-layer bytes (``layer_activation_bytes``; in-flight chunks per schedule from
     ``pipeline.in_flight_chunks``: GPipe m, 1F1B p − rank, ...). ``last_extra`` is one
-    micro-batch's activations of what the last chunk runs after the layers (MTP).
+    micro-batch's activations of what the last chunk runs after the layers (MTP). ``counts``:
+    the layers of each chunk when set by hand (``pipeline.stage_split``), else even.
 
     DualPipe: rank r runs stage r for the micro-batches fed from rank 0 and stage p−1−r for
     those fed from rank p−1. Each direction is a 1F1B pipeline, so rank r holds p − r of the
     first and r + 1 of the second: p + 1 micro-batches in all, DeepSeek-V3 report §3.2.1
     Table 2 ("Activation: PP+1"), each on its own stage's layers.
     """
-    chunks = chunk_layer_counts(len(per_layer), p * v)
+    chunks = counts if counts is not None else chunk_layer_counts(len(per_layer), p * v)
     bounds = [sum(chunks[:c]) for c in range(len(chunks) + 1)]
     chunk_bytes = [sum(per_layer[bounds[c] : bounds[c + 1]]) for c in range(len(chunks))]
     chunk_bytes[-1] += last_extra
@@ -106,10 +112,12 @@ def rank_activation_bytes(
 
 
 def pp_rank_params(
-    spec: ModelSpec, p: int, v: int, schedule: Schedule, *, mtp: bool = True
-) -> list[tuple[int, int, int]]:
+    spec: ModelSpec, p: int, v: int, schedule: Schedule, *, mtp: bool = True,
+    counts: Sequence[int] | None = None,
+) -> list[tuple[int, int, int]]:  # fmt: skip
     """(TP-split dense, TP-replicated, routed-expert) parameters of each pipeline rank before
-    any TP/EP split; MTP (last stage, DeepSeek-V3 §3.2) only when ``mtp``."""
+    any TP/EP split; MTP (last stage, DeepSeek-V3 §3.2) only when ``mtp``; ``counts``: the
+    layers of each chunk when set by hand, else even."""
     n = spec.num_hidden_layers
     routed = [routed_layer_params(spec, i) for i in range(n)]
     total = [layer_params(spec, i) for i in range(n)]
@@ -117,17 +125,17 @@ def pp_rank_params(
     n_mtp = spec.mtp_layers if mtp else 0
     experts = rank_params(
         routed, p, v, embedding_params=0, lm_head_params=0, other_params=n_mtp * routed[-1],
-        schedule=schedule,
+        schedule=schedule, counts=counts,
     )  # fmt: skip
     whole = rank_params(
         replicated, p, v, embedding_params=0, lm_head_params=0,
         other_params=final_norm_params(spec) + (tp_replicated_mtp_params(spec) if mtp else 0),
-        schedule=schedule,
+        schedule=schedule, counts=counts,
     )  # fmt: skip
     everything = rank_params(
         total, p, v, embedding_params=embedding_params(spec), lm_head_params=lm_head_params(spec),
         other_params=final_norm_params(spec) + (mtp_params(spec) if mtp else 0),
-        schedule=schedule,
+        schedule=schedule, counts=counts,
     )  # fmt: skip
     return [(a - e - r, r, e) for a, r, e in zip(everything, whole, experts, strict=True)]
 
@@ -235,8 +243,10 @@ def rank_memory(
     recompute: Recompute,
     activations: ActivationModel = ActivationModel.exact,
     techniques: MemoryTechniques | None = None,
+    counts: Sequence[int] | None = None,
 ) -> list[RankMemory]:
-    """Memory of every pipeline rank (sources: module docstring)."""
+    """Memory of every pipeline rank (sources: module docstring); ``counts``: the decoder
+    layers of each virtual stage when set by hand (``pipeline.stage_split``), else even."""
     tech = techniques or MemoryTechniques()
     per_layer = layer_activation_bytes(
         spec, layout, seq=seq, micro_batch=micro_batch, sp=sp, recompute=recompute,
@@ -244,11 +254,17 @@ def rank_memory(
     )  # fmt: skip
     mtp_layers = spec.mtp_layers if tech.mtp else 0
     act = rank_activation_bytes(
-        schedule, layout.pp, microbatches, vpp, per_layer, last_extra=mtp_layers * per_layer[-1]
+        schedule,
+        layout.pp,
+        microbatches,
+        vpp,
+        per_layer,
+        last_extra=mtp_layers * per_layer[-1],
+        counts=counts,
     )
     out = []
-    ranks = pp_rank_params(spec, layout.pp, vpp, schedule, mtp=tech.mtp)
-    layers = rank_layers(spec.num_hidden_layers, layout.pp, vpp)
+    ranks = pp_rank_params(spec, layout.pp, vpp, schedule, mtp=tech.mtp, counts=counts)
+    layers = rank_layers(spec.num_hidden_layers, layout.pp, vpp, counts)
     for r, (dense, whole, expert) in enumerate(ranks):
         d = -(-dense // layout.tp) + whole
         e = -(-expert // (layout.etp * layout.ep))

@@ -32,7 +32,7 @@ from tpcalc.calc.layout.timed import (
     with_overlap,
 )
 from tpcalc.calc.pipeline.schedule import bubble_time_s
-from tpcalc.calc.time.step import TimeOptions, step_time
+from tpcalc.calc.time.step import TimeOptions, hand_split, step_time
 from tpcalc.choices import TimeModel
 from tpcalc.specs import HardwareSpec, ModelSpec
 
@@ -55,9 +55,11 @@ class LayoutPrice:
     warnings: tuple[str, ...]
 
 
-def _layer_counts(spec: ModelSpec, lay: ParallelLayout, run: LayoutRun) -> tuple[int, int, int]:
+def _layer_counts(
+    spec: ModelSpec, lay: ParallelLayout, run: LayoutRun, counts: tuple[int, ...] | None
+) -> tuple[int, int, int]:
     """(layers, full-attention layers, MoE layers) of the pipeline rank with the most of each."""
-    ranks = rank_layers(spec.num_hidden_layers, lay.pp, run.vpp)
+    ranks = rank_layers(spec.num_hidden_layers, lay.pp, run.vpp, counts)
     types = spec.resolved_layer_types
     full = max(sum(1 for i in r if types[i] != "linear_attention") for r in ranks)
     moe = max(sum(1 for i in r if spec.is_moe_layer(i)) for r in ranks)
@@ -78,13 +80,20 @@ def price_layout(
     """Check, place and price ``layout`` for ``spec`` on ``hw`` (sources: the calc modules).
 
     ``time_model`` roofline (default) times the step per operation with the overlap rules of
-    ``time_options``; fixed keeps the seeds' convention (compute at the achieved FLOP/s)."""
-    check_layout(spec, layout, run, allow_uneven=allow_uneven)
+    ``time_options``; fixed keeps the seeds' convention (compute at the achieved FLOP/s). A
+    stage split set by hand in ``time_options`` (first/last stage layers, a pipeline layout)
+    places the layers, their parameters and their activations on the ranks."""
+    counts = (
+        hand_split(time_options, spec.num_hidden_layers, layout.pp, run.vpp)
+        if time_options is not None
+        else None
+    )
+    check_layout(spec, layout, run, allow_uneven=allow_uneven, by_hand=counts is not None)
     groups = place_groups(layout)
     mem = rank_memory(
         spec, layout, seq=run.seq, micro_batch=run.micro_batch, microbatches=run.microbatches,
         vpp=run.vpp, schedule=run.schedule, recipe=run.recipe, sp=run.sp, recompute=run.recompute,
-        activations=run.activations, techniques=run.memory,
+        activations=run.activations, techniques=run.memory, counts=counts,
     )  # fmt: skip
     worst = max(mem, key=lambda m: m.total_bytes)
     flops = rank_flops(
@@ -95,7 +104,7 @@ def price_layout(
     achieved = hw.achieved_flop_per_s.value
     mb_s = slowest.total / achieved
     recompute_share = slowest.recompute_flop / slowest.total if slowest.total else 0.0
-    layers, full, moe = _layer_counts(spec, layout, run)
+    layers, full, moe = _layer_counts(spec, layout, run, counts)
     biggest = max(mem, key=lambda m: m.dense_params + m.expert_params)
     plain = stage_times(mb_s, 0.0, recompute_share)
     costs = DimCosts(

@@ -62,9 +62,12 @@ EQUAL_TIMES = StageTimes(1.0, 1.0, 1.0)
 
 
 def check_pipeline(
-    num_layers: int, p: int, m: int, v: int, schedule: Schedule, *, allow_uneven: bool = True
-) -> None:
-    """Raise a one-line TpcalcError for an impossible pipeline; return None when it is fine."""
+    num_layers: int, p: int, m: int, v: int, schedule: Schedule, *, allow_uneven: bool = True,
+    by_hand: bool = False,
+) -> None:  # fmt: skip
+    """Raise a one-line TpcalcError for an impossible pipeline; return None when it is fine.
+    ``by_hand``: the layers of each stage are set by hand (``stage_split`` checks them), so the
+    even split's rules on the layer count do not apply."""
     for name, value in (("pp", p), ("microbatches", m), ("vpp", v)):
         if value < 1:
             raise InputError(f"{name}={value} must be a positive integer")
@@ -72,14 +75,14 @@ def check_pipeline(
         raise InputError(f"vpp={v} applies only to the interleaved schedule; use vpp=1")
     if schedule is Schedule.interleaved and v < 2:
         raise InputError("the interleaved schedule needs vpp >= 2 (vpp=1 is plain 1f1b)")
-    if p > num_layers:
+    if p > num_layers and not by_hand:
         raise InputError(f"pp={p} exceeds num_hidden_layers={num_layers}: a stage needs a layer")
-    if p * v > num_layers:
+    if p * v > num_layers and not by_hand:
         raise InputError(
             f"vpp={v} needs pp·vpp={p * v} model chunks but there are only "
             f"num_hidden_layers={num_layers} layers; lower vpp or pp"
         )
-    if not allow_uneven:
+    if not allow_uneven and not by_hand:
         divide(num_layers, p * v, what="num_hidden_layers", by="pp·vpp" if v > 1 else "pp")
     if schedule is Schedule.dualpipe:
         if p % DUALPIPE_DIRECTIONS:
@@ -104,6 +107,52 @@ def chunk_layer_counts(num_layers: int, chunks: int) -> tuple[int, ...]:
     return tuple(counts)
 
 
+def stage_split(
+    num_layers: int,
+    pp: int,
+    vpp: int = 1,
+    *,
+    first: int | None = None,
+    last: int | None = None,
+    chunks: tuple[int, ...] | None = None,
+) -> tuple[int, ...]:
+    """Decoder layers of each of the pp·vpp virtual stages, in stage order.
+
+    Even split by default (``chunk_layer_counts``); ``first``/``last`` fix the layers of the
+    first and last stage and split the rest evenly over the middle (Megatron-LM
+    --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers); ``chunks`` gives
+    every virtual stage's layers (Megatron-Core --pipeline-model-parallel-layout, whose stage c
+    sits on rank c mod pp: megatron/core/transformer/pipeline_parallel_layer_layout.py).
+    """
+    if chunks is not None:
+        if first is not None or last is not None:
+            raise InputError("a pipeline layout and --first/--last-stage-layers exclude each other")
+        if len(chunks) != pp * vpp or sum(chunks) != num_layers or min(chunks) < 0:
+            raise InputError(
+                f"pipeline layout: {len(chunks)} stages holding {sum(chunks)} layers; "
+                f"pp·vpp = {pp * vpp} stages holding the model's {num_layers} layers are needed"
+            )
+        return tuple(chunks)
+    if first is None and last is None:
+        return chunk_layer_counts(num_layers, pp * vpp)
+    if vpp != 1:
+        raise InputError("--first-stage-layers/--last-stage-layers need --vpp 1")
+    if pp < 2:
+        raise InputError("--first-stage-layers/--last-stage-layers need --pp 2 or more")
+    head, tail = first or 0, last or 0
+    middle_stages = pp - (first is not None) - (last is not None)
+    rest = num_layers - head - tail
+    if rest < 0 or (middle_stages == 0 and rest) or (middle_stages and rest < middle_stages):
+        raise InputError(
+            f"--first-stage-layers {first} and --last-stage-layers {last} leave {rest} of "
+            f"{num_layers} layers for {middle_stages} middle stages; each needs at least one"
+        )
+    middle = list(chunk_layer_counts(rest, middle_stages)) if middle_stages else []
+    return tuple(
+        ([first] if first is not None else []) + middle + ([last] if last is not None else [])
+    )
+
+
 def rank_chunks(p: int, v: int, rank: int) -> list[int]:
     """Model chunks held by ``rank``: r, r+p, ..., r+(v-1)p (Narayanan et al. 2021 §2.2.2)."""
     return [rank + k * p for k in range(v)]
@@ -124,10 +173,12 @@ def rank_params(
     lm_head_params: int,
     other_params: int = 0,
     schedule: Schedule = Schedule.one_f_one_b,
+    counts: Sequence[int] | None = None,
 ) -> tuple[int, ...]:
     """Parameters each rank holds: its layers, + embedding on the first chunk, + LM head and
-    ``other_params`` (final norm, MTP) on the last. DualPipe ranks hold stages r and p-1-r."""
-    chunks = chunk_layer_counts(len(layer_params), p * v)
+    ``other_params`` (final norm, MTP) on the last. DualPipe ranks hold stages r and p-1-r.
+    ``counts``: the layers of each chunk when set by hand (``stage_split``), else even."""
+    chunks = counts if counts is not None else chunk_layer_counts(len(layer_params), p * v)
     bounds = [sum(chunks[:c]) for c in range(len(chunks) + 1)]
     chunk_params = [sum(layer_params[bounds[c] : bounds[c + 1]]) for c in range(len(chunks))]
     chunk_params[0] += embedding_params

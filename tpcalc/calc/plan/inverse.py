@@ -42,13 +42,16 @@ def memory_budget_bytes(
     return card_bytes * (1.0 - headroom_ratio) - reserve_bytes
 
 
-def worst_rank_bytes(spec: ModelSpec, layout: ParallelLayout, run: LayoutRun) -> float:
+def worst_rank_bytes(
+    spec: ModelSpec, layout: ParallelLayout, run: LayoutRun, counts: tuple[int, ...] | None = None
+) -> float:
     """Memory of the most loaded pipeline rank (the quantity ``tpcalc layout`` compares with
-    the card as ``memory_bytes_per_rank``)."""
+    the card as ``memory_bytes_per_rank``); ``counts``: a stage split set by hand."""
     ranks = rank_memory(
         spec, layout, seq=run.seq, micro_batch=run.micro_batch, microbatches=run.microbatches,
         vpp=run.vpp, schedule=run.schedule, recipe=run.recipe, sp=run.sp,
         recompute=run.recompute, activations=run.activations, techniques=run.memory,
+        counts=counts,
     )  # fmt: skip
     return max(r.total_bytes for r in ranks)
 

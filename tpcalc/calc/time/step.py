@@ -55,7 +55,7 @@ from tpcalc.calc.params.counts import (
     lm_head_params,
     routed_layer_params,
 )
-from tpcalc.calc.pipeline.schedule import StageTimes, bubble_time_s, chunk_layer_counts, rank_chunks
+from tpcalc.calc.pipeline.schedule import StageTimes, bubble_time_s, rank_chunks, stage_split
 from tpcalc.calc.time.ops import (
     Op,
     OpKind,
@@ -271,47 +271,25 @@ def stage_layers(
     last: int | None = None,
     chunks: tuple[int, ...] | None = None,
 ) -> list[list[int]]:
-    """Decoder layer indices of each pipeline rank (its v chunks in order).
-
-    Even split by default (``pipeline.chunk_layer_counts``); ``first``/``last`` fix the layers
-    of the first and last stage and split the rest evenly over the middle (Megatron-LM
-    --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers); ``chunks`` gives
-    every virtual stage's layers (Megatron-Core --pipeline-model-parallel-layout, whose stage c
-    sits on rank c mod pp: megatron/core/transformer/pipeline_parallel_layer_layout.py).
-    """
-    if chunks is not None:
-        if first is not None or last is not None:
-            raise InputError("a pipeline layout and --first/--last-stage-layers exclude each other")
-        if len(chunks) != pp * vpp or sum(chunks) != num_layers or min(chunks) < 0:
-            raise InputError(
-                f"pipeline layout: {len(chunks)} stages holding {sum(chunks)} layers; "
-                f"pp·vpp = {pp * vpp} stages holding the model's {num_layers} layers are needed"
-            )
-        counts = list(chunks)
-    elif first is None and last is None:
-        counts = list(chunk_layer_counts(num_layers, pp * vpp))
-    else:
-        if vpp != 1:
-            raise InputError("--first-stage-layers/--last-stage-layers need --vpp 1")
-        if pp < 2:
-            raise InputError("--first-stage-layers/--last-stage-layers need --pp 2 or more")
-        head, tail = first or 0, last or 0
-        middle_stages = pp - (first is not None) - (last is not None)
-        rest = num_layers - head - tail
-        if rest < 0 or (middle_stages == 0 and rest) or (middle_stages and rest < middle_stages):
-            raise InputError(
-                f"--first-stage-layers {first} and --last-stage-layers {last} leave {rest} of "
-                f"{num_layers} layers for {middle_stages} middle stages; each needs at least one"
-            )
-        middle = list(chunk_layer_counts(rest, middle_stages)) if middle_stages else []
-        counts = (
-            ([first] if first is not None else []) + middle + ([last] if last is not None else [])
-        )
+    """Decoder layer indices of each pipeline rank (its v chunks in order), split as
+    ``pipeline.stage_split`` says (even by default)."""
+    counts = stage_split(num_layers, pp, vpp, first=first, last=last, chunks=chunks)
     starts = [sum(counts[:c]) for c in range(len(counts))]
     return [
         [i for c in rank_chunks(pp, vpp, r) for i in range(starts[c], starts[c] + counts[c])]
         for r in range(pp)
     ]
+
+
+def hand_split(opts: TimeOptions, num_layers: int, pp: int, vpp: int) -> tuple[int, ...] | None:
+    """The decoder layers of each virtual stage when ``opts`` set the split by hand (first/last
+    stage layers or a pipeline layout), None for the even split."""
+    if opts.first_stage_layers is None and opts.last_stage_layers is None and not opts.chunk_layers:
+        return None
+    return stage_split(
+        num_layers, pp, vpp, first=opts.first_stage_layers, last=opts.last_stage_layers,
+        chunks=opts.chunk_layers,
+    )  # fmt: skip
 
 
 # ---- per-pass work of a set of ops ----
