@@ -19,7 +19,7 @@ import yaml
 
 from tpcalc.calc.dp.zero import ZeroStage
 from tpcalc.calc.layout.groups import LayoutRun, MemoryTechniques, ParallelLayout
-from tpcalc.calc.time.pipeline_layout import parse_pipeline_layout
+from tpcalc.calc.time.pipeline_layout import layers_text, parse_pipeline_layout
 from tpcalc.calc.time.step import Overlap, StepTime, TimeOptions, step_time
 from tpcalc.catalog import hardware_names, load_hardware, load_model, model_names
 from tpcalc.choices import Recompute, Schedule
@@ -257,24 +257,13 @@ def layout_text(c: Case) -> str:
     )
 
 
-def _runs_text(counts: tuple[int, ...]) -> str:
-    """Layers per virtual stage with repeats folded: (4, 4, 4, 1) -> "4×3+1"."""
-    parts: list[list[int]] = []
-    for n in counts:
-        if parts and parts[-1][0] == n:
-            parts[-1][1] += 1
-        else:
-            parts.append([n, 1])
-    return "+".join(f"{n}×{k}" if k > 1 else str(n) for n, k in parts)
-
-
 def _row(o: Outcome) -> Row:
     c, st = o.case, o.step
     inputs: dict[str, Scalar] = {
         "id": c.id, "model": c.model, "hardware": c.hardware, "kind": c.kind,
         "dtype": c.dtype.value, "gpus": c.gpus, "seq": c.run.seq, "layout": layout_text(c),
         "ep_dispatch": "node-aware" if c.options.ep_node_dedup else "all-to-all",
-        "stage_layers": _runs_text(c.options.chunk_layers) if c.options.chunk_layers else "even",
+        "stage_layers": layers_text(c.options.chunk_layers) if c.options.chunk_layers else "even",
     }  # fmt: skip
     terms: list[Term] = [
         term(
