@@ -384,6 +384,30 @@ def test_bad_input_names_the_field(h100, kw, field):
         _request("llama3-8b", h100, **kw)
 
 
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        # request.MAX_GPUS = 2**20, MAX_GLOBAL_BATCH = 2**16, MAX_TOP_K = 100
+        ({"gpus": 2**20 + 1}, "gpus must be between 1 and 1,048,576 (GPUs), got 1,048,577"),
+        ({"global_batch": 2**16 + 1},
+         "global_batch must be between 1 and 65,536 (sequences), got 65,537"),
+        ({"global_batch": None, "global_batch_tokens": (2**16 + 1) * 4096},
+         "global_batch must be between 1 and 65,536 (sequences), got 65,537"),
+        ({"top_k": 101}, "top_k must be between 1 and 100 (layouts), got 101"),
+    ],
+)  # fmt: skip
+def test_engine_bounds_the_sizes(h100, kw, message):
+    """tpcalc.plan is bounded like the CLI: one InputError naming the field and the range."""
+    with pytest.raises(InputError) as err:
+        _request("llama3-8b", h100, **kw)
+    assert str(err.value) == message
+
+
+def test_largest_sizes_are_accepted(h100):
+    req = _request("llama3-8b", h100, gpus=2**20, global_batch=2**16, top_k=100)
+    assert (req.gpus, req.global_batch, req.top_k) == (2**20, 2**16, 100)
+
+
 def test_dp_pin_filters(h100):
     req = _request("llama3-8b", h100, pins={"dp": (4,)})
     s = S._Search(req, req.gpus)
