@@ -254,6 +254,33 @@ def test_branch_and_bound_equals_exhaustive(model, h100):
     front = S._pareto(s, picks, mems, lbs)
     for j in front:
         assert not np.any((mems <= mems[j]) & (exact < exact[j] * (1 - REL)))
+    # the same searches building blocks' bounds only where their floors allow, on a fresh
+    # search: the same top 10 and the same front
+    lazy = S._Search(req, req.gpus)
+    lazy.enumerate()
+    lazy.prepare()
+    top = S._top_built(lazy, k)
+    assert [t for t, _ in top] == pytest.approx(want, rel=REL)
+    assert [p for _, p in top] == [_pick(picks[j]) for _, j in ranked]
+    assert lazy.expanded.sum() < len(lazy.blocks)  # the floors skipped some blocks
+    assert S._pareto_built(lazy) == [_pick(picks[j]) for j in front]
+
+
+def test_floors_never_exceed_bounds(small, moe):
+    """``StepBounds.floor`` (no stage split) is at most every bound of its block's cells."""
+    for _, s, picks, _, lbs in (small, moe):
+        cell = {}
+        for row, lb in zip(picks, lbs, strict=True):
+            key = (int(row[0]), int(row[2]), int(row[3]), int(row[4]))
+            cell[key] = min(cell.get(key, np.inf), lb)
+        got = {}
+        for b, f in zip(s.cell_block, s.cell_floor, strict=True):
+            got.setdefault(int(b), []).append(f)
+        assert len(s.cell_floor) == len(cell)
+        for b, fs in got.items():
+            assert min(fs) == s.floors[b]
+            assert s.floors[b] <= min(v for k, v in cell.items() if k[0] == b)
+        assert np.all(s.cell_floor > 0)
 
 
 # ---- the public result ----

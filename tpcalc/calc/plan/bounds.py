@@ -123,6 +123,7 @@ class StepBounds:
         self._mode_key = ModeKeys()
         self._pipe_arrays: dict[tuple, tuple[np.ndarray, ...]] = {}
         self._splits: dict[tuple, tuple] = {}
+        self._floors: dict[tuple, tuple[np.ndarray, ...]] = {}
 
     def work(self, shape: Shape, b: int, sp: bool) -> ShardWork:
         sp = sp and shape.tp > 1
@@ -457,20 +458,65 @@ class StepBounds:
             self._splits[key] = got
         return got
 
+    def floor(
+        self, shape: Shape, v: Variant, mbs: list[int], per_dp: int, sps: list[bool],
+        modes: list[RecomputeMode], distributed: list[bool], zeros: list[int],
+    ) -> np.ndarray:  # fmt: skip
+        """A lower bound on ``block`` [Z, M, S, R] that needs no stage split: ``block``'s terms
+        with the mean stage F° + B° + W° over p in place of the slowest stage (the stages'
+        sums add up to F° + B° + W°, so the slowest is at least the mean) and stage 0's
+        forward and backward taken as 0 in what the drain hides (the hidden terms only grow
+        with them). It needs only the summed op times of each (micro-batch, sp, mode), shared
+        by every pp, dp, schedule and vpp of the shard, so a whole block is ranked, and
+        skipped, before its own bounds are built."""
+        f, bi, w, sends, m = self.sums(shape, mbs, per_dp, sps, modes)
+        zero = np.zeros_like(f)
+        mean = (f + bi + w) / shape.pp
+        return self._assemble(shape, v, m, mean, zero, zero, f, bi, w, sends, distributed, zeros)
+
+    def sums(
+        self, shape: Shape, mbs: list[int], per_dp: int, sps: list[bool],
+        modes: list[RecomputeMode],
+    ) -> tuple[np.ndarray, ...]:  # fmt: skip
+        """Summed F°, B°, W° [M, S, R], the least pipeline sends [M, S, 1] and the micro-batch
+        counts [M, 1, 1] of a shape (``floor``)."""
+        key = (shape, tuple(mbs), tuple(sps), self._mode_key(modes))
+        got = self._floors.get(key)
+        if got is None:
+            r = len(modes)
+            f, bi, w = (np.empty((len(mbs), len(sps), r)) for _ in range(3))
+            sends = np.empty((len(mbs), len(sps), 1))
+            for i, b in enumerate(mbs):
+                for j, sp in enumerate(sps):
+                    *_, f[i, j], bi[i, j], w[i, j] = self.stacked(shape, b, sp, modes)
+                    sends[i, j] = self.pp_sends(shape, b, sp)
+            m = np.array([per_dp // b for b in mbs], dtype=np.float64)[:, None, None]
+            got = (f, bi, w, sends, m)
+            self._floors[key] = got
+        return got
+
     def block(
         self, shape: Shape, v: Variant, mbs: list[int], per_dp: int, sps: list[bool],
         modes: list[RecomputeMode], distributed: list[bool], zeros: list[int] | None = None,
     ) -> np.ndarray:  # fmt: skip
         """``lower`` of every (zero, micro-batch, sp, mode) of a block: [Z, M, S, R], in one
         numpy pass over the block (the same terms ``lower`` adds, broadcast)."""
-        p = shape.pp
         slowest, f0, total0, f, bi, w, sends = self.pipe_arrays(shape, v.vpp, mbs, sps, modes)
         m = np.array([per_dp // b for b in mbs], dtype=np.float64)[:, None, None]  # [M, 1, 1]
+        stage = zeros if zeros is not None else [int(dist) for dist in distributed]
+        return self._assemble(shape, v, m, slowest, f0, total0, f, bi, w, sends, distributed, stage)
+
+    def _assemble(
+        self, shape: Shape, v: Variant, m: np.ndarray, slowest: np.ndarray, f0: np.ndarray,
+        total0: np.ndarray, f: np.ndarray, bi: np.ndarray, w: np.ndarray, sends: np.ndarray,
+        distributed: list[bool], stage: list[int],
+    ) -> np.ndarray:  # fmt: skip
+        """``block`` from its stage arrays [M, S, R]: [Z, M, S, R]."""
+        p = shape.pp
         bubble = _bubble(v, p, f / p, bi / p, w / p, (f + bi + w) / p)  # [M, S, R]
         tails = [self.dp_tail(shape, v, dist) for dist in distributed]
         zs = (len(distributed), 1, 1, 1)
         const = np.array([t[0] for t in tails]).reshape(zs)
-        stage = zeros if zeros is not None else [int(dist) for dist in distributed]
         terms = [
             self.sharded_terms(shape, v, z, m, t[1], t[2])
             for z, t in zip(stage, tails, strict=True)

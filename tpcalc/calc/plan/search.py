@@ -23,6 +23,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -185,31 +186,96 @@ class _Search:
 
     # ---- candidates and bounds ----
 
-    def picks(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Every timed candidate that fits as rows (block, zero, micro-batch, sp, mode) of
-        indices, its memory, and its first (loosest) bound."""
-        zi = np.array([self.zeros.index(z) for z in self.timed_zeros], dtype=np.int64)
-        cols: list[np.ndarray] = []
-        mems: list[np.ndarray] = []
-        lbs: list[np.ndarray] = []
-        bounds = self.bounds
+    def prepare(self) -> None:
+        """Per block and (micro-batch, sp, mode) cell: the least memory among its timed
+        candidates that fit, and ``StepBounds.floor`` (a lower bound on each of their bounds).
+        The blocks' own bounds are built only when a search needs them (``expand``)."""
+        self.zi = np.array([self.zeros.index(z) for z in self.timed_zeros], dtype=np.int64)
+        n = len(self.blocks)
+        self.floors = np.full(n, math.inf)
+        self.expanded = np.zeros(n, dtype=bool)
+        self._chunks: list[tuple[np.ndarray, ...]] = []
+        self._sorted: tuple[np.ndarray, ...] | None = None
+        distributed = [zero >= 1 for zero in self.timed_zeros]
+        zeros = [int(z) for z in self.timed_zeros]
+        cell_block, cell_mem, cell_floor = [], [], []
         for k, blk in enumerate(self.blocks):
             if k % PROGRESS_EVERY == 0:
-                self.progress("bounds", k / len(self.blocks))
-            mem = blk.memory[zi]  # [Z', M, S, R]
-            z, i, s, r = np.nonzero(mem <= self.capacity)
-            if not len(z):
+                self.progress("bounds", k / max(1, n))
+            mem = blk.memory[self.zi]  # [Z', M, S, R]
+            fits = mem <= self.capacity
+            if not fits.any():
+                self.expanded[k] = True  # nothing to time
                 continue
-            lb = bounds.block(
+            floor = self.bounds.floor(
+                blk.shape, blk.variant, blk.mbs, blk.per_dp, blk.sps, self.d.recompute,
+                distributed, zeros,
+            )  # fmt: skip
+            floor = np.where(fits, floor, math.inf).min(axis=0)  # [M, S, R]
+            cell = np.isfinite(floor)
+            self.floors[k] = floor.min() * (1 - 2 * BOUND_MARGIN)
+            cell_block.append(np.full(int(cell.sum()), k))
+            cell_mem.append(np.where(fits, mem, math.inf).min(axis=0)[cell])
+            cell_floor.append(floor[cell] * (1 - 2 * BOUND_MARGIN))
+        if cell_block:
+            self.cell_block = np.concatenate(cell_block)
+            self.cell_mem = np.concatenate(cell_mem)
+            self.cell_floor = np.concatenate(cell_floor)
+        else:
+            self.cell_block, self.cell_mem, self.cell_floor = (np.zeros(0) for _ in range(3))
+        self.progress("bounds", 1.0)
+
+    def expand(self, ks: Iterable[int] | np.ndarray) -> int:
+        """Build the bounds of blocks ``ks`` (those not built yet); the number built."""
+        built = 0
+        for k in ks:
+            k = int(k)
+            if self.expanded[k]:
+                continue
+            self.expanded[k] = True
+            blk = self.blocks[k]
+            mem = blk.memory[self.zi]  # [Z', M, S, R]
+            flat = np.flatnonzero(mem <= self.capacity)
+            z, i, s, r = np.unravel_index(flat, mem.shape)
+            lb = self.bounds.block(
                 blk.shape, blk.variant, blk.mbs, blk.per_dp, blk.sps, self.d.recompute,
                 [zero >= 1 for zero in self.timed_zeros], [int(z) for z in self.timed_zeros],
             )  # fmt: skip
-            cols.append(np.stack([np.full_like(z, k), zi[z], i, s, r], axis=1).astype(np.int32))
-            mems.append(mem[z, i, s, r])
-            lbs.append(lb[z, i, s, r] * (1 - BOUND_MARGIN))
-        if not cols:
-            return np.zeros((0, 5), dtype=np.int32), np.zeros(0), np.zeros(0)
-        return np.concatenate(cols), np.concatenate(mems), np.concatenate(lbs)
+            rows = np.stack([np.full_like(z, k), self.zi[z], i, s, r], axis=1).astype(np.int32)
+            # the order of the exhaustive list: block, then zero, micro-batch, sp, mode
+            keys = (np.int64(k) << KEY_SHIFT) | flat.astype(np.int64)
+            self._chunks.append((rows, mem.ravel()[flat], lb.ravel()[flat] * (1 - BOUND_MARGIN),
+                                 keys))  # fmt: skip
+            built += 1
+        if built:
+            self._sorted = None
+        return built
+
+    def built(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Every pick of the expanded blocks: rows (block, zero, micro-batch, sp, mode), memory,
+        bound and order key, sorted by (bound, key): the order of a stable sort by bound of the
+        exhaustive list, restricted to these picks."""
+        if self._sorted is None:
+            if not self._chunks:
+                empty = np.zeros(0)
+                self._sorted = (np.zeros((0, 5), np.int32), empty, empty, empty.astype(np.int64))
+            else:
+                rows, mems, lbs, keys = (np.concatenate(c) for c in zip(*self._chunks, strict=True))
+                self._chunks = [(rows, mems, lbs, keys)]
+                order = np.lexsort((keys, lbs))
+                self._sorted = (rows[order], mems[order], lbs[order], keys[order])
+        return self._sorted  # type: ignore[return-value]
+
+    def picks(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every timed candidate that fits as rows (block, zero, micro-batch, sp, mode) of
+        indices, its memory, and its bound, in the exhaustive order (block, zero, micro-batch,
+        sp, mode): every block expanded."""
+        if not hasattr(self, "zi"):
+            self.prepare()
+        self.expand(range(len(self.blocks)))
+        rows, mems, lbs, keys = self.built()
+        order = np.argsort(keys, kind="stable")
+        return rows[order], mems[order], lbs[order]
 
     def tighten(self, row: np.ndarray) -> float:
         """The exact step time of a pick (the tier after its bound)."""
@@ -262,20 +328,26 @@ class _Search:
         )  # fmt: skip
 
 
+# A pick's order key: block index above this many bits, its flat index in the block below.
+KEY_SHIFT = 32
+
 # Bounds are sums of the same float terms the step adds in another order; this margin keeps
 # a rounding difference from ever letting a bound pass the exact time it bounds.
 BOUND_MARGIN = 1e-9
 
 
 def _best_first(
-    search: _Search, picks: np.ndarray, lbs: np.ndarray, want: int
-) -> list[tuple[float, int]]:
+    search: _Search, picks: np.ndarray, lbs: np.ndarray, want: int,
+    keys: np.ndarray | None = None, order: np.ndarray | None = None,
+) -> list[tuple[float, int]]:  # fmt: skip
     """The ``want`` picks of least exact step time, in order: take picks in order of their
     bound, time each exactly; a timed pick whose time is at most the next bound is final,
     since every pick not yet timed has at least that bound, and so that time (module
-    docstring)."""
-    order = np.argsort(lbs, kind="stable")
-    heap: list[tuple[float, int]] = []  # (exact time, pick index)
+    docstring). Equal times go by ``keys`` (default: the index); ``order``: the picks already
+    sorted by bound."""
+    if order is None:
+        order = np.argsort(lbs, kind="stable")
+    heap: list[tuple[float, int, int]] = []  # (exact time, key, pick index)
     out: list[tuple[float, int]] = []
     i = 0
     n = len(order)
@@ -283,10 +355,39 @@ def _best_first(
         if i < n and (not heap or lbs[order[i]] < heap[0][0]):
             j = int(order[i])
             i += 1
-            heapq.heappush(heap, (search.tighten(picks[j]), j))
+            key = j if keys is None else int(keys[j])
+            heapq.heappush(heap, (search.tighten(picks[j]), key, j))
         else:
-            out.append(heapq.heappop(heap))
+            t, _, j = heapq.heappop(heap)
+            out.append((t, j))
     return out
+
+
+def _top_built(search: _Search, want: int) -> list[tuple[float, _Pick]]:
+    """``_best_first`` over every block, building blocks' bounds only where they can matter:
+    blocks in order of their floor until ``want`` picks are built, then, as long as some block
+    not built has a floor at most the ``want``-th best exact time so far, those blocks too. A
+    block left out has every pick's exact time above that time, so it holds none of the best
+    ``want`` (the floors are lower bounds on the bounds, ``StepBounds.floor``)."""
+    if want <= 0:
+        return []
+    by_floor = np.argsort(search.floors, kind="stable")
+    live = by_floor[np.isfinite(search.floors[by_floor])]
+    pos = 0
+    while True:
+        rows, _, lbs, keys = search.built()
+        if len(rows) < want and pos < len(live):
+            search.expand(live[pos : pos + 1])
+            pos += 1
+            continue
+        ranked = _best_first(search, rows, lbs, want, keys, np.arange(len(rows)))
+        tau = ranked[-1][0] if len(ranked) >= want else math.inf
+        end = pos
+        while end < len(live) and search.floors[live[end]] <= tau:
+            end += 1
+        if not search.expand(live[pos:end]):
+            return [(t, _Pick(*(int(x) for x in rows[j]))) for t, j in ranked]
+        pos = end
 
 
 def _part_name(part: str) -> str:
@@ -370,28 +471,63 @@ def _pareto(search: _Search, picks: np.ndarray, mems: np.ndarray, lbs: np.ndarra
     return front[::-1]
 
 
+def _pareto_built(search: _Search) -> list[_Pick]:
+    """``_pareto`` over every block, building blocks' bounds only where they can matter: for
+    each memory budget, the blocks with a (micro-batch, sp, mode) cell under it whose floor is
+    at most the fastest exact time found under it so far (no other cell can hold a faster
+    pick)."""
+    cb, cm, cf = search.cell_block, search.cell_mem, search.cell_floor
+    exact: list[tuple[_Pick, float, float]] = []  # (pick, exact time, memory)
+    limit = math.inf
+    top = float(cm.max()) if len(cm) else 0.0
+    while True:
+        search.progress("pareto", 1.0 - min(limit, top) / top if top else 1.0)
+        under = cm < limit
+        if not under.any():
+            break
+        while True:
+            rows, mems, lbs, _ = search.built()
+            idx = np.flatnonzero(mems < limit)
+            if not len(idx):  # seed: the cell of least floor under the budget
+                cells = np.flatnonzero(under)
+                search.expand(cb[cells[np.argmin(cf[cells])]][None])
+                continue
+            j = _fastest(search, rows, idx, lbs, mems)
+            t = search.tighten(rows[j])
+            todo = under & (cf <= t)
+            if not search.expand(np.unique(cb[todo][~search.expanded[cb[todo]]])):
+                break
+        exact.append((_Pick(*(int(x) for x in rows[j])), t, float(mems[j])))
+        limit = float(mems[j]) * (1 - PARETO_MEMORY_STEP)
+    front: list[tuple[_Pick, float, float]] = []
+    for p in exact:  # time ascending from the fastest, memory descending
+        if not front or front[-1][1] < p[1] * (1 - PARETO_MIN_GAIN):
+            front.append(p)
+    return [p for p, _, _ in front[::-1]]
+
+
 def _plan_gpus(req: PlanRequest, gpus: int, progress: ProgressCallback = _quiet) -> PlanResult:
     search = _Search(req, gpus, progress)
     search.enumerate()
-    picks, mems, lbs = search.picks()
+    search.prepare()
     progress("top", 0.0)
+    if req.include_all or req.objective is Objective.memory:
+        picks, mems, lbs = search.picks()  # every block: all are listed, or ranked by memory
     if req.include_all:
-        want = len(picks)
+        ranked = [(t, _Pick(*map(int, picks[j]))) for t, j in _best_first(search, picks, lbs,
+                                                                          len(picks))]  # fmt: skip
     elif req.objective is Objective.memory:
-        want = 0
+        ranked = []
     else:
-        want = min(req.top_k, len(picks))
-    ranked = _best_first(search, picks, lbs, want)
+        ranked = _top_built(search, req.top_k)
     if req.objective is Objective.memory:
         order = np.lexsort((lbs, mems))[: req.top_k]
         cands = sorted((search.candidate(_Pick(*map(int, picks[j]))) for j in order),
                        key=lambda c: (c.memory_bytes, c.step_time_s))  # fmt: skip
     else:
-        cands = [search.candidate(_Pick(*map(int, picks[j]))) for _, j in ranked]
+        cands = [search.candidate(p) for _, p in ranked]
         cands.sort(key=lambda c: (c.step_time_s, c.memory_bytes))
-    front = [
-        search.candidate(_Pick(*map(int, picks[j]))) for j in _pareto(search, picks, mems, lbs)
-    ]
+    front = [search.candidate(p) for p in _pareto_built(search)]
     top = tuple(cands[: req.top_k])
     why, margin = "", None
     if len(top) > 1 and req.objective is not Objective.memory:
