@@ -524,14 +524,20 @@ class StepBounds:
         a_z, da, c_z, dc = (np.stack([t[i] for t in terms]) for i in range(4))  # [Z, M, 1, 1]
         a2 = a_z + da * f0  # [Z, M, S, R]
         c2 = c_z + dc * (total0 - f0)
+        # Both hide under stage 0's own passes, whose sum is at most N: what the two leave
+        # exposed is also at least a_z + c_z − max(da, dc)·N (the joint term).
+        joint = a_z + c_z  # -inf when either is not overlapped (then it is in the constant)
+        dj = np.maximum(da, dc)
         n = np.stack(
             [
                 np.broadcast_to(slowest, a2.shape),
                 np.maximum(slowest, a2 / da),
                 np.maximum(slowest, c2 / dc),
+                np.maximum(slowest, joint / dj),
             ]
         )
-        h = m * n + np.maximum(0.0, a2 - da * n) + np.maximum(0.0, c2 - dc * n)
+        apart = np.maximum(0.0, a2 - da * n) + np.maximum(0.0, c2 - dc * n)
+        h = m * n + np.maximum(apart, np.maximum(0.0, joint - dj * n))
         return h.min(axis=0) + const + sends + bubble
 
     def lower(
