@@ -105,6 +105,7 @@ class StepBounds:
         self._rest: dict[tuple, tuple[float, float, float]] = {}
         self._dp_parts: dict[tuple, tuple[float, float, int]] = {}
         self._first_params: dict[tuple, int] = {}
+        self._layer_dense: list[int] = []
         self.r = rates(hw, dtype, efficiency_scale=opts.efficiency_scale)
         kinds: dict[tuple[str, bool], list[int]] = {}
         for i in range(spec.num_hidden_layers):
@@ -268,7 +269,12 @@ class StepBounds:
         if key not in self._first_params:
             spec = self.spec
             layers = stage_layers(spec.num_hidden_layers, shape.pp, v.vpp)[0]
-            dense = sum(layer_params(spec, i) - routed_layer_params(spec, i) for i in layers)
+            if not self._layer_dense:  # each layer's dense parameters, counted once
+                self._layer_dense = [
+                    layer_params(spec, i) - routed_layer_params(spec, i)
+                    for i in range(spec.num_hidden_layers)
+                ]
+            dense = sum(self._layer_dense[i] for i in layers)
             dense += embedding_params(spec)
             if shape.pp == 1:
                 dense += lm_head_params(spec) + final_norm_params(spec)
@@ -473,6 +479,70 @@ class StepBounds:
         zero = np.zeros_like(f)
         mean = (f + bi + w) / shape.pp
         return self._assemble(shape, v, m, mean, zero, zero, f, bi, w, sends, distributed, zeros)
+
+    def floors(
+        self, shape: Shape, vs: list[Variant], mbs: list[int], per_dp: int, sps: list[bool],
+        modes: list[RecomputeMode], distributed: list[bool], zeros: list[int],
+    ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+        """Two cheaper lower bounds than ``floor`` for every variant of ``vs`` at once: per
+        cell [V, M, S, R], ``floor`` without the hidden terms and with the least constant of
+        any ZeRO stage; per (variant, ZeRO stage, micro-batch) [V, Z, M], ``floor`` at the
+        least mean stage, sends and bubble of any (sp, mode) (``floor`` grows with each). A
+        candidate's bound is at least both (``sharded_terms`` and ``_bubble`` taken over
+        arrays of variants)."""
+        f, bi, w, sends, m = self.sums(shape, mbs, per_dp, sps, modes)
+        p, n_v, n_z = shape.pp, len(vs), len(zeros)
+        fp, bp, wp = f / p, bi / p, w / p
+        mean = (f + bi + w) / p
+        bubble = np.empty((n_v, *f.shape))
+        seen: dict[Variant, int] = {}
+        for i, v in enumerate(vs):
+            if v in seen:
+                bubble[i] = bubble[seen[v]]
+            else:
+                bubble[i] = _bubble(v, p, fp, bp, wp, mean)
+                seen[v] = i
+        ov = self.opts.overlap
+        const, a0, c0, d = (np.empty((n_v, n_z)) for _ in range(4))
+        ga, gc = np.zeros((n_v, n_z), bool), np.zeros((n_v, n_z), bool)
+        per_pass, one, gathers, gather = (np.zeros((n_v, n_z)) for _ in range(4))
+        for i, v in enumerate(vs):
+            dv = 1 + (p - 1) / v.vpp
+            for j, (z, dist) in enumerate(zip(zeros, distributed, strict=True)):
+                const[i, j], a0[i, j], c0[i, j] = self.dp_tail(shape, v, dist)
+                d[i, j] = dv
+                key = (shape.tp, shape.cp, shape.pp, shape.dp, v.vpp, True)
+                parts = self._dp_parts.get(key) if z >= 2 else None
+                if parts is None:
+                    continue
+                o, g, buckets = parts
+                if ov.dp_grad_reduce:  # as sharded_terms
+                    ga[i, j], per_pass[i, j], one[i, j] = (
+                        True,
+                        buckets * (o + (g if z >= 3 else 0.0)),
+                        o,
+                    )
+                if z >= 3 and ov.dp_param_gather:
+                    gc[i, j], gathers[i, j], gather[i, j] = True, buckets * g, g
+        mm = m[None, None, :, 0, 0]  # [1, 1, M]
+        a_z = np.where(ga[..., None], mm * per_pass[..., None] - one[..., None], a0[..., None])
+        da = np.where(ga[..., None], mm, d[..., None])
+        c_z = np.where(gc[..., None], mm * gathers[..., None] - gather[..., None], c0[..., None])
+        dc = np.where(gc[..., None], mm, d[..., None])  # each [V, Z, M]
+        # per cell: the mean stage, bubble, sends and the least constant of any stage
+        rest = sends + bubble  # [V, M, S, R]
+        cells = m * mean + rest + const.min(axis=1)[:, None, None, None]
+        # per (variant, stage, micro-batch): the hidden terms at the least mean of any cell
+        x = np.broadcast_to(mean.min(axis=(1, 2))[None, None, :], a_z.shape)
+        joint = a_z + c_z
+        dj = np.maximum(da, dc)
+        best = np.full(a_z.shape, math.inf)
+        mz = np.broadcast_to(mm, a_z.shape)
+        for n in (x, np.maximum(x, a_z / da), np.maximum(x, c_z / dc), np.maximum(x, joint / dj)):
+            apart = np.maximum(0.0, a_z - da * n) + np.maximum(0.0, c_z - dc * n)
+            best = np.minimum(best, mz * n + np.maximum(apart, np.maximum(0.0, joint - dj * n)))
+        coarse = best + const[:, :, None] + rest.min(axis=(2, 3))[:, None, :]
+        return cells, coarse
 
     def sums(
         self, shape: Shape, mbs: list[int], per_dp: int, sps: list[bool],

@@ -52,6 +52,22 @@ MEMORY = "memory"
 
 
 @dataclass
+class _Group:
+    """The blocks of one shape: the memory of every (variant, zero, micro-batch, sp, mode) over
+    the micro-batches any of its variants allows, [V, Z, M, S, R] (``fit.MemoryScreen.group``),
+    and which micro-batches each variant allows, [V, M]."""
+
+    shape: Shape
+    variants: list[Variant]
+    mbs: list[int]
+    per_dp: int
+    sps: list[bool]
+    memory: np.ndarray
+    allowed: np.ndarray
+    blocks: list[int]  # the block index of each variant
+
+
+@dataclass
 class _Block:
     """One (shape, variant): memory of every (zero, micro-batch, sp, mode), and what fits."""
 
@@ -60,7 +76,14 @@ class _Block:
     mbs: list[int]
     per_dp: int
     sps: list[bool]
-    memory: np.ndarray  # [Z, M, S, R]
+    group: _Group
+    v: int  # the variant's index in its group
+    take: list[int]  # its micro-batches' indices in the group's
+
+    @property
+    def memory(self) -> np.ndarray:
+        """[Z, M, S, R]"""
+        return self.group.memory[self.v][:, self.take]
 
 
 @dataclass(frozen=True)
@@ -96,6 +119,7 @@ class _Search:
             req.spec, req.hw, self.node, self.opts, req.dtype, req.seq, req.memory
         )
         self.blocks: list[_Block] = []
+        self.groups: list[_Group] = []
         self.rejections: Counter[str] = Counter()
         self.enumerated = 0
         self.fitting = 0  # candidates that divide and fit, counted as the blocks are screened
@@ -150,6 +174,7 @@ class _Search:
                 ok.append(sp)
         if not ok:
             return
+        kept: list[tuple[Variant, list[int]]] = []
         for v in vs:
             why = space.pipeline_rule(
                 self.req.spec.num_hidden_layers, shape.pp, v, self.req.allow_uneven
@@ -170,15 +195,31 @@ class _Search:
                     self.rejections[why] += len(ok) * inner
                 else:
                     good.append(b)
-            if not good:
-                continue
-            mem = self.screen.block(shape, v, good, per_dp, ok, modes, self.zeros)
-            over = int((mem > self.capacity).sum())
-            if over:
-                self.rejections[MEMORY] += over
-            self.fitting += mem.size - over
-            if over < mem.size:
-                self.blocks.append(_Block(shape, v, good, per_dp, ok, mem))
+            if good:
+                kept.append((v, good))
+        if not kept:
+            return
+        used = sorted({b for _, good in kept for b in good})
+        allowed = np.array([[b in good for b in used] for _, good in kept])  # [V, M]
+        mem = self.screen.group(
+            shape, [v for v, _ in kept], used, per_dp, ok, modes, self.zeros
+        )  # [V, Z, M, S, R]
+        over = (mem > self.capacity) & allowed[:, None, :, None, None]
+        n_over = over.sum(axis=(1, 2, 3, 4))
+        n_all = allowed.sum(axis=1) * (mem.size // (mem.shape[0] * mem.shape[2]))
+        if n_over.any():
+            self.rejections[MEMORY] += int(n_over.sum())
+        self.fitting += int((n_all - n_over).sum())
+        group = _Group(shape, [v for v, _ in kept], used, per_dp, ok, mem, allowed, [])
+        for i, (v, good) in enumerate(kept):
+            if n_over[i] < n_all[i]:
+                group.blocks.append(len(self.blocks))
+                take = [used.index(b) for b in good]
+                self.blocks.append(_Block(shape, v, good, per_dp, ok, group, i, take))
+            else:
+                group.blocks.append(-1)
+        if any(k >= 0 for k in group.blocks):
+            self.groups.append(group)
 
     @property
     def feasible(self) -> int:
@@ -199,28 +240,29 @@ class _Search:
         distributed = [zero >= 1 for zero in self.timed_zeros]
         zeros = [int(z) for z in self.timed_zeros]
         cell_block, cell_mem, cell_floor = [], [], []
-        for k, blk in enumerate(self.blocks):
-            if k % PROGRESS_EVERY == 0:
-                self.progress("bounds", k / max(1, n))
-            mem = blk.memory[self.zi]  # [Z', M, S, R]
-            fits = mem <= self.capacity
-            if not fits.any():
-                self.expanded[k] = True  # nothing to time
-                continue
-            floor = self.bounds.floor(
-                blk.shape, blk.variant, blk.mbs, blk.per_dp, blk.sps, self.d.recompute,
+        for g, grp in enumerate(self.groups):
+            if g % PROGRESS_EVERY == 0:
+                self.progress("bounds", g / max(1, len(self.groups)))
+            mem = grp.memory[:, self.zi]  # [V, Z', M, S, R]
+            fits = (mem <= self.capacity) & grp.allowed[:, None, :, None, None]
+            cells, coarse = self.bounds.floors(
+                grp.shape, grp.variants, grp.mbs, grp.per_dp, grp.sps, self.d.recompute,
                 distributed, zeros,
             )  # fmt: skip
-            floor = np.where(fits, floor, math.inf).min(axis=0)  # [M, S, R]
-            cell = np.isfinite(floor)
-            self.floors[k] = floor.min() * (1 - 2 * BOUND_MARGIN)
-            cell_block.append(np.full(int(cell.sum()), k))
-            cell_mem.append(np.where(fits, mem, math.inf).min(axis=0)[cell])
-            cell_floor.append(floor[cell] * (1 - 2 * BOUND_MARGIN))
+            by_zero = np.where(fits, coarse[..., None, None], math.inf).min(axis=1)
+            floor = np.where(np.isfinite(by_zero), np.maximum(cells, by_zero), math.inf)
+            least = np.where(fits, mem, math.inf).min(axis=1)
+            ids = np.array(grp.blocks)
+            v, *cell = np.nonzero(np.isfinite(floor))
+            cell_block.append(ids[v])
+            cell_mem.append(least[(v, *cell)])
+            cell_floor.append(floor[(v, *cell)] * (1 - 2 * BOUND_MARGIN))
         if cell_block:
             self.cell_block = np.concatenate(cell_block)
             self.cell_mem = np.concatenate(cell_mem)
             self.cell_floor = np.concatenate(cell_floor)
+            np.minimum.at(self.floors, self.cell_block, self.cell_floor)
+            self.expanded |= ~np.isfinite(self.floors)  # nothing to time
         else:
             self.cell_block, self.cell_mem, self.cell_floor = (np.zeros(0) for _ in range(3))
         self.progress("bounds", 1.0)
