@@ -106,6 +106,7 @@ class StepBounds:
         self._dp_parts: dict[tuple, tuple[float, float, int]] = {}
         self._first_params: dict[tuple, int] = {}
         self._layer_dense: list[int] = []
+        self._rows: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self.r = rates(hw, dtype, efficiency_scale=opts.efficiency_scale)
         kinds: dict[tuple[str, bool], list[int]] = {}
         for i in range(spec.num_hidden_layers):
@@ -405,19 +406,49 @@ class StepBounds:
         key = (shape.tp, shape.cp, shape.ep, shape.etp, sp and shape.tp > 1, b,
                self._mode_key(modes), shape.pp == 1)  # fmt: skip
         if key not in self._stacked:
-            t = [self.stage(shape, b, sp, mode) for mode in modes]
+            # ``stage`` of every mode at once: the recomputed forward of each mode and kind is
+            # a selection of the kinds' forward op times by name (one product)
+            wk = self.work(shape, b, sp)
+            names = tuple(sorted({n for d in wk.kind_forward_by_name for n in d}))
+            by_name = np.array([[d.get(n, 0.0) for d in wk.kind_forward_by_name] for n in names])
+            pick, full = self._recompute_rows(modes, names)  # [R, names], [R]
+            rec = pick @ by_name.reshape(len(names), len(wk.kind_f))  # [R, K]
+            rec[full] = wk.kind_f
+            counts = self.kind_counts
+            fe, le = wk.first_end, wk.last_end
+            r = len(modes)
+            one = np.ones(r)
             self._stacked[key] = (
-                np.array([x.per_kind_s for x in t]),
-                np.array([x.per_kind_f_s for x in t]),
-                np.array([x.first_end_s for x in t]),
-                np.array([x.last_end_s for x in t]),
-                np.array([x.first_end_f_s + (x.last_end_f_s if shape.pp == 1 else 0.0)
-                          for x in t]),
-                np.array([x.sums.forward_s for x in t]),
-                np.array([x.sums.backward_input_s for x in t]),
-                np.array([x.sums.backward_weight_s for x in t]),
-            )  # fmt: skip
+                wk.kind_f + wk.kind_b + wk.kind_w + rec,
+                np.broadcast_to(wk.kind_f, rec.shape),
+                one * sum(fe),
+                one * sum(le),
+                one * (fe[0] + (le[0] if shape.pp == 1 else 0.0)),
+                one * (float(counts @ wk.kind_f) + fe[0] + le[0]),
+                (wk.kind_b + rec) @ counts + fe[1] + le[1],
+                one * (float(counts @ wk.kind_w) + fe[2] + le[2]),
+            )
         return self._stacked[key]
+
+    def _recompute_rows(
+        self, modes: list[RecomputeMode] | tuple[RecomputeMode, ...], names: tuple[str, ...]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Which op names each mode recomputes ([R, names], 0 or 1) and which modes recompute
+        whole layers ([R]): ``stage``'s selection as arrays."""
+        key = (self._mode_key(modes), names)
+        got = self._rows.get(key)
+        if got is None:
+            pick = np.zeros((len(modes), len(names)))
+            full = np.zeros(len(modes), dtype=bool)
+            for i, mode in enumerate(modes):
+                if mode.recompute is Recompute.full:
+                    full[i] = True
+                    continue
+                default = ("core_attn",) if mode.recompute is Recompute.selective else ()
+                chosen = {n for m in (mode.modules or default) for n in RECOMPUTE_MODULE_OPS[m]}
+                pick[i] = [n in chosen for n in names]
+            got = self._rows[key] = (pick, full)
+        return got
 
     def pipe_arrays(
         self, shape: Shape, vpp: int, mbs: list[int], sps: list[bool], modes: list[RecomputeMode]

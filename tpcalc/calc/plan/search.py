@@ -120,6 +120,7 @@ class _Search:
         )
         self.blocks: list[_Block] = []
         self.groups: list[_Group] = []
+        self._rules: tuple[tuple | None, tuple] = (None, ())
         self.rejections: Counter[str] = Counter()
         self.enumerated = 0
         self.fitting = 0  # candidates that divide and fit, counted as the blocks are screened
@@ -165,39 +166,12 @@ class _Search:
         if reason:
             self.rejections[reason] += total
             return
-        ok = []
-        for sp in sps:
-            why = space.cp_rule(self.req.seq, shape.tp, shape.cp, sp)
-            if why:
-                self.rejections[why] += len(vs) * n_mb * inner
-            else:
-                ok.append(sp)
-        if not ok:
-            return
-        kept: list[tuple[Variant, list[int]]] = []
-        for v in vs:
-            why = space.pipeline_rule(
-                self.req.spec.num_hidden_layers, shape.pp, v, self.req.allow_uneven
-            )
-            if why:
-                self.rejections[why] += n_mb * len(ok) * inner
-                continue
-            if not per_dp:
-                self.rejections[BATCH] += len(ok) * inner
-                continue
-            if not mbs:
-                self.rejections[NO_MICRO_BATCH] += len(ok) * inner
-                continue
-            good = []
-            for b in mbs:
-                why = space.microbatch_rule(shape.pp, per_dp // b, v)
-                if why:
-                    self.rejections[why] += len(ok) * inner
-                else:
-                    good.append(b)
-            if good:
-                kept.append((v, good))
-        if not kept:
+        key = (shape.tp, shape.cp, shape.pp)
+        if self._rules[0] != key:  # the same for every ep and etp, visited in a row
+            self._rules = (key, self._sequence_rules(shape, sps, vs, per_dp, mbs, inner))
+        ok, kept, rejected = self._rules[1]
+        self.rejections.update(rejected)
+        if not ok or not kept:
             return
         used = sorted({b for _, good in kept for b in good})
         allowed = np.array([[b in good for b in used] for _, good in kept])  # [V, M]
@@ -220,6 +194,49 @@ class _Search:
                 group.blocks.append(-1)
         if any(k >= 0 for k in group.blocks):
             self.groups.append(group)
+
+    def _sequence_rules(
+        self, shape: Shape, sps: list[bool], vs: list[Variant], per_dp: int, mbs: list[int],
+        inner: int,
+    ) -> tuple[list[bool], list[tuple[Variant, list[int]]], Counter[str]]:  # fmt: skip
+        """The rules that do not depend on ep and etp: the SP values the sequence allows, the
+        variants with the micro-batches their schedule allows, and what each rule turned
+        down."""
+        rejected: Counter[str] = Counter()
+        n_mb = max(1, len(mbs))
+        ok = []
+        for sp in sps:
+            why = space.cp_rule(self.req.seq, shape.tp, shape.cp, sp)
+            if why:
+                rejected[why] += len(vs) * n_mb * inner
+            else:
+                ok.append(sp)
+        kept: list[tuple[Variant, list[int]]] = []
+        if not ok:
+            return ok, kept, rejected
+        for v in vs:
+            why = space.pipeline_rule(
+                self.req.spec.num_hidden_layers, shape.pp, v, self.req.allow_uneven
+            )
+            if why:
+                rejected[why] += n_mb * len(ok) * inner
+                continue
+            if not per_dp:
+                rejected[BATCH] += len(ok) * inner
+                continue
+            if not mbs:
+                rejected[NO_MICRO_BATCH] += len(ok) * inner
+                continue
+            good = []
+            for b in mbs:
+                why = space.microbatch_rule(shape.pp, per_dp // b, v)
+                if why:
+                    rejected[why] += len(ok) * inner
+                else:
+                    good.append(b)
+            if good:
+                kept.append((v, good))
+        return ok, kept, rejected
 
     @property
     def feasible(self) -> int:
