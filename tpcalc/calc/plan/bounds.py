@@ -31,7 +31,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tpcalc.calc.layout.groups import MemoryTechniques, ParallelLayout, place_groups
+from tpcalc.calc.layout.groups import (
+    MemoryTechniques,
+    ParallelLayout,
+    expert_dp_group,
+    place_groups,
+)
 from tpcalc.calc.links.collectives import Collective
 from tpcalc.calc.params.counts import (
     embedding_params,
@@ -106,6 +111,8 @@ class StepBounds:
         self._dp_parts: dict[tuple, tuple[float, float, int]] = {}
         self._first_params: dict[tuple, int] = {}
         self._layer_dense: list[int] = []
+        self._expert_rest: dict[tuple, tuple] = {}
+        self._first_experts: dict[tuple, int] = {}
         self._rows: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self.r = rates(hw, dtype, efficiency_scale=opts.efficiency_scale)
         kinds: dict[tuple[str, bool], list[int]] = {}
@@ -298,53 +305,98 @@ class StepBounds:
         key = (shape.tp, shape.cp, shape.pp, shape.dp, v.vpp, distributed)
         if key in self._rest:
             return self._rest[key]
-        r, opts, ov = self.r, self.opts, self.opts.overlap
-        links = self.links(shape)
-        const = 0.0
-        a = c = -math.inf
         params = self.first_stage_dense(shape, v)
-        group = links["dp"]
-        if params and group.size > 1:
-            cap = max(DDP_BUCKET_MIN_PARAMS, DDP_BUCKET_PARAMS_PER_DP_RANK * shape.dp)
-            bucket = min(params, cap)
-            buckets = math.ceil(params / bucket)
-            grad = bucket * opts.grad_reduce_dtype.bytes * opts.comm_scale
-            size, nodes = group.size, group.nodes
-            gather = 0.0
-            if distributed:
-                one = collective_time_s(r, Collective.reduce_scatter, grad, size, nodes)
-                param = bucket * Dtype.bf16.bytes * opts.comm_scale
-                gather = collective_time_s(r, Collective.all_gather, param, size, nodes)
-            else:
-                one = collective_time_s(r, Collective.all_reduce, grad, size, nodes)
-            if ov.dp_grad_reduce:
-                const, a = const + one, buckets * one - one
-            else:
-                const += buckets * one
-            if ov.dp_param_gather:
-                const, c = const + gather, buckets * gather - gather
-            else:
-                const += buckets * gather
+        group = self.links(shape)["dp"]
+        const, a, c, parts = self._collectives(params, group.size, group.nodes, shape.dp,
+                                               distributed)  # fmt: skip
         shard = shape.dp * shape.cp if distributed else 1
-        const += params / shard * ADAM_BYTES_PER_PARAM / r.hbm_bytes_per_s
+        const += params / shard * ADAM_BYTES_PER_PARAM / self.r.hbm_bytes_per_s
         self._rest[key] = (const, a, c)
-        if distributed and params and group.size > 1:
-            self._dp_parts[key] = (one, gather, buckets)
+        if distributed and parts is not None:
+            self._dp_parts[key] = parts
         return const, a, c
 
+    def expert_tail(
+        self, shape: Shape, v: Variant, distributed: bool
+    ) -> tuple[float, float, float, tuple[float, float, int] | None]:
+        """``dp_tail`` of stage 0's routed-expert parameters over their own data-parallel group
+        (``step._dp_exposed`` adds both groups' exposed time; the Adam step of the experts is
+        left out, at least 0): (constant, A, C, the per-bucket collectives or None)."""
+        key = (shape, v.vpp, distributed)
+        got = self._expert_rest.get(key)
+        if got is None:
+            params = self.first_stage_experts(shape, v)
+            if not params:
+                got = (0.0, -math.inf, -math.inf, None)
+            else:
+                layout = ParallelLayout(
+                    gpus_per_node=self.node, tp=shape.tp, cp=shape.cp, pp=shape.pp,
+                    dp=shape.dp, ep=shape.ep, etp=shape.etp,
+                )  # fmt: skip
+                group = expert_dp_group(layout)
+                got = self._collectives(params, group.size, group.nodes, shape.dp, distributed)
+            self._expert_rest[key] = got
+        return got
+
+    def first_stage_experts(self, shape: Shape, v: Variant) -> int:
+        """Routed-expert parameters one rank of stage 0 holds (``step._stage_params``)."""
+        key = (shape.pp, v.vpp, shape.ep * shape.etp)
+        if key not in self._first_experts:
+            layers = stage_layers(self.spec.num_hidden_layers, shape.pp, v.vpp)[0]
+            routed = sum(routed_layer_params(self.spec, i) for i in layers)
+            self._first_experts[key] = routed // (shape.ep * shape.etp)
+        return self._first_experts[key]
+
+    def _collectives(
+        self, params: int, size: int, nodes: int, dp: int, distributed: bool
+    ) -> tuple[float, float, float, tuple[float, float, int] | None]:
+        """One group's gradient reduction and parameter gather as ``step._dp_exposed`` times
+        them: (what is exposed whatever the overlap, A and C left to hide under the backward
+        and forward passes, (one bucket's reduction, one bucket's gather, buckets) or None)."""
+        r, opts, ov = self.r, self.opts, self.opts.overlap
+        const = 0.0
+        a = c = -math.inf
+        if not params or size <= 1:
+            return const, a, c, None
+        cap = max(DDP_BUCKET_MIN_PARAMS, DDP_BUCKET_PARAMS_PER_DP_RANK * dp)
+        bucket = min(params, cap)
+        buckets = math.ceil(params / bucket)
+        grad = bucket * opts.grad_reduce_dtype.bytes * opts.comm_scale
+        gather = 0.0
+        if distributed:
+            one = collective_time_s(r, Collective.reduce_scatter, grad, size, nodes)
+            param = bucket * Dtype.bf16.bytes * opts.comm_scale
+            gather = collective_time_s(r, Collective.all_gather, param, size, nodes)
+        else:
+            one = collective_time_s(r, Collective.all_reduce, grad, size, nodes)
+        if ov.dp_grad_reduce:
+            const, a = const + one, buckets * one - one
+        else:
+            const += buckets * one
+        if ov.dp_param_gather:
+            const, c = const + gather, buckets * gather - gather
+        else:
+            const += buckets * gather
+        return const, a, c, (one, gather, buckets) if distributed else None
+
     def sharded_terms(
-        self, shape: Shape, v: Variant, zero: int, m: np.ndarray, a: float, c: float
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        self, shape: Shape, v: Variant, zero: int, m: np.ndarray, a: float, c: float,
+        expert: tuple[float, float, int] | None | bool = False,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
         """(A, D_a, C, D_c) of ``block``'s hidden terms for one ZeRO stage: what stage 0's
         collectives leave to hide and the passes they hide under. ZeRO-2 reduce-scatters every
         micro-batch's gradients under its own backward, ZeRO-3 also gathers before every forward
         and backward (``step._dp_exposed``): m·buckets·(collective) − first bucket under m
         passes. Stages 0-1, or no overlap, keep ZeRO-1's terms under the drain (the exact time
-        of a higher stage is never less)."""
+        of a higher stage is never less). ``expert``: the expert group's per-bucket collectives
+        (``expert_tail``) in place of the dense group's (False)."""
         d = 1 + (shape.pp - 1) / v.vpp
         ov = self.opts.overlap
         key = (shape.tp, shape.cp, shape.pp, shape.dp, v.vpp, True)
-        parts = self._dp_parts.get(key) if zero >= 2 else None
+        if expert is False:
+            parts = self._dp_parts.get(key) if zero >= 2 else None
+        else:
+            parts = expert if zero >= 2 and not isinstance(expert, bool) else None
         full = np.ones_like(m)
         a_z, da, c_z, dc = a * full, d * full, c * full, d * full
         if parts is None:
@@ -534,44 +586,47 @@ class StepBounds:
                 bubble[i] = _bubble(v, p, fp, bp, wp, mean)
                 seen[v] = i
         ov = self.opts.overlap
-        const, a0, c0, d = (np.empty((n_v, n_z)) for _ in range(4))
-        ga, gc = np.zeros((n_v, n_z), bool), np.zeros((n_v, n_z), bool)
-        per_pass, one, gathers, gather = (np.zeros((n_v, n_z)) for _ in range(4))
-        for i, v in enumerate(vs):
-            dv = 1 + (p - 1) / v.vpp
-            for j, (z, dist) in enumerate(zip(zeros, distributed, strict=True)):
-                const[i, j], a0[i, j], c0[i, j] = self.dp_tail(shape, v, dist)
-                d[i, j] = dv
-                key = (shape.tp, shape.cp, shape.pp, shape.dp, v.vpp, True)
-                parts = self._dp_parts.get(key) if z >= 2 else None
-                if parts is None:
-                    continue
-                o, g, buckets = parts
-                if ov.dp_grad_reduce:  # as sharded_terms
-                    ga[i, j], per_pass[i, j], one[i, j] = (
-                        True,
-                        buckets * (o + (g if z >= 3 else 0.0)),
-                        o,
-                    )
-                if z >= 3 and ov.dp_param_gather:
-                    gc[i, j], gathers[i, j], gather[i, j] = True, buckets * g, g
+        const = np.zeros((n_v, n_z))
         mm = m[None, None, :, 0, 0]  # [1, 1, M]
-        a_z = np.where(ga[..., None], mm * per_pass[..., None] - one[..., None], a0[..., None])
-        da = np.where(ga[..., None], mm, d[..., None])
-        c_z = np.where(gc[..., None], mm * gathers[..., None] - gather[..., None], c0[..., None])
-        dc = np.where(gc[..., None], mm, d[..., None])  # each [V, Z, M]
+        groups = []
+        for expert in (False, True):
+            a0, c0, d = (np.empty((n_v, n_z)) for _ in range(3))
+            ga, gc = np.zeros((n_v, n_z), bool), np.zeros((n_v, n_z), bool)
+            per_pass, one, gathers, gather = (np.zeros((n_v, n_z)) for _ in range(4))
+            for i, v in enumerate(vs):
+                dv = 1 + (p - 1) / v.vpp
+                key = (shape.tp, shape.cp, shape.pp, shape.dp, v.vpp, True)
+                for j, (z, dist) in enumerate(zip(zeros, distributed, strict=True)):
+                    if expert:
+                        k, a0[i, j], c0[i, j], parts = self.expert_tail(shape, v, dist)
+                    else:
+                        k, a0[i, j], c0[i, j] = self.dp_tail(shape, v, dist)
+                        parts = self._dp_parts.get(key)
+                    const[i, j] += k
+                    d[i, j] = dv
+                    if z < 2 or parts is None:
+                        continue
+                    o, g, buckets = parts
+                    if ov.dp_grad_reduce:  # as sharded_terms
+                        ga[i, j], one[i, j] = True, o
+                        per_pass[i, j] = buckets * (o + (g if z >= 3 else 0.0))
+                    if z >= 3 and ov.dp_param_gather:
+                        gc[i, j], gathers[i, j], gather[i, j] = True, buckets * g, g
+            a_z = np.where(ga[..., None], mm * per_pass[..., None] - one[..., None], a0[..., None])
+            da = np.where(ga[..., None], mm, d[..., None])
+            c_z = np.where(
+                gc[..., None], mm * gathers[..., None] - gather[..., None], c0[..., None]
+            )
+            dc = np.where(gc[..., None], mm, d[..., None])  # each [V, Z, M]
+            groups.append((a_z, da, c_z, dc))
         # per cell: the mean stage, bubble, sends and the least constant of any stage
         rest = sends + bubble  # [V, M, S, R]
         cells = m * mean + rest + const.min(axis=1)[:, None, None, None]
-        # per (variant, stage, micro-batch): the hidden terms at the least mean of any cell
-        x = np.broadcast_to(mean.min(axis=(1, 2))[None, None, :], a_z.shape)
-        joint = a_z + c_z
-        dj = np.maximum(da, dc)
-        best = np.full(a_z.shape, math.inf)
-        mz = np.broadcast_to(mm, a_z.shape)
-        for n in (x, np.maximum(x, a_z / da), np.maximum(x, c_z / dc), np.maximum(x, joint / dj)):
-            apart = np.maximum(0.0, a_z - da * n) + np.maximum(0.0, c_z - dc * n)
-            best = np.minimum(best, mz * n + np.maximum(apart, np.maximum(0.0, joint - dj * n)))
+        # per (variant, stage, micro-batch): the hidden terms at the least mean of any cell,
+        # stage 0's passes taken as 0 (the hidden terms only grow with them)
+        x = np.broadcast_to(mean.min(axis=(1, 2))[None, None, :], groups[0][0].shape)
+        zero = np.zeros_like(x)
+        best = _least_exposed(np.broadcast_to(mm, x.shape), x, zero, zero, groups)
         coarse = best + const[:, :, None] + rest.min(axis=(2, 3))[:, None, :]
         return cells, coarse
 
@@ -616,30 +671,27 @@ class StepBounds:
         p = shape.pp
         bubble = _bubble(v, p, f / p, bi / p, w / p, (f + bi + w) / p)  # [M, S, R]
         tails = [self.dp_tail(shape, v, dist) for dist in distributed]
+        experts = [self.expert_tail(shape, v, dist) for dist in distributed]
         zs = (len(distributed), 1, 1, 1)
-        const = np.array([t[0] for t in tails]).reshape(zs)
-        terms = [
-            self.sharded_terms(shape, v, z, m, t[1], t[2])
-            for z, t in zip(stage, tails, strict=True)
-        ]
-        a_z, da, c_z, dc = (np.stack([t[i] for t in terms]) for i in range(4))  # [Z, M, 1, 1]
-        a2 = a_z + da * f0  # [Z, M, S, R]
-        c2 = c_z + dc * (total0 - f0)
-        # Both hide under stage 0's own passes, whose sum is at most N: what the two leave
-        # exposed is also at least a_z + c_z − max(da, dc)·N (the joint term).
-        joint = a_z + c_z  # -inf when either is not overlapped (then it is in the constant)
-        dj = np.maximum(da, dc)
-        n = np.stack(
-            [
-                np.broadcast_to(slowest, a2.shape),
-                np.maximum(slowest, a2 / da),
-                np.maximum(slowest, c2 / dc),
-                np.maximum(slowest, joint / dj),
+        const = np.array([t[0] + e[0] for t, e in zip(tails, experts, strict=True)]).reshape(zs)
+        hinges = []
+        for group in (False, True):
+            terms = [
+                self.sharded_terms(
+                    shape,
+                    v,
+                    z,
+                    m,
+                    *((e[1], e[2], e[3]) if group else (t[1], t[2])),
+                )
+                for z, t, e in zip(stage, tails, experts, strict=True)
             ]
-        )
-        apart = np.maximum(0.0, a2 - da * n) + np.maximum(0.0, c2 - dc * n)
-        h = m * n + np.maximum(apart, np.maximum(0.0, joint - dj * n))
-        return h.min(axis=0) + const + sends + bubble
+            a_z, da, c_z, dc = (np.stack([t[i] for t in terms]) for i in range(4))  # [Z, M, 1, 1]
+            hinges.append((a_z, da, c_z, dc))
+        return (
+            _least_exposed(m, slowest, f0, total0, hinges)
+            + const + sends + bubble
+        )  # fmt: skip
 
     def lower(
         self, shape: Shape, v: Variant, b: int, m: int, sp: bool, mode: RecomputeMode,
@@ -661,6 +713,42 @@ class StepBounds:
             shape, v, b, m, sp, distributed, slowest, np.array([f0]), np.array([total0 - f0])
         )
         return float(rest[0]) + bubble
+
+
+def _least(
+    m: np.ndarray, lo: np.ndarray, hinges: list[tuple[np.ndarray, np.ndarray]]
+) -> np.ndarray:
+    """min over N >= lo of m·N + Σ max(0, x − d·N) for hinges (x, d), d > 0: convex and
+    piecewise linear in N, so least at lo or at a hinge x/d above it."""
+
+    def at(n: np.ndarray) -> np.ndarray:
+        h = m * n
+        for x, d in hinges:
+            h = h + np.maximum(0.0, x - d * n)
+        return h
+
+    best = at(lo)
+    for x, d in hinges:
+        best = np.minimum(best, at(np.maximum(lo, x / d)))
+    return best
+
+
+def _least_exposed(
+    m: np.ndarray, slowest: np.ndarray, f0: np.ndarray, total0: np.ndarray,
+    groups: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
+) -> np.ndarray:  # fmt: skip
+    """A lower bound on min over N ≥ ``slowest`` of m·N plus what each group's gradient
+    reduction (A, hidden under stage 0's backward, at most N − its forward ``f0``, times d_a)
+    and parameter gather (C, under its forward, at most N − its backward) leave exposed,
+    groups (``sharded_terms``: dense, experts) adding up as ``step._dp_exposed`` adds them.
+    Each group's two also hide under passes adding up to at most N, so they leave at least
+    A + C − max(d_a, d_c)·N (the joint term). The bound is the larger of the least with the
+    terms apart and the least with the joint terms (each a lower bound on the step)."""
+    apart, joint = [], []
+    for a_z, da, c_z, dc in groups:
+        apart += [(a_z + da * f0, da), (c_z + dc * (total0 - f0), dc)]
+        joint.append((a_z + c_z, np.maximum(da, dc)))  # -inf when either is not overlapped
+    return np.maximum(_least(m, slowest, apart), _least(m, slowest, joint))
 
 
 def _exposed(comm_s: float, hidden_s: float, overlapped: bool, first_s: float = 0.0) -> float:

@@ -262,18 +262,25 @@ class _Search:
                 self.progress("bounds", g / max(1, len(self.groups)))
             mem = grp.memory[:, self.zi]  # [V, Z', M, S, R]
             fits = (mem <= self.capacity) & grp.allowed[:, None, :, None, None]
+            # floors only for the micro-batches where something fits (the shards of the others
+            # are never priced)
+            used = np.flatnonzero(fits.any(axis=(0, 1, 3, 4)))
+            if not len(used):
+                continue
+            fits = fits[:, :, used]
+            mem = mem[:, :, used]
             cells, coarse = self.bounds.floors(
-                grp.shape, grp.variants, grp.mbs, grp.per_dp, grp.sps, self.d.recompute,
-                distributed, zeros,
+                grp.shape, grp.variants, [grp.mbs[i] for i in used], grp.per_dp, grp.sps,
+                self.d.recompute, distributed, zeros,
             )  # fmt: skip
             by_zero = np.where(fits, coarse[..., None, None], math.inf).min(axis=1)
             floor = np.where(np.isfinite(by_zero), np.maximum(cells, by_zero), math.inf)
             least = np.where(fits, mem, math.inf).min(axis=1)
             ids = np.array(grp.blocks)
-            v, *cell = np.nonzero(np.isfinite(floor))
-            cell_block.append(ids[v])
-            cell_mem.append(least[(v, *cell)])
-            cell_floor.append(floor[(v, *cell)] * (1 - 2 * BOUND_MARGIN))
+            where = np.nonzero(np.isfinite(floor))
+            cell_block.append(ids[where[0]])
+            cell_mem.append(least[where])
+            cell_floor.append(floor[where] * (1 - 2 * BOUND_MARGIN))
         if cell_block:
             self.cell_block = np.concatenate(cell_block)
             self.cell_mem = np.concatenate(cell_mem)
@@ -296,15 +303,18 @@ class _Search:
             mem = blk.memory[self.zi]  # [Z', M, S, R]
             flat = np.flatnonzero(mem <= self.capacity)
             z, i, s, r = np.unravel_index(flat, mem.shape)
+            used = np.unique(i)  # the micro-batches where something fits: only those priced
+            at = np.zeros(len(blk.mbs), dtype=np.int64)
+            at[used] = np.arange(len(used))
             lb = self.bounds.block(
-                blk.shape, blk.variant, blk.mbs, blk.per_dp, blk.sps, self.d.recompute,
-                [zero >= 1 for zero in self.timed_zeros], [int(z) for z in self.timed_zeros],
-            )  # fmt: skip
+                blk.shape, blk.variant, [blk.mbs[x] for x in used], blk.per_dp, blk.sps,
+                self.d.recompute, [zero >= 1 for zero in self.timed_zeros],
+                [int(z) for z in self.timed_zeros],
+            )[z, at[i], s, r]  # fmt: skip
             rows = np.stack([np.full_like(z, k), self.zi[z], i, s, r], axis=1).astype(np.int32)
             # the order of the exhaustive list: block, then zero, micro-batch, sp, mode
             keys = (np.int64(k) << KEY_SHIFT) | flat.astype(np.int64)
-            self._chunks.append((rows, mem.ravel()[flat], lb.ravel()[flat] * (1 - BOUND_MARGIN),
-                                 keys))  # fmt: skip
+            self._chunks.append((rows, mem.ravel()[flat], lb * (1 - BOUND_MARGIN), keys))
             built += 1
         if built:
             self._sorted = None
