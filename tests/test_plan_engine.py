@@ -25,6 +25,7 @@ from tpcalc.calc.time.step import TimeOptions
 from tpcalc.catalog import load_hardware, load_model
 from tpcalc.choices import Recompute, Schedule
 from tpcalc.errors import InputError
+from tpcalc.units import Dtype
 
 # Small cases: every candidate can be timed exactly in a test.
 SMALL = dict(gpus=16, seq=4096, global_batch=32)
@@ -495,3 +496,20 @@ def test_progress_callback_sees_every_phase_in_order_and_same_result(best8b):
         assert xs == sorted(xs) and xs[0] >= 0.0 and xs[-1] <= 1.0
     assert [c.step_time_s for c in r.top] == [c.step_time_s for c in best8b.top]
     assert [c.memory_bytes for c in r.pareto] == [c.memory_bytes for c in best8b.pareto]
+
+
+def test_dense_layer_ops_do_not_read_the_expert_grid():
+    """StepBounds._kind_ops shares a dense layer's op times across ep and etp, and the ends'
+    without MTP: their ops must not change with them."""
+    from tpcalc.calc.time.ops import Shard, embedding_ops, head_ops, layer_ops
+
+    spec = load_model("deepseek-v3")
+    dense = next(i for i in range(spec.num_hidden_layers) if not spec.is_moe_layer(i))
+
+    def ops(ep: int, etp: int) -> tuple:
+        shard = Shard(seq=4096, micro_batch=2, tp=2, cp=1, ep=ep, etp=etp, sp=True,
+                      dtype=Dtype.bf16)  # fmt: skip
+        return (layer_ops(spec, shard, dense), embedding_ops(spec, shard),
+                head_ops(spec, shard, spec.vocab_size))  # fmt: skip
+
+    assert ops(1, 1) == ops(8, 1) == ops(32, 2)

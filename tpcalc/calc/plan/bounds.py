@@ -114,6 +114,8 @@ class StepBounds:
         self._expert_rest: dict[tuple, tuple] = {}
         self._first_experts: dict[tuple, int] = {}
         self._rows: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        self._layer_ops: dict[tuple, tuple] = {}
+        self._ends: dict[tuple, tuple] = {}
         self.r = rates(hw, dtype, efficiency_scale=opts.efficiency_scale)
         kinds: dict[tuple[str, bool], list[int]] = {}
         for i in range(spec.num_hidden_layers):
@@ -153,20 +155,7 @@ class StepBounds:
         ov = opts.overlap
         fs, bs, ws, names = [], [], [], []
         for first, _, moe in self.kinds:
-            kf = kb = kw = gemm_f = gemm_b = 0.0
-            by_name: dict[str, float] = {}
-            for op in layer_ops(spec, shard, first):
-                t = op_time_s(op, r)
-                if op.phase is Pass.forward:
-                    kf += t
-                    gemm_f += t if op.name in TP_GEMMS else 0.0
-                    name = op.name.removesuffix("_fp8_cast")
-                    by_name[name] = by_name.get(name, 0.0) + t
-                elif op.phase is Pass.backward_input:
-                    kb += t
-                    gemm_b += t if op.name in TP_GEMMS else 0.0
-                else:
-                    kw += t
+            kf, kb, kw, gemm_f, gemm_b, by_name = self._kind_ops(shard, first, moe)
             if moe:  # the card's fitted fixed cost of a MoE layer, in F and in B (step)
                 kf += r.moe_layer_overhead_s
                 kb += r.moe_layer_overhead_s
@@ -182,18 +171,51 @@ class StepBounds:
             bs.append(kb + _exposed(tp_pass, gemm_b, ov.tp_comm, first_chunk) + ep_b)
             ws.append(kw)
             names.append(by_name)
-        padded = padded_vocab(spec.vocab_size, shape.tp, opts.vocab_pad_multiple)
-        last = head_ops(spec, shard, padded)
-        if self.tech.mtp:
-            for _ in range(spec.mtp_layers):
-                last += mtp_ops(spec, shard, padded)
-        out = ShardWork(
-            np.array(fs), np.array(bs), np.array(ws), tuple(names),
-            self._passes(embedding_ops(spec, shard)), self._passes(last),
-        )  # fmt: skip
+        # the ends read ep and etp only through the MTP modules' MoE layer
+        ends_key = (shape.tp, shape.cp, sp, b) + ((shape.ep, shape.etp) if self.tech.mtp else ())
+        ends = self._ends.get(ends_key)
+        if ends is None:
+            padded = padded_vocab(spec.vocab_size, shape.tp, opts.vocab_pad_multiple)
+            last = head_ops(spec, shard, padded)
+            if self.tech.mtp:
+                for _ in range(spec.mtp_layers):
+                    last += mtp_ops(spec, shard, padded)
+            ends = self._ends[ends_key] = (
+                self._passes(embedding_ops(spec, shard)), self._passes(last)
+            )  # fmt: skip
+        out = ShardWork(np.array(fs), np.array(bs), np.array(ws), tuple(names), *ends)
         self.shards += 1
         self._work[key] = out
         return out
+
+    def _kind_ops(
+        self, shard: Shard, first: int, moe: bool
+    ) -> tuple[float, float, float, float, float, dict[str, float]]:
+        """One layer's op times by pass (F, B, W, the TP GEMMs' F and B, F per op name). Only
+        the routed-expert ops read the shard's ep and etp (``time.ops.moe_ops``), so a dense
+        layer's are shared by every ep and etp."""
+        key = (shard.tp, shard.cp, shard.sp, shard.micro_batch, first) + (
+            (shard.ep, shard.etp) if moe else ()
+        )
+        got = self._layer_ops.get(key)
+        if got is not None:
+            return got
+        kf = kb = kw = gemm_f = gemm_b = 0.0
+        by_name: dict[str, float] = {}
+        for op in layer_ops(self.spec, shard, first):
+            t = op_time_s(op, self.r)
+            if op.phase is Pass.forward:
+                kf += t
+                gemm_f += t if op.name in TP_GEMMS else 0.0
+                name = op.name.removesuffix("_fp8_cast")
+                by_name[name] = by_name.get(name, 0.0) + t
+            elif op.phase is Pass.backward_input:
+                kb += t
+                gemm_b += t if op.name in TP_GEMMS else 0.0
+            else:
+                kw += t
+        got = self._layer_ops[key] = (kf, kb, kw, gemm_f, gemm_b, by_name)
+        return got
 
     def _passes(self, ops: tuple) -> tuple[float, float, float]:
         f = b = w = 0.0
