@@ -48,8 +48,16 @@ from tpcalc.calc.params.counts import (
 )
 from tpcalc.calc.pipeline.schedule import DUALPIPE_DIRECTIONS, StageTimes, bubble_time_s
 from tpcalc.calc.plan.space import ModeKeys, RecomputeMode, Shape, Variant
-from tpcalc.calc.time.ops import Pass, Shard, embedding_ops, head_ops, layer_ops, mtp_ops
-from tpcalc.calc.time.roofline import collective_time_s, op_time_s, rates
+from tpcalc.calc.time.ops import (
+    Pass,
+    Shard,
+    embedding_ops,
+    head_ops,
+    layer_ops,
+    moe_ops,
+    mtp_ops,
+)
+from tpcalc.calc.time.roofline import Rates, collective_time_s, op_time_s, rates
 from tpcalc.calc.time.step import (
     A2A_PER_PASS,
     ADAM_BYTES_PER_PARAM,
@@ -193,29 +201,27 @@ class StepBounds:
     ) -> tuple[float, float, float, float, float, dict[str, float]]:
         """One layer's op times by pass (F, B, W, the TP GEMMs' F and B, F per op name). Only
         the routed-expert ops read the shard's ep and etp (``time.ops.moe_ops``), so a dense
-        layer's are shared by every ep and etp."""
-        key = (shard.tp, shard.cp, shard.sp, shard.micro_batch, first) + (
-            (shard.ep, shard.etp) if moe else ()
-        )
-        got = self._layer_ops.get(key)
-        if got is not None:
+        layer's are shared by every ep and etp, and so is the rest of a MoE layer (its ops
+        before ``moe_ops``' own, checked once per shard)."""
+        key = (shard.tp, shard.cp, shard.sp, shard.micro_batch, first)
+        if not moe:
+            got = self._layer_ops.get(key)
+            if got is None:
+                got = self._layer_ops[key] = _op_sums(layer_ops(self.spec, shard, first), self.r)
             return got
-        kf = kb = kw = gemm_f = gemm_b = 0.0
-        by_name: dict[str, float] = {}
-        for op in layer_ops(self.spec, shard, first):
-            t = op_time_s(op, self.r)
-            if op.phase is Pass.forward:
-                kf += t
-                gemm_f += t if op.name in TP_GEMMS else 0.0
-                name = op.name.removesuffix("_fp8_cast")
-                by_name[name] = by_name.get(name, 0.0) + t
-            elif op.phase is Pass.backward_input:
-                kb += t
-                gemm_b += t if op.name in TP_GEMMS else 0.0
-            else:
-                kw += t
-        got = self._layer_ops[key] = (kf, kb, kw, gemm_f, gemm_b, by_name)
-        return got
+        experts = moe_ops(self.spec, shard)
+        rest = self._layer_ops.get(key)
+        if rest is None:
+            ops = layer_ops(self.spec, shard, first)
+            cut = len(ops) - len(experts)
+            if ops[cut:] != experts:  # not the mixer followed by moe_ops: no sharing
+                return _op_sums(ops, self.r)
+            rest = self._layer_ops[key] = _op_sums(ops[:cut], self.r)
+        own = _op_sums(experts, self.r)
+        names = dict(rest[5])
+        for n, t in own[5].items():
+            names[n] = names.get(n, 0.0) + t
+        return (*(x + y for x, y in zip(rest[:5], own[:5], strict=True)), names)
 
     def _passes(self, ops: tuple) -> tuple[float, float, float]:
         f = b = w = 0.0
@@ -735,6 +741,25 @@ class StepBounds:
             shape, v, b, m, sp, distributed, slowest, np.array([f0]), np.array([total0 - f0])
         )
         return float(rest[0]) + bubble
+
+
+def _op_sums(ops: tuple, r: Rates) -> tuple[float, float, float, float, float, dict[str, float]]:
+    """Op times by pass: F, B, W, the TP GEMMs' F and B, and F per op name."""
+    kf = kb = kw = gemm_f = gemm_b = 0.0
+    by_name: dict[str, float] = {}
+    for op in ops:
+        t = op_time_s(op, r)
+        if op.phase is Pass.forward:
+            kf += t
+            gemm_f += t if op.name in TP_GEMMS else 0.0
+            name = op.name.removesuffix("_fp8_cast")
+            by_name[name] = by_name.get(name, 0.0) + t
+        elif op.phase is Pass.backward_input:
+            kb += t
+            gemm_b += t if op.name in TP_GEMMS else 0.0
+        else:
+            kw += t
+    return kf, kb, kw, gemm_f, gemm_b, by_name
 
 
 def _least(

@@ -1,9 +1,11 @@
 """The search: enumerate the space (``space``), drop what does not divide, screen memory for every
-remaining candidate at once (``fit``), then rank by step time with a provable branch-and-bound
-(``bounds``): candidates are taken in order of a lower bound on their step time, the bound is
-tightened in tiers, and the exact ``calc.time.step.step_time`` runs only on a candidate whose
-bound is still below every other candidate's. The first ``top_k`` candidates that come out
-exact are the top k of exhaustive exact evaluation (a bound never exceeds the exact time).
+remaining candidate at once (``fit``, one numpy pass per shape), then rank by step time with a
+provable branch-and-bound (``bounds``) in three tiers: a floor per block cell (``prepare``,
+``StepBounds.floors``), the block's own bounds (built by ``expand`` only while some floor can
+still win), and the exact ``calc.time.step.step_time``, run only on a candidate whose bound is
+still below every other candidate's. The first ``top_k`` candidates that come out exact are the
+top k of exhaustive exact evaluation (a floor never exceeds a bound, a bound never the exact
+time); each point of the Pareto front likewise (``_top_built``, ``_pareto_built``).
 
 Reported numbers come from the exact model: every candidate in the result is re-priced by
 ``calc.layout.memory.rank_memory`` and ``step_time`` with the inputs ``tpcalc layout`` would
