@@ -10,9 +10,11 @@ Cases: issue 11's two targets, then the cost as the GPU count and the model dept
 
 Specs are loaded and the request is built outside the timer. Each line prints the layouts
 enumerated, the feasible ones, the exact step-time evaluations, layouts per second
-(enumerated / wall time) and the wall time of each phase: enumerate + divisibility + memory
-screen, the step-time bounds, the top-k branch-and-bound, the Pareto front, and pricing the
-reported candidates.
+(enumerated / wall time), the process CPU time (the machine is shared: wall time includes
+waiting), and the wall time of each phase: enumerate + divisibility + memory screen, the
+blocks' floors (``StepBounds.floor``), the top-k branch-and-bound, the Pareto front (these two
+build a block's bounds only when its floor can still win), and pricing the reported candidates;
+then how many blocks had their bounds built.
 
     python benchmarks/plan.py            # every case, once
     python benchmarks/plan.py --quick    # the two targets only
@@ -51,27 +53,29 @@ def run_case(model: str, hardware: str, gpus: int, seq: int, batch: int) -> dict
         top_k=TOP_K,
     )  # fmt: skip
     clock = time.perf_counter
-    t0 = clock()
+    t0, c0 = clock(), time.process_time()
     result = S.plan(req)
-    total = clock() - t0
+    total, cpu = clock() - t0, time.process_time() - c0
     # the phases, on a fresh search (the same work plan() does, timed apart)
     t0 = clock()
     s = S._Search(req, gpus)
     s.enumerate()
     t1 = clock()
-    picks, mems, lbs = s.picks()
+    s.prepare()
     t2 = clock()
-    ranked = S._best_first(s, picks, lbs, min(TOP_K, len(picks)))
+    ranked = S._top_built(s, TOP_K)
     t3 = clock()
-    S._pareto(s, picks, mems, lbs)
+    top_blocks = int(s.expanded.sum())
+    front = S._pareto_built(s)
     t4 = clock()
-    for _, j in ranked:
-        s.candidate(S._Pick(*(int(x) for x in picks[j])))
+    for p in [p for _, p in ranked] + front:
+        s.candidate(p)
     t5 = clock()
     return {
-        "total_s": total, "enumerated": result.enumerated, "feasible": result.feasible,
-        "timed": result.timed_exactly, "screen_s": t1 - t0, "bounds_s": t2 - t1,
-        "topk_s": t3 - t2, "pareto_s": t4 - t3, "price_s": t5 - t4,
+        "total_s": total, "cpu_s": cpu, "enumerated": result.enumerated,
+        "feasible": result.feasible, "timed": result.timed_exactly, "screen_s": t1 - t0,
+        "floors_s": t2 - t1, "topk_s": t3 - t2, "pareto_s": t4 - t3, "price_s": t5 - t4,
+        "blocks": len(s.blocks), "built_top": top_blocks, "built": int(s.expanded.sum()),
         "best_s": result.best.step_time_s if result.best else float("nan"),
     }  # fmt: skip
 
@@ -85,15 +89,17 @@ def main() -> None:
         r = run_case(model, hw, gpus, seq, batch)
         goal = f" (target {target:g} s)" if target else ""
         print(
-            f"{model} on {gpus:,} × {hw}, seq {seq}, batch {batch}: {r['total_s']:.2f} s{goal}; "
+            f"{model} on {gpus:,} × {hw}, seq {seq}, batch {batch}: {r['total_s']:.2f} s "
+            f"(CPU {r['cpu_s']:.2f} s){goal}; "
             f"{r['enumerated']:,.0f} layouts ({r['enumerated'] / r['total_s']:,.0f}/s), "
             f"{r['feasible']:,.0f} feasible, {r['timed']:.0f} timed exactly; best step "
             f"{r['best_s']:.3f} s"
         )
         print(
-            f"    phases: enumerate+screen {r['screen_s']:.2f} s, bounds {r['bounds_s']:.2f} s, "
+            f"    phases: enumerate+screen {r['screen_s']:.2f} s, floors {r['floors_s']:.2f} s, "
             f"top-{TOP_K} {r['topk_s']:.2f} s, Pareto {r['pareto_s']:.2f} s, "
-            f"pricing {r['price_s']:.2f} s"
+            f"pricing {r['price_s']:.2f} s; blocks' bounds built {r['built_top']:,} for the "
+            f"top {TOP_K}, {r['built']:,} in all, of {r['blocks']:,}"
         )
 
 

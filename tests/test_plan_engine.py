@@ -25,6 +25,7 @@ from tpcalc.calc.time.step import TimeOptions
 from tpcalc.catalog import load_hardware, load_model
 from tpcalc.choices import Recompute, Schedule
 from tpcalc.errors import InputError
+from tpcalc.units import Dtype
 
 # Small cases: every candidate can be timed exactly in a test.
 SMALL = dict(gpus=16, seq=4096, global_batch=32)
@@ -254,6 +255,33 @@ def test_branch_and_bound_equals_exhaustive(model, h100):
     front = S._pareto(s, picks, mems, lbs)
     for j in front:
         assert not np.any((mems <= mems[j]) & (exact < exact[j] * (1 - REL)))
+    # the same searches building blocks' bounds only where their floors allow, on a fresh
+    # search: the same top 10 and the same front
+    lazy = S._Search(req, req.gpus)
+    lazy.enumerate()
+    lazy.prepare()
+    top = S._top_built(lazy, k)
+    assert [t for t, _ in top] == pytest.approx(want, rel=REL)
+    assert [p for _, p in top] == [_pick(picks[j]) for _, j in ranked]
+    assert lazy.expanded.sum() < len(lazy.blocks)  # the floors skipped some blocks
+    assert S._pareto_built(lazy) == [_pick(picks[j]) for j in front]
+
+
+def test_floors_never_exceed_bounds(small, moe):
+    """``StepBounds.floor`` (no stage split) is at most every bound of its block's cells."""
+    for _, s, picks, _, lbs in (small, moe):
+        cell = {}
+        for row, lb in zip(picks, lbs, strict=True):
+            key = (int(row[0]), int(row[2]), int(row[3]), int(row[4]))
+            cell[key] = min(cell.get(key, np.inf), lb)
+        got = {}
+        for b, f in zip(s.cell_block, s.cell_floor, strict=True):
+            got.setdefault(int(b), []).append(f)
+        assert len(s.cell_floor) == len(cell)
+        for b, fs in got.items():
+            assert min(fs) == s.floors[b]
+            assert s.floors[b] <= min(v for k, v in cell.items() if k[0] == b)
+        assert np.all(s.cell_floor > 0)
 
 
 # ---- the public result ----
@@ -384,6 +412,30 @@ def test_bad_input_names_the_field(h100, kw, field):
         _request("llama3-8b", h100, **kw)
 
 
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        # request.MAX_GPUS = 2**20, MAX_GLOBAL_BATCH = 2**16, MAX_TOP_K = 100
+        ({"gpus": 2**20 + 1}, "gpus must be between 1 and 1,048,576 (GPUs), got 1,048,577"),
+        ({"global_batch": 2**16 + 1},
+         "global_batch must be between 1 and 65,536 (sequences), got 65,537"),
+        ({"global_batch": None, "global_batch_tokens": (2**16 + 1) * 4096},
+         "global_batch must be between 1 and 65,536 (sequences), got 65,537"),
+        ({"top_k": 101}, "top_k must be between 1 and 100 (layouts), got 101"),
+    ],
+)  # fmt: skip
+def test_engine_bounds_the_sizes(h100, kw, message):
+    """tpcalc.plan is bounded like the CLI: one InputError naming the field and the range."""
+    with pytest.raises(InputError) as err:
+        _request("llama3-8b", h100, **kw)
+    assert str(err.value) == message
+
+
+def test_largest_sizes_are_accepted(h100):
+    req = _request("llama3-8b", h100, gpus=2**20, global_batch=2**16, top_k=100)
+    assert (req.gpus, req.global_batch, req.top_k) == (2**20, 2**16, 100)
+
+
 def test_dp_pin_filters(h100):
     req = _request("llama3-8b", h100, pins={"dp": (4,)})
     s = S._Search(req, req.gpus)
@@ -444,3 +496,20 @@ def test_progress_callback_sees_every_phase_in_order_and_same_result(best8b):
         assert xs == sorted(xs) and xs[0] >= 0.0 and xs[-1] <= 1.0
     assert [c.step_time_s for c in r.top] == [c.step_time_s for c in best8b.top]
     assert [c.memory_bytes for c in r.pareto] == [c.memory_bytes for c in best8b.pareto]
+
+
+def test_dense_layer_ops_do_not_read_the_expert_grid():
+    """StepBounds._kind_ops shares a dense layer's op times across ep and etp, and the ends'
+    without MTP: their ops must not change with them."""
+    from tpcalc.calc.time.ops import Shard, embedding_ops, head_ops, layer_ops
+
+    spec = load_model("deepseek-v3")
+    dense = next(i for i in range(spec.num_hidden_layers) if not spec.is_moe_layer(i))
+
+    def ops(ep: int, etp: int) -> tuple:
+        shard = Shard(seq=4096, micro_batch=2, tp=2, cp=1, ep=ep, etp=etp, sp=True,
+                      dtype=Dtype.bf16)  # fmt: skip
+        return (layer_ops(spec, shard, dense), embedding_ops(spec, shard),
+                head_ops(spec, shard, spec.vocab_size))  # fmt: skip
+
+    assert ops(1, 1) == ops(8, 1) == ops(32, 2)

@@ -31,7 +31,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tpcalc.calc.layout.groups import MemoryTechniques, ParallelLayout, place_groups
+from tpcalc.calc.layout.groups import (
+    MemoryTechniques,
+    ParallelLayout,
+    expert_dp_group,
+    place_groups,
+)
 from tpcalc.calc.links.collectives import Collective
 from tpcalc.calc.params.counts import (
     embedding_params,
@@ -43,8 +48,16 @@ from tpcalc.calc.params.counts import (
 )
 from tpcalc.calc.pipeline.schedule import DUALPIPE_DIRECTIONS, StageTimes, bubble_time_s
 from tpcalc.calc.plan.space import ModeKeys, RecomputeMode, Shape, Variant
-from tpcalc.calc.time.ops import Pass, Shard, embedding_ops, head_ops, layer_ops, mtp_ops
-from tpcalc.calc.time.roofline import collective_time_s, op_time_s, rates
+from tpcalc.calc.time.ops import (
+    Pass,
+    Shard,
+    embedding_ops,
+    head_ops,
+    layer_ops,
+    moe_ops,
+    mtp_ops,
+)
+from tpcalc.calc.time.roofline import Rates, collective_time_s, op_time_s, rates
 from tpcalc.calc.time.step import (
     A2A_PER_PASS,
     ADAM_BYTES_PER_PARAM,
@@ -105,6 +118,12 @@ class StepBounds:
         self._rest: dict[tuple, tuple[float, float, float]] = {}
         self._dp_parts: dict[tuple, tuple[float, float, int]] = {}
         self._first_params: dict[tuple, int] = {}
+        self._layer_dense: list[int] = []
+        self._expert_rest: dict[tuple, tuple] = {}
+        self._first_experts: dict[tuple, int] = {}
+        self._rows: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        self._layer_ops: dict[tuple, tuple] = {}
+        self._ends: dict[tuple, tuple] = {}
         self.r = rates(hw, dtype, efficiency_scale=opts.efficiency_scale)
         kinds: dict[tuple[str, bool], list[int]] = {}
         for i in range(spec.num_hidden_layers):
@@ -123,6 +142,7 @@ class StepBounds:
         self._mode_key = ModeKeys()
         self._pipe_arrays: dict[tuple, tuple[np.ndarray, ...]] = {}
         self._splits: dict[tuple, tuple] = {}
+        self._floors: dict[tuple, tuple[np.ndarray, ...]] = {}
 
     def work(self, shape: Shape, b: int, sp: bool) -> ShardWork:
         sp = sp and shape.tp > 1
@@ -143,20 +163,7 @@ class StepBounds:
         ov = opts.overlap
         fs, bs, ws, names = [], [], [], []
         for first, _, moe in self.kinds:
-            kf = kb = kw = gemm_f = gemm_b = 0.0
-            by_name: dict[str, float] = {}
-            for op in layer_ops(spec, shard, first):
-                t = op_time_s(op, r)
-                if op.phase is Pass.forward:
-                    kf += t
-                    gemm_f += t if op.name in TP_GEMMS else 0.0
-                    name = op.name.removesuffix("_fp8_cast")
-                    by_name[name] = by_name.get(name, 0.0) + t
-                elif op.phase is Pass.backward_input:
-                    kb += t
-                    gemm_b += t if op.name in TP_GEMMS else 0.0
-                else:
-                    kw += t
+            kf, kb, kw, gemm_f, gemm_b, by_name = self._kind_ops(shard, first, moe)
             if moe:  # the card's fitted fixed cost of a MoE layer, in F and in B (step)
                 kf += r.moe_layer_overhead_s
                 kb += r.moe_layer_overhead_s
@@ -172,18 +179,49 @@ class StepBounds:
             bs.append(kb + _exposed(tp_pass, gemm_b, ov.tp_comm, first_chunk) + ep_b)
             ws.append(kw)
             names.append(by_name)
-        padded = padded_vocab(spec.vocab_size, shape.tp, opts.vocab_pad_multiple)
-        last = head_ops(spec, shard, padded)
-        if self.tech.mtp:
-            for _ in range(spec.mtp_layers):
-                last += mtp_ops(spec, shard, padded)
-        out = ShardWork(
-            np.array(fs), np.array(bs), np.array(ws), tuple(names),
-            self._passes(embedding_ops(spec, shard)), self._passes(last),
-        )  # fmt: skip
+        # the ends read ep and etp only through the MTP modules' MoE layer
+        ends_key = (shape.tp, shape.cp, sp, b) + ((shape.ep, shape.etp) if self.tech.mtp else ())
+        ends = self._ends.get(ends_key)
+        if ends is None:
+            padded = padded_vocab(spec.vocab_size, shape.tp, opts.vocab_pad_multiple)
+            last = head_ops(spec, shard, padded)
+            if self.tech.mtp:
+                for _ in range(spec.mtp_layers):
+                    last += mtp_ops(spec, shard, padded)
+            ends = self._ends[ends_key] = (
+                self._passes(embedding_ops(spec, shard)), self._passes(last)
+            )  # fmt: skip
+        out = ShardWork(np.array(fs), np.array(bs), np.array(ws), tuple(names), *ends)
         self.shards += 1
         self._work[key] = out
         return out
+
+    def _kind_ops(
+        self, shard: Shard, first: int, moe: bool
+    ) -> tuple[float, float, float, float, float, dict[str, float]]:
+        """One layer's op times by pass (F, B, W, the TP GEMMs' F and B, F per op name). Only
+        the routed-expert ops read the shard's ep and etp (``time.ops.moe_ops``), so a dense
+        layer's are shared by every ep and etp, and so is the rest of a MoE layer (its ops
+        before ``moe_ops``' own, checked once per shard)."""
+        key = (shard.tp, shard.cp, shard.sp, shard.micro_batch, first)
+        if not moe:
+            got = self._layer_ops.get(key)
+            if got is None:
+                got = self._layer_ops[key] = _op_sums(layer_ops(self.spec, shard, first), self.r)
+            return got
+        experts = moe_ops(self.spec, shard)
+        rest = self._layer_ops.get(key)
+        if rest is None:
+            ops = layer_ops(self.spec, shard, first)
+            cut = len(ops) - len(experts)
+            if ops[cut:] != experts:  # not the mixer followed by moe_ops: no sharing
+                return _op_sums(ops, self.r)
+            rest = self._layer_ops[key] = _op_sums(ops[:cut], self.r)
+        own = _op_sums(experts, self.r)
+        names = dict(rest[5])
+        for n, t in own[5].items():
+            names[n] = names.get(n, 0.0) + t
+        return (*(x + y for x, y in zip(rest[:5], own[:5], strict=True)), names)
 
     def _passes(self, ops: tuple) -> tuple[float, float, float]:
         f = b = w = 0.0
@@ -267,7 +305,12 @@ class StepBounds:
         if key not in self._first_params:
             spec = self.spec
             layers = stage_layers(spec.num_hidden_layers, shape.pp, v.vpp)[0]
-            dense = sum(layer_params(spec, i) - routed_layer_params(spec, i) for i in layers)
+            if not self._layer_dense:  # each layer's dense parameters, counted once
+                self._layer_dense = [
+                    layer_params(spec, i) - routed_layer_params(spec, i)
+                    for i in range(spec.num_hidden_layers)
+                ]
+            dense = sum(self._layer_dense[i] for i in layers)
             dense += embedding_params(spec)
             if shape.pp == 1:
                 dense += lm_head_params(spec) + final_norm_params(spec)
@@ -290,53 +333,98 @@ class StepBounds:
         key = (shape.tp, shape.cp, shape.pp, shape.dp, v.vpp, distributed)
         if key in self._rest:
             return self._rest[key]
-        r, opts, ov = self.r, self.opts, self.opts.overlap
-        links = self.links(shape)
-        const = 0.0
-        a = c = -math.inf
         params = self.first_stage_dense(shape, v)
-        group = links["dp"]
-        if params and group.size > 1:
-            cap = max(DDP_BUCKET_MIN_PARAMS, DDP_BUCKET_PARAMS_PER_DP_RANK * shape.dp)
-            bucket = min(params, cap)
-            buckets = math.ceil(params / bucket)
-            grad = bucket * opts.grad_reduce_dtype.bytes * opts.comm_scale
-            size, nodes = group.size, group.nodes
-            gather = 0.0
-            if distributed:
-                one = collective_time_s(r, Collective.reduce_scatter, grad, size, nodes)
-                param = bucket * Dtype.bf16.bytes * opts.comm_scale
-                gather = collective_time_s(r, Collective.all_gather, param, size, nodes)
-            else:
-                one = collective_time_s(r, Collective.all_reduce, grad, size, nodes)
-            if ov.dp_grad_reduce:
-                const, a = const + one, buckets * one - one
-            else:
-                const += buckets * one
-            if ov.dp_param_gather:
-                const, c = const + gather, buckets * gather - gather
-            else:
-                const += buckets * gather
+        group = self.links(shape)["dp"]
+        const, a, c, parts = self._collectives(params, group.size, group.nodes, shape.dp,
+                                               distributed)  # fmt: skip
         shard = shape.dp * shape.cp if distributed else 1
-        const += params / shard * ADAM_BYTES_PER_PARAM / r.hbm_bytes_per_s
+        const += params / shard * ADAM_BYTES_PER_PARAM / self.r.hbm_bytes_per_s
         self._rest[key] = (const, a, c)
-        if distributed and params and group.size > 1:
-            self._dp_parts[key] = (one, gather, buckets)
+        if distributed and parts is not None:
+            self._dp_parts[key] = parts
         return const, a, c
 
+    def expert_tail(
+        self, shape: Shape, v: Variant, distributed: bool
+    ) -> tuple[float, float, float, tuple[float, float, int] | None]:
+        """``dp_tail`` of stage 0's routed-expert parameters over their own data-parallel group
+        (``step._dp_exposed`` adds both groups' exposed time; the Adam step of the experts is
+        left out, at least 0): (constant, A, C, the per-bucket collectives or None)."""
+        key = (shape, v.vpp, distributed)
+        got = self._expert_rest.get(key)
+        if got is None:
+            params = self.first_stage_experts(shape, v)
+            if not params:
+                got = (0.0, -math.inf, -math.inf, None)
+            else:
+                layout = ParallelLayout(
+                    gpus_per_node=self.node, tp=shape.tp, cp=shape.cp, pp=shape.pp,
+                    dp=shape.dp, ep=shape.ep, etp=shape.etp,
+                )  # fmt: skip
+                group = expert_dp_group(layout)
+                got = self._collectives(params, group.size, group.nodes, shape.dp, distributed)
+            self._expert_rest[key] = got
+        return got
+
+    def first_stage_experts(self, shape: Shape, v: Variant) -> int:
+        """Routed-expert parameters one rank of stage 0 holds (``step._stage_params``)."""
+        key = (shape.pp, v.vpp, shape.ep * shape.etp)
+        if key not in self._first_experts:
+            layers = stage_layers(self.spec.num_hidden_layers, shape.pp, v.vpp)[0]
+            routed = sum(routed_layer_params(self.spec, i) for i in layers)
+            self._first_experts[key] = routed // (shape.ep * shape.etp)
+        return self._first_experts[key]
+
+    def _collectives(
+        self, params: int, size: int, nodes: int, dp: int, distributed: bool
+    ) -> tuple[float, float, float, tuple[float, float, int] | None]:
+        """One group's gradient reduction and parameter gather as ``step._dp_exposed`` times
+        them: (what is exposed whatever the overlap, A and C left to hide under the backward
+        and forward passes, (one bucket's reduction, one bucket's gather, buckets) or None)."""
+        r, opts, ov = self.r, self.opts, self.opts.overlap
+        const = 0.0
+        a = c = -math.inf
+        if not params or size <= 1:
+            return const, a, c, None
+        cap = max(DDP_BUCKET_MIN_PARAMS, DDP_BUCKET_PARAMS_PER_DP_RANK * dp)
+        bucket = min(params, cap)
+        buckets = math.ceil(params / bucket)
+        grad = bucket * opts.grad_reduce_dtype.bytes * opts.comm_scale
+        gather = 0.0
+        if distributed:
+            one = collective_time_s(r, Collective.reduce_scatter, grad, size, nodes)
+            param = bucket * Dtype.bf16.bytes * opts.comm_scale
+            gather = collective_time_s(r, Collective.all_gather, param, size, nodes)
+        else:
+            one = collective_time_s(r, Collective.all_reduce, grad, size, nodes)
+        if ov.dp_grad_reduce:
+            const, a = const + one, buckets * one - one
+        else:
+            const += buckets * one
+        if ov.dp_param_gather:
+            const, c = const + gather, buckets * gather - gather
+        else:
+            const += buckets * gather
+        return const, a, c, (one, gather, buckets) if distributed else None
+
     def sharded_terms(
-        self, shape: Shape, v: Variant, zero: int, m: np.ndarray, a: float, c: float
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        self, shape: Shape, v: Variant, zero: int, m: np.ndarray, a: float, c: float,
+        expert: tuple[float, float, int] | None | bool = False,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
         """(A, D_a, C, D_c) of ``block``'s hidden terms for one ZeRO stage: what stage 0's
         collectives leave to hide and the passes they hide under. ZeRO-2 reduce-scatters every
         micro-batch's gradients under its own backward, ZeRO-3 also gathers before every forward
         and backward (``step._dp_exposed``): m·buckets·(collective) − first bucket under m
         passes. Stages 0-1, or no overlap, keep ZeRO-1's terms under the drain (the exact time
-        of a higher stage is never less)."""
+        of a higher stage is never less). ``expert``: the expert group's per-bucket collectives
+        (``expert_tail``) in place of the dense group's (False)."""
         d = 1 + (shape.pp - 1) / v.vpp
         ov = self.opts.overlap
         key = (shape.tp, shape.cp, shape.pp, shape.dp, v.vpp, True)
-        parts = self._dp_parts.get(key) if zero >= 2 else None
+        if expert is False:
+            parts = self._dp_parts.get(key) if zero >= 2 else None
+        else:
+            parts = expert if zero >= 2 and not isinstance(expert, bool) else None
         full = np.ones_like(m)
         a_z, da, c_z, dc = a * full, d * full, c * full, d * full
         if parts is None:
@@ -398,19 +486,49 @@ class StepBounds:
         key = (shape.tp, shape.cp, shape.ep, shape.etp, sp and shape.tp > 1, b,
                self._mode_key(modes), shape.pp == 1)  # fmt: skip
         if key not in self._stacked:
-            t = [self.stage(shape, b, sp, mode) for mode in modes]
+            # ``stage`` of every mode at once: the recomputed forward of each mode and kind is
+            # a selection of the kinds' forward op times by name (one product)
+            wk = self.work(shape, b, sp)
+            names = tuple(sorted({n for d in wk.kind_forward_by_name for n in d}))
+            by_name = np.array([[d.get(n, 0.0) for d in wk.kind_forward_by_name] for n in names])
+            pick, full = self._recompute_rows(modes, names)  # [R, names], [R]
+            rec = pick @ by_name.reshape(len(names), len(wk.kind_f))  # [R, K]
+            rec[full] = wk.kind_f
+            counts = self.kind_counts
+            fe, le = wk.first_end, wk.last_end
+            r = len(modes)
+            one = np.ones(r)
             self._stacked[key] = (
-                np.array([x.per_kind_s for x in t]),
-                np.array([x.per_kind_f_s for x in t]),
-                np.array([x.first_end_s for x in t]),
-                np.array([x.last_end_s for x in t]),
-                np.array([x.first_end_f_s + (x.last_end_f_s if shape.pp == 1 else 0.0)
-                          for x in t]),
-                np.array([x.sums.forward_s for x in t]),
-                np.array([x.sums.backward_input_s for x in t]),
-                np.array([x.sums.backward_weight_s for x in t]),
-            )  # fmt: skip
+                wk.kind_f + wk.kind_b + wk.kind_w + rec,
+                np.broadcast_to(wk.kind_f, rec.shape),
+                one * sum(fe),
+                one * sum(le),
+                one * (fe[0] + (le[0] if shape.pp == 1 else 0.0)),
+                one * (float(counts @ wk.kind_f) + fe[0] + le[0]),
+                (wk.kind_b + rec) @ counts + fe[1] + le[1],
+                one * (float(counts @ wk.kind_w) + fe[2] + le[2]),
+            )
         return self._stacked[key]
+
+    def _recompute_rows(
+        self, modes: list[RecomputeMode] | tuple[RecomputeMode, ...], names: tuple[str, ...]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Which op names each mode recomputes ([R, names], 0 or 1) and which modes recompute
+        whole layers ([R]): ``stage``'s selection as arrays."""
+        key = (self._mode_key(modes), names)
+        got = self._rows.get(key)
+        if got is None:
+            pick = np.zeros((len(modes), len(names)))
+            full = np.zeros(len(modes), dtype=bool)
+            for i, mode in enumerate(modes):
+                if mode.recompute is Recompute.full:
+                    full[i] = True
+                    continue
+                default = ("core_attn",) if mode.recompute is Recompute.selective else ()
+                chosen = {n for m in (mode.modules or default) for n in RECOMPUTE_MODULE_OPS[m]}
+                pick[i] = [n in chosen for n in names]
+            got = self._rows[key] = (pick, full)
+        return got
 
     def pipe_arrays(
         self, shape: Shape, vpp: int, mbs: list[int], sps: list[bool], modes: list[RecomputeMode]
@@ -457,36 +575,151 @@ class StepBounds:
             self._splits[key] = got
         return got
 
+    def floor(
+        self, shape: Shape, v: Variant, mbs: list[int], per_dp: int, sps: list[bool],
+        modes: list[RecomputeMode], distributed: list[bool], zeros: list[int],
+    ) -> np.ndarray:  # fmt: skip
+        """A lower bound on ``block`` [Z, M, S, R] that needs no stage split: ``block``'s terms
+        with the mean stage F° + B° + W° over p in place of the slowest stage (the stages'
+        sums add up to F° + B° + W°, so the slowest is at least the mean) and stage 0's
+        forward and backward taken as 0 in what the drain hides (the hidden terms only grow
+        with them). It needs only the summed op times of each (micro-batch, sp, mode), shared
+        by every pp, dp, schedule and vpp of the shard, so a whole block is ranked, and
+        skipped, before its own bounds are built."""
+        f, bi, w, sends, m = self.sums(shape, mbs, per_dp, sps, modes)
+        zero = np.zeros_like(f)
+        mean = (f + bi + w) / shape.pp
+        return self._assemble(shape, v, m, mean, zero, zero, f, bi, w, sends, distributed, zeros)
+
+    def floors(
+        self, shape: Shape, vs: list[Variant], mbs: list[int], per_dp: int, sps: list[bool],
+        modes: list[RecomputeMode], distributed: list[bool], zeros: list[int],
+    ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+        """Two cheaper lower bounds than ``floor`` for every variant of ``vs`` at once: per
+        cell [V, M, S, R], ``floor`` without the hidden terms and with the least constant of
+        any ZeRO stage; per (variant, ZeRO stage, micro-batch) [V, Z, M], ``floor`` at the
+        least mean stage, sends and bubble of any (sp, mode) (``floor`` grows with each). A
+        candidate's bound is at least both (``sharded_terms`` and ``_bubble`` taken over
+        arrays of variants)."""
+        f, bi, w, sends, m = self.sums(shape, mbs, per_dp, sps, modes)
+        p, n_v, n_z = shape.pp, len(vs), len(zeros)
+        fp, bp, wp = f / p, bi / p, w / p
+        mean = (f + bi + w) / p
+        bubble = np.empty((n_v, *f.shape))
+        seen: dict[Variant, int] = {}
+        for i, v in enumerate(vs):
+            if v in seen:
+                bubble[i] = bubble[seen[v]]
+            else:
+                bubble[i] = _bubble(v, p, fp, bp, wp, mean)
+                seen[v] = i
+        ov = self.opts.overlap
+        const = np.zeros((n_v, n_z))
+        mm = m[None, None, :, 0, 0]  # [1, 1, M]
+        groups = []
+        for expert in (False, True):
+            a0, c0, d = (np.empty((n_v, n_z)) for _ in range(3))
+            ga, gc = np.zeros((n_v, n_z), bool), np.zeros((n_v, n_z), bool)
+            per_pass, one, gathers, gather = (np.zeros((n_v, n_z)) for _ in range(4))
+            for i, v in enumerate(vs):
+                dv = 1 + (p - 1) / v.vpp
+                key = (shape.tp, shape.cp, shape.pp, shape.dp, v.vpp, True)
+                for j, (z, dist) in enumerate(zip(zeros, distributed, strict=True)):
+                    if expert:
+                        k, a0[i, j], c0[i, j], parts = self.expert_tail(shape, v, dist)
+                    else:
+                        k, a0[i, j], c0[i, j] = self.dp_tail(shape, v, dist)
+                        parts = self._dp_parts.get(key)
+                    const[i, j] += k
+                    d[i, j] = dv
+                    if z < 2 or parts is None:
+                        continue
+                    o, g, buckets = parts
+                    if ov.dp_grad_reduce:  # as sharded_terms
+                        ga[i, j], one[i, j] = True, o
+                        per_pass[i, j] = buckets * (o + (g if z >= 3 else 0.0))
+                    if z >= 3 and ov.dp_param_gather:
+                        gc[i, j], gathers[i, j], gather[i, j] = True, buckets * g, g
+            a_z = np.where(ga[..., None], mm * per_pass[..., None] - one[..., None], a0[..., None])
+            da = np.where(ga[..., None], mm, d[..., None])
+            c_z = np.where(
+                gc[..., None], mm * gathers[..., None] - gather[..., None], c0[..., None]
+            )
+            dc = np.where(gc[..., None], mm, d[..., None])  # each [V, Z, M]
+            groups.append((a_z, da, c_z, dc))
+        # per cell: the mean stage, bubble, sends and the least constant of any stage
+        rest = sends + bubble  # [V, M, S, R]
+        cells = m * mean + rest + const.min(axis=1)[:, None, None, None]
+        # per (variant, stage, micro-batch): the hidden terms at the least mean of any cell,
+        # stage 0's passes taken as 0 (the hidden terms only grow with them)
+        x = np.broadcast_to(mean.min(axis=(1, 2))[None, None, :], groups[0][0].shape)
+        zero = np.zeros_like(x)
+        best = _least_exposed(np.broadcast_to(mm, x.shape), x, zero, zero, groups)
+        coarse = best + const[:, :, None] + rest.min(axis=(2, 3))[:, None, :]
+        return cells, coarse
+
+    def sums(
+        self, shape: Shape, mbs: list[int], per_dp: int, sps: list[bool],
+        modes: list[RecomputeMode],
+    ) -> tuple[np.ndarray, ...]:  # fmt: skip
+        """Summed F°, B°, W° [M, S, R], the least pipeline sends [M, S, 1] and the micro-batch
+        counts [M, 1, 1] of a shape (``floor``)."""
+        key = (shape, tuple(mbs), tuple(sps), self._mode_key(modes))
+        got = self._floors.get(key)
+        if got is None:
+            r = len(modes)
+            f, bi, w = (np.empty((len(mbs), len(sps), r)) for _ in range(3))
+            sends = np.empty((len(mbs), len(sps), 1))
+            for i, b in enumerate(mbs):
+                for j, sp in enumerate(sps):
+                    *_, f[i, j], bi[i, j], w[i, j] = self.stacked(shape, b, sp, modes)
+                    sends[i, j] = self.pp_sends(shape, b, sp)
+            m = np.array([per_dp // b for b in mbs], dtype=np.float64)[:, None, None]
+            got = (f, bi, w, sends, m)
+            self._floors[key] = got
+        return got
+
     def block(
         self, shape: Shape, v: Variant, mbs: list[int], per_dp: int, sps: list[bool],
         modes: list[RecomputeMode], distributed: list[bool], zeros: list[int] | None = None,
     ) -> np.ndarray:  # fmt: skip
         """``lower`` of every (zero, micro-batch, sp, mode) of a block: [Z, M, S, R], in one
         numpy pass over the block (the same terms ``lower`` adds, broadcast)."""
-        p = shape.pp
         slowest, f0, total0, f, bi, w, sends = self.pipe_arrays(shape, v.vpp, mbs, sps, modes)
         m = np.array([per_dp // b for b in mbs], dtype=np.float64)[:, None, None]  # [M, 1, 1]
+        stage = zeros if zeros is not None else [int(dist) for dist in distributed]
+        return self._assemble(shape, v, m, slowest, f0, total0, f, bi, w, sends, distributed, stage)
+
+    def _assemble(
+        self, shape: Shape, v: Variant, m: np.ndarray, slowest: np.ndarray, f0: np.ndarray,
+        total0: np.ndarray, f: np.ndarray, bi: np.ndarray, w: np.ndarray, sends: np.ndarray,
+        distributed: list[bool], stage: list[int],
+    ) -> np.ndarray:  # fmt: skip
+        """``block`` from its stage arrays [M, S, R]: [Z, M, S, R]."""
+        p = shape.pp
         bubble = _bubble(v, p, f / p, bi / p, w / p, (f + bi + w) / p)  # [M, S, R]
         tails = [self.dp_tail(shape, v, dist) for dist in distributed]
+        experts = [self.expert_tail(shape, v, dist) for dist in distributed]
         zs = (len(distributed), 1, 1, 1)
-        const = np.array([t[0] for t in tails]).reshape(zs)
-        stage = zeros if zeros is not None else [int(dist) for dist in distributed]
-        terms = [
-            self.sharded_terms(shape, v, z, m, t[1], t[2])
-            for z, t in zip(stage, tails, strict=True)
-        ]
-        a_z, da, c_z, dc = (np.stack([t[i] for t in terms]) for i in range(4))  # [Z, M, 1, 1]
-        a2 = a_z + da * f0  # [Z, M, S, R]
-        c2 = c_z + dc * (total0 - f0)
-        n = np.stack(
-            [
-                np.broadcast_to(slowest, a2.shape),
-                np.maximum(slowest, a2 / da),
-                np.maximum(slowest, c2 / dc),
+        const = np.array([t[0] + e[0] for t, e in zip(tails, experts, strict=True)]).reshape(zs)
+        hinges = []
+        for group in (False, True):
+            terms = [
+                self.sharded_terms(
+                    shape,
+                    v,
+                    z,
+                    m,
+                    *((e[1], e[2], e[3]) if group else (t[1], t[2])),
+                )
+                for z, t, e in zip(stage, tails, experts, strict=True)
             ]
-        )
-        h = m * n + np.maximum(0.0, a2 - da * n) + np.maximum(0.0, c2 - dc * n)
-        return h.min(axis=0) + const + sends + bubble
+            a_z, da, c_z, dc = (np.stack([t[i] for t in terms]) for i in range(4))  # [Z, M, 1, 1]
+            hinges.append((a_z, da, c_z, dc))
+        return (
+            _least_exposed(m, slowest, f0, total0, hinges)
+            + const + sends + bubble
+        )  # fmt: skip
 
     def lower(
         self, shape: Shape, v: Variant, b: int, m: int, sp: bool, mode: RecomputeMode,
@@ -508,6 +741,61 @@ class StepBounds:
             shape, v, b, m, sp, distributed, slowest, np.array([f0]), np.array([total0 - f0])
         )
         return float(rest[0]) + bubble
+
+
+def _op_sums(ops: tuple, r: Rates) -> tuple[float, float, float, float, float, dict[str, float]]:
+    """Op times by pass: F, B, W, the TP GEMMs' F and B, and F per op name."""
+    kf = kb = kw = gemm_f = gemm_b = 0.0
+    by_name: dict[str, float] = {}
+    for op in ops:
+        t = op_time_s(op, r)
+        if op.phase is Pass.forward:
+            kf += t
+            gemm_f += t if op.name in TP_GEMMS else 0.0
+            name = op.name.removesuffix("_fp8_cast")
+            by_name[name] = by_name.get(name, 0.0) + t
+        elif op.phase is Pass.backward_input:
+            kb += t
+            gemm_b += t if op.name in TP_GEMMS else 0.0
+        else:
+            kw += t
+    return kf, kb, kw, gemm_f, gemm_b, by_name
+
+
+def _least(
+    m: np.ndarray, lo: np.ndarray, hinges: list[tuple[np.ndarray, np.ndarray]]
+) -> np.ndarray:
+    """min over N >= lo of m·N + Σ max(0, x − d·N) for hinges (x, d), d > 0: convex and
+    piecewise linear in N, so least at lo or at a hinge x/d above it."""
+
+    def at(n: np.ndarray) -> np.ndarray:
+        h = m * n
+        for x, d in hinges:
+            h = h + np.maximum(0.0, x - d * n)
+        return h
+
+    best = at(lo)
+    for x, d in hinges:
+        best = np.minimum(best, at(np.maximum(lo, x / d)))
+    return best
+
+
+def _least_exposed(
+    m: np.ndarray, slowest: np.ndarray, f0: np.ndarray, total0: np.ndarray,
+    groups: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
+) -> np.ndarray:  # fmt: skip
+    """A lower bound on min over N ≥ ``slowest`` of m·N plus what each group's gradient
+    reduction (A, hidden under stage 0's backward, at most N − its forward ``f0``, times d_a)
+    and parameter gather (C, under its forward, at most N − its backward) leave exposed,
+    groups (``sharded_terms``: dense, experts) adding up as ``step._dp_exposed`` adds them.
+    Each group's two also hide under passes adding up to at most N, so they leave at least
+    A + C − max(d_a, d_c)·N (the joint term). The bound is the larger of the least with the
+    terms apart and the least with the joint terms (each a lower bound on the step)."""
+    apart, joint = [], []
+    for a_z, da, c_z, dc in groups:
+        apart += [(a_z + da * f0, da), (c_z + dc * (total0 - f0), dc)]
+        joint.append((a_z + c_z, np.maximum(da, dc)))  # -inf when either is not overlapped
+    return np.maximum(_least(m, slowest, apart), _least(m, slowest, joint))
 
 
 def _exposed(comm_s: float, hidden_s: float, overlapped: bool, first_s: float = 0.0) -> float:

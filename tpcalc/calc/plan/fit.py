@@ -21,6 +21,7 @@ takes it, so the screen and rank_memory agree to the last bit (tests compare the
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -85,6 +86,10 @@ class MemoryScreen:
         self._rank_params: dict[tuple, list] = {}
         self._buffer_rows: dict[tuple, np.ndarray] = {}
         self._factors: dict[tuple, float] = {}
+        none = np.zeros(0)
+        self._last_act: tuple[Any, Any, Any] = (
+            None, (none, none), (none, none, none),
+        )  # fmt: skip
         rb = recipe_bytes(recipe)
         self._rb = (rb.weight_bytes, rb.grad_bytes, rb.optimizer_bytes)
 
@@ -296,6 +301,99 @@ class MemoryScreen:
             total = states[:, None, None, :] + act[None] + buf
             out[:, i] = total.max(axis=-1)
         return out
+
+    def group(
+        self, shape: Shape, vs: list[Variant], mbs: list[int], per_dp: int, sps: list[bool],
+        modes: list[RecomputeMode], zeros: list[ZeroStage],
+    ) -> np.ndarray:  # fmt: skip
+        """``block`` of every variant of ``vs`` over the micro-batches ``mbs`` at once:
+        [V, Z, M, S, R] (the same sums and products, broadcast; every activation sum is a sum
+        of whole bytes, exact in any order)."""
+        pp, n_v, n_m = shape.pp, len(vs), len(mbs)
+        grad = shape.dp * shape.cp
+        expert_dp = shape.dp * shape.cp * shape.tp // (shape.ep * shape.etp)
+        states = np.empty((n_v, len(zeros), pp))
+        for i, v in enumerate(vs):
+            d, e = self.params(shape, v)
+            for j, z in enumerate(zeros):
+                states[i, j] = d * self.state_factor(z, grad) + e * self.state_factor(z, expert_dp)
+        act, last = self._group_act(shape, vs, mbs, per_dp, sps, modes)  # [V, M, S·R, ranks]
+        n_m, n_sr = act.shape[1:3]
+        rows = {b: (self.buffer(shape, b, True), self.buffer(shape, b, False)) for b in mbs}
+        on = np.array([rows[b][0] for b in mbs])[None, :, None]
+        off = np.array([rows[b][1] for b in mbs])[None, :, None]
+        buf = np.where(last[:, None, :], on, off)  # [V, M, ranks]
+        # Only ranks no other rank dominates can be the most loaded: a rank whose states,
+        # activations and buffers are each at most another's is never above it (float sums
+        # are monotone). Each rank is checked against the one before it and against the rank
+        # with the most activations (never left out); every rank left out is then at most a
+        # kept one (the comparisons point to a lower index or to that rank: no cycle).
+        top, below_top, below_prev = self._last_act[2]  # the activations' part (_group_act)
+        v_ix = np.arange(n_v)
+        dominated = (
+            below_top
+            & (states <= states[v_ix, :, top][:, :, None]).all(axis=1)
+            & (buf <= buf[v_ix, :, top][:, :, None]).all(axis=1)
+        )  # [V, ranks]
+        dominated[:, 1:] |= (
+            below_prev
+            & (states[..., 1:] <= states[..., :-1]).all(axis=1)
+            & (buf[..., 1:] <= buf[..., :-1]).all(axis=1)
+        )
+        dominated[v_ix, top] = False
+        keep = ~dominated
+        width = int(keep.sum(axis=1).max())
+        if width < pp:
+            # each variant's kept ranks, padded with its top rank (a repeat leaves the max)
+            order = np.argsort(~keep, axis=1, kind="stable")[:, :width]
+            ix = np.where(np.take_along_axis(keep, order, axis=1), order, top[:, None])
+            states = np.take_along_axis(states, ix[:, None, :], axis=2)
+            act = np.take_along_axis(act, ix[:, None, None, :], axis=3)
+            buf = np.take_along_axis(buf, ix[:, None, :], axis=2)
+        total = (
+            states[:, :, None, None, :]
+            + act.reshape(n_v, 1, n_m, n_sr, act.shape[-1])
+            + buf[:, None, :, None, :]
+        )
+        return total.max(axis=-1).reshape(n_v, len(zeros), n_m, len(sps), len(modes))
+
+    def _group_act(
+        self, shape: Shape, vs: list[Variant], mbs: list[int], per_dp: int, sps: list[bool],
+        modes: list[RecomputeMode],
+    ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+        """Activation bytes of every (variant, micro-batch, sp·mode, rank) [V, M, S·R, ranks]
+        and which ranks hold the last chunk [V, ranks]: the same for every ep and etp of a
+        (tp, cp, pp), so the last one is kept (the search visits them in a row), with the
+        activations' part of ``group``'s rank dominance."""
+        key = (shape.tp, shape.cp, shape.pp, tuple(vs), tuple(mbs), per_dp, tuple(sps),
+               self._mode_key(modes))  # fmt: skip
+        if self._last_act[0] == key:
+            return self._last_act[1]
+        pp = shape.pp
+        if self._modes_seen[0] is not modes:
+            self._modes_seen = (modes, tuple(modes))
+        ctuple, stuple = self._modes_seen[1], tuple(sps)
+        kb = np.array([self.mode_bytes(shape.tp, shape.cp, stuple, ctuple, b) for b in mbs])
+        n_m, n_s, n_r, n_k = kb.shape
+        kb = kb.reshape(n_m, n_s * n_r, n_k)  # [M, S·R, K]
+        act = np.empty((len(vs), n_m, n_s * n_r, pp))
+        last = np.empty((len(vs), pp), dtype=bool)
+        for i, v in enumerate(vs):
+            row = [self.pipe(pp, v, per_dp // b) for b in mbs]
+            counts = row[0].counts  # the layers per rank do not depend on the micro-batches
+            factors = np.array([x.factors[0] for x in row])  # [M, ranks]
+            a = factors[:, None, :] * (kb @ counts[0].T)
+            for t in range(1, len(counts)):  # DualPipe's second direction
+                a = a + np.array([x.factors[t] for x in row])[:, None, :] * (kb @ counts[t].T)
+            if self.tech.offload_layers:
+                a = a - a * row[0].offload_share
+            act[i] = a
+            last[i] = row[0].last
+        top = act.sum(axis=(1, 2)).argmax(axis=1)  # [V]: the rank with the most activations
+        below_top = (act <= act[np.arange(len(vs)), :, :, top][..., None]).all(axis=(1, 2))
+        below_prev = (act[..., 1:] <= act[..., :-1]).all(axis=(1, 2))
+        self._last_act = (key, (act, last), (top, below_top, below_prev))
+        return act, last
 
 
 _MODULES = (

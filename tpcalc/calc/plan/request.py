@@ -18,6 +18,13 @@ from tpcalc.units import Dtype
 
 BOOL_DIMS = ("sp", "tp_comm_overlap", "cp_overlap", "ep_overlap", "pp_overlap", "dp_overlap")
 
+# The sizes that keep one search within seconds, for every caller (the CLI and tpcalc.plan):
+# the GPU count and the global batch set how many shapes and micro-batch splits are enumerated
+# (divisors of each), top_k how many layouts are priced exactly for the result.
+MAX_GPUS = 2**20
+MAX_GLOBAL_BATCH = 2**16
+MAX_TOP_K = 100
+
 
 def _choice(enum: type, value: Any, name: str) -> Any:
     try:
@@ -67,6 +74,13 @@ def _pin_values(dim: str, values: Any) -> tuple:
     raise InputError(f"pin {dim}: unknown dimension; valid: {', '.join(PIN_DIMS)}")
 
 
+def _at_most(value: int, name: str, most: int, what: str) -> int:
+    """``value`` if it is at most ``most``; else an InputError naming the field and the range."""
+    if value > most:
+        raise InputError(f"{name} must be between 1 and {most:,} ({what}), got {value:,}")
+    return value
+
+
 def _is_modules(values: Any) -> bool:
     """A single module set given as a tuple of names (not a tuple of sets)."""
     return isinstance(values, (tuple, list)) and all(isinstance(v, str) for v in values)
@@ -98,7 +112,7 @@ def build_request(
     time_options: TimeOptions | None = None,
 ) -> PlanRequest:
     """A checked ``PlanRequest``; every problem is one ``InputError`` naming the field."""
-    gpus = _positive_int(gpus, "gpus")
+    gpus = _at_most(_positive_int(gpus, "gpus"), "gpus", MAX_GPUS, "GPUs")
     seq = _positive_int(seq if seq is not None else spec.seq_length, "seq")
     if (global_batch is None) == (global_batch_tokens is None):
         raise InputError("give the global batch in sequences or in tokens (global_batch_tokens)")
@@ -111,6 +125,7 @@ def build_request(
             )
         global_batch = tokens // seq
     batch = _positive_int(global_batch, "global_batch")
+    _at_most(batch, "global_batch", MAX_GLOBAL_BATCH, "sequences")
     typed_pins = {dim: _pin_values(dim, v) for dim, v in (pins or {}).items()}
     for dim, b in (bounds or {}).items():
         if dim not in SIZE_DIMS:
@@ -140,7 +155,8 @@ def build_request(
         spec=spec, hw=hw, gpus=gpus, seq=seq, global_batch=batch, pins=typed_pins,
         bounds=dict(bounds or {}), memory_headroom=float(memory_headroom),
         reserve_bytes=float(reserve_bytes), objective=obj, target_step_time_s=target_step_time_s,
-        top_k=_positive_int(top_k, "top_k"), include_all=include_all,
+        top_k=_at_most(_positive_int(top_k, "top_k"), "top_k", MAX_TOP_K, "layouts"),
+        include_all=include_all,
         tp_within_node=tp_within_node, allow_uneven=allow_uneven, gpus_per_node=node,
         recipe=_choice(StateRecipe, recipe, "recipe"), dtype=gemm_dtype,
         activations=_choice(ActivationModel, activations, "activations"),
@@ -148,4 +164,4 @@ def build_request(
     )  # fmt: skip
 
 
-__all__ = ("build_request", "OPTION_DIMS")
+__all__ = ("build_request", "OPTION_DIMS", "MAX_GPUS", "MAX_GLOBAL_BATCH", "MAX_TOP_K")

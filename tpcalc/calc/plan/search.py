@@ -1,9 +1,11 @@
 """The search: enumerate the space (``space``), drop what does not divide, screen memory for every
-remaining candidate at once (``fit``), then rank by step time with a provable branch-and-bound
-(``bounds``): candidates are taken in order of a lower bound on their step time, the bound is
-tightened in tiers, and the exact ``calc.time.step.step_time`` runs only on a candidate whose
-bound is still below every other candidate's. The first ``top_k`` candidates that come out
-exact are the top k of exhaustive exact evaluation (a bound never exceeds the exact time).
+remaining candidate at once (``fit``, one numpy pass per shape), then rank by step time with a
+provable branch-and-bound (``bounds``) in three tiers: a floor per block cell (``prepare``,
+``StepBounds.floors``), the block's own bounds (built by ``expand`` only while some floor can
+still win), and the exact ``calc.time.step.step_time``, run only on a candidate whose bound is
+still below every other candidate's. The first ``top_k`` candidates that come out exact are the
+top k of exhaustive exact evaluation (a floor never exceeds a bound, a bound never the exact
+time); each point of the Pareto front likewise (``_top_built``, ``_pareto_built``).
 
 Reported numbers come from the exact model: every candidate in the result is re-priced by
 ``calc.layout.memory.rank_memory`` and ``step_time`` with the inputs ``tpcalc layout`` would
@@ -23,6 +25,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -51,6 +54,22 @@ MEMORY = "memory"
 
 
 @dataclass
+class _Group:
+    """The blocks of one shape: the memory of every (variant, zero, micro-batch, sp, mode) over
+    the micro-batches any of its variants allows, [V, Z, M, S, R] (``fit.MemoryScreen.group``),
+    and which micro-batches each variant allows, [V, M]."""
+
+    shape: Shape
+    variants: list[Variant]
+    mbs: list[int]
+    per_dp: int
+    sps: list[bool]
+    memory: np.ndarray
+    allowed: np.ndarray
+    blocks: list[int]  # the block index of each variant
+
+
+@dataclass
 class _Block:
     """One (shape, variant): memory of every (zero, micro-batch, sp, mode), and what fits."""
 
@@ -59,7 +78,14 @@ class _Block:
     mbs: list[int]
     per_dp: int
     sps: list[bool]
-    memory: np.ndarray  # [Z, M, S, R]
+    group: _Group
+    v: int  # the variant's index in its group
+    take: list[int]  # its micro-batches' indices in the group's
+
+    @property
+    def memory(self) -> np.ndarray:
+        """[Z, M, S, R]"""
+        return self.group.memory[self.v][:, self.take]
 
 
 @dataclass(frozen=True)
@@ -95,6 +121,8 @@ class _Search:
             req.spec, req.hw, self.node, self.opts, req.dtype, req.seq, req.memory
         )
         self.blocks: list[_Block] = []
+        self.groups: list[_Group] = []
+        self._rules: tuple[tuple | None, tuple] = (None, ())
         self.rejections: Counter[str] = Counter()
         self.enumerated = 0
         self.fitting = 0  # candidates that divide and fit, counted as the blocks are screened
@@ -140,44 +168,77 @@ class _Search:
         if reason:
             self.rejections[reason] += total
             return
+        key = (shape.tp, shape.cp, shape.pp)
+        if self._rules[0] != key:  # the same for every ep and etp, visited in a row
+            self._rules = (key, self._sequence_rules(shape, sps, vs, per_dp, mbs, inner))
+        ok, kept, rejected = self._rules[1]
+        self.rejections.update(rejected)
+        if not ok or not kept:
+            return
+        used = sorted({b for _, good in kept for b in good})
+        allowed = np.array([[b in good for b in used] for _, good in kept])  # [V, M]
+        mem = self.screen.group(
+            shape, [v for v, _ in kept], used, per_dp, ok, modes, self.zeros
+        )  # [V, Z, M, S, R]
+        over = (mem > self.capacity) & allowed[:, None, :, None, None]
+        n_over = over.sum(axis=(1, 2, 3, 4))
+        n_all = allowed.sum(axis=1) * (mem.size // (mem.shape[0] * mem.shape[2]))
+        if n_over.any():
+            self.rejections[MEMORY] += int(n_over.sum())
+        self.fitting += int((n_all - n_over).sum())
+        group = _Group(shape, [v for v, _ in kept], used, per_dp, ok, mem, allowed, [])
+        for i, (v, good) in enumerate(kept):
+            if n_over[i] < n_all[i]:
+                group.blocks.append(len(self.blocks))
+                take = [used.index(b) for b in good]
+                self.blocks.append(_Block(shape, v, good, per_dp, ok, group, i, take))
+            else:
+                group.blocks.append(-1)
+        if any(k >= 0 for k in group.blocks):
+            self.groups.append(group)
+
+    def _sequence_rules(
+        self, shape: Shape, sps: list[bool], vs: list[Variant], per_dp: int, mbs: list[int],
+        inner: int,
+    ) -> tuple[list[bool], list[tuple[Variant, list[int]]], Counter[str]]:  # fmt: skip
+        """The rules that do not depend on ep and etp: the SP values the sequence allows, the
+        variants with the micro-batches their schedule allows, and what each rule turned
+        down."""
+        rejected: Counter[str] = Counter()
+        n_mb = max(1, len(mbs))
         ok = []
         for sp in sps:
             why = space.cp_rule(self.req.seq, shape.tp, shape.cp, sp)
             if why:
-                self.rejections[why] += len(vs) * n_mb * inner
+                rejected[why] += len(vs) * n_mb * inner
             else:
                 ok.append(sp)
+        kept: list[tuple[Variant, list[int]]] = []
         if not ok:
-            return
+            return ok, kept, rejected
         for v in vs:
             why = space.pipeline_rule(
                 self.req.spec.num_hidden_layers, shape.pp, v, self.req.allow_uneven
             )
             if why:
-                self.rejections[why] += n_mb * len(ok) * inner
+                rejected[why] += n_mb * len(ok) * inner
                 continue
             if not per_dp:
-                self.rejections[BATCH] += len(ok) * inner
+                rejected[BATCH] += len(ok) * inner
                 continue
             if not mbs:
-                self.rejections[NO_MICRO_BATCH] += len(ok) * inner
+                rejected[NO_MICRO_BATCH] += len(ok) * inner
                 continue
             good = []
             for b in mbs:
                 why = space.microbatch_rule(shape.pp, per_dp // b, v)
                 if why:
-                    self.rejections[why] += len(ok) * inner
+                    rejected[why] += len(ok) * inner
                 else:
                     good.append(b)
-            if not good:
-                continue
-            mem = self.screen.block(shape, v, good, per_dp, ok, modes, self.zeros)
-            over = int((mem > self.capacity).sum())
-            if over:
-                self.rejections[MEMORY] += over
-            self.fitting += mem.size - over
-            if over < mem.size:
-                self.blocks.append(_Block(shape, v, good, per_dp, ok, mem))
+            if good:
+                kept.append((v, good))
+        return ok, kept, rejected
 
     @property
     def feasible(self) -> int:
@@ -185,31 +246,107 @@ class _Search:
 
     # ---- candidates and bounds ----
 
+    def prepare(self) -> None:
+        """Per block and (micro-batch, sp, mode) cell: the least memory among its timed
+        candidates that fit, and ``StepBounds.floor`` (a lower bound on each of their bounds).
+        The blocks' own bounds are built only when a search needs them (``expand``)."""
+        self.zi = np.array([self.zeros.index(z) for z in self.timed_zeros], dtype=np.int64)
+        n = len(self.blocks)
+        self.floors = np.full(n, math.inf)
+        self.expanded = np.zeros(n, dtype=bool)
+        self._chunks: list[tuple[np.ndarray, ...]] = []
+        self._sorted: tuple[np.ndarray, ...] | None = None
+        distributed = [zero >= 1 for zero in self.timed_zeros]
+        zeros = [int(z) for z in self.timed_zeros]
+        cell_block, cell_mem, cell_floor = [], [], []
+        for g, grp in enumerate(self.groups):
+            if g % PROGRESS_EVERY == 0:
+                self.progress("bounds", g / max(1, len(self.groups)))
+            mem = grp.memory[:, self.zi]  # [V, Z', M, S, R]
+            fits = (mem <= self.capacity) & grp.allowed[:, None, :, None, None]
+            # floors only for the micro-batches where something fits (the shards of the others
+            # are never priced)
+            used = np.flatnonzero(fits.any(axis=(0, 1, 3, 4)))
+            if not len(used):
+                continue
+            fits = fits[:, :, used]
+            mem = mem[:, :, used]
+            cells, coarse = self.bounds.floors(
+                grp.shape, grp.variants, [grp.mbs[i] for i in used], grp.per_dp, grp.sps,
+                self.d.recompute, distributed, zeros,
+            )  # fmt: skip
+            by_zero = np.where(fits, coarse[..., None, None], math.inf).min(axis=1)
+            floor = np.where(np.isfinite(by_zero), np.maximum(cells, by_zero), math.inf)
+            least = np.where(fits, mem, math.inf).min(axis=1)
+            ids = np.array(grp.blocks)
+            where = np.nonzero(np.isfinite(floor))
+            cell_block.append(ids[where[0]])
+            cell_mem.append(least[where])
+            cell_floor.append(floor[where] * (1 - 2 * BOUND_MARGIN))
+        if cell_block:
+            self.cell_block = np.concatenate(cell_block)
+            self.cell_mem = np.concatenate(cell_mem)
+            self.cell_floor = np.concatenate(cell_floor)
+            np.minimum.at(self.floors, self.cell_block, self.cell_floor)
+            self.expanded |= ~np.isfinite(self.floors)  # nothing to time
+        else:
+            self.cell_block, self.cell_mem, self.cell_floor = (np.zeros(0) for _ in range(3))
+        self.progress("bounds", 1.0)
+
+    def expand(self, ks: Iterable[int] | np.ndarray) -> int:
+        """Build the bounds of blocks ``ks`` (those not built yet); the number built."""
+        built = 0
+        for k in ks:
+            k = int(k)
+            if self.expanded[k]:
+                continue
+            self.expanded[k] = True
+            blk = self.blocks[k]
+            mem = blk.memory[self.zi]  # [Z', M, S, R]
+            flat = np.flatnonzero(mem <= self.capacity)
+            z, i, s, r = np.unravel_index(flat, mem.shape)
+            used = np.unique(i)  # the micro-batches where something fits: only those priced
+            at = np.zeros(len(blk.mbs), dtype=np.int64)
+            at[used] = np.arange(len(used))
+            lb = self.bounds.block(
+                blk.shape, blk.variant, [blk.mbs[x] for x in used], blk.per_dp, blk.sps,
+                self.d.recompute, [zero >= 1 for zero in self.timed_zeros],
+                [int(z) for z in self.timed_zeros],
+            )[z, at[i], s, r]  # fmt: skip
+            rows = np.stack([np.full_like(z, k), self.zi[z], i, s, r], axis=1).astype(np.int32)
+            # the order of the exhaustive list: block, then zero, micro-batch, sp, mode
+            keys = (np.int64(k) << KEY_SHIFT) | flat.astype(np.int64)
+            self._chunks.append((rows, mem.ravel()[flat], lb * (1 - BOUND_MARGIN), keys))
+            built += 1
+        if built:
+            self._sorted = None
+        return built
+
+    def built(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Every pick of the expanded blocks: rows (block, zero, micro-batch, sp, mode), memory,
+        bound and order key, sorted by (bound, key): the order of a stable sort by bound of the
+        exhaustive list, restricted to these picks."""
+        if self._sorted is None:
+            if not self._chunks:
+                empty = np.zeros(0)
+                self._sorted = (np.zeros((0, 5), np.int32), empty, empty, empty.astype(np.int64))
+            else:
+                rows, mems, lbs, keys = (np.concatenate(c) for c in zip(*self._chunks, strict=True))
+                self._chunks = [(rows, mems, lbs, keys)]
+                order = np.lexsort((keys, lbs))
+                self._sorted = (rows[order], mems[order], lbs[order], keys[order])
+        return self._sorted  # type: ignore[return-value]
+
     def picks(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every timed candidate that fits as rows (block, zero, micro-batch, sp, mode) of
-        indices, its memory, and its first (loosest) bound."""
-        zi = np.array([self.zeros.index(z) for z in self.timed_zeros], dtype=np.int64)
-        cols: list[np.ndarray] = []
-        mems: list[np.ndarray] = []
-        lbs: list[np.ndarray] = []
-        bounds = self.bounds
-        for k, blk in enumerate(self.blocks):
-            if k % PROGRESS_EVERY == 0:
-                self.progress("bounds", k / len(self.blocks))
-            mem = blk.memory[zi]  # [Z', M, S, R]
-            z, i, s, r = np.nonzero(mem <= self.capacity)
-            if not len(z):
-                continue
-            lb = bounds.block(
-                blk.shape, blk.variant, blk.mbs, blk.per_dp, blk.sps, self.d.recompute,
-                [zero >= 1 for zero in self.timed_zeros], [int(z) for z in self.timed_zeros],
-            )  # fmt: skip
-            cols.append(np.stack([np.full_like(z, k), zi[z], i, s, r], axis=1).astype(np.int32))
-            mems.append(mem[z, i, s, r])
-            lbs.append(lb[z, i, s, r] * (1 - BOUND_MARGIN))
-        if not cols:
-            return np.zeros((0, 5), dtype=np.int32), np.zeros(0), np.zeros(0)
-        return np.concatenate(cols), np.concatenate(mems), np.concatenate(lbs)
+        indices, its memory, and its bound, in the exhaustive order (block, zero, micro-batch,
+        sp, mode): every block expanded."""
+        if not hasattr(self, "zi"):
+            self.prepare()
+        self.expand(range(len(self.blocks)))
+        rows, mems, lbs, keys = self.built()
+        order = np.argsort(keys, kind="stable")
+        return rows[order], mems[order], lbs[order]
 
     def tighten(self, row: np.ndarray) -> float:
         """The exact step time of a pick (the tier after its bound)."""
@@ -262,20 +399,26 @@ class _Search:
         )  # fmt: skip
 
 
+# A pick's order key: block index above this many bits, its flat index in the block below.
+KEY_SHIFT = 32
+
 # Bounds are sums of the same float terms the step adds in another order; this margin keeps
 # a rounding difference from ever letting a bound pass the exact time it bounds.
 BOUND_MARGIN = 1e-9
 
 
 def _best_first(
-    search: _Search, picks: np.ndarray, lbs: np.ndarray, want: int
-) -> list[tuple[float, int]]:
+    search: _Search, picks: np.ndarray, lbs: np.ndarray, want: int,
+    keys: np.ndarray | None = None, order: np.ndarray | None = None,
+) -> list[tuple[float, int]]:  # fmt: skip
     """The ``want`` picks of least exact step time, in order: take picks in order of their
     bound, time each exactly; a timed pick whose time is at most the next bound is final,
     since every pick not yet timed has at least that bound, and so that time (module
-    docstring)."""
-    order = np.argsort(lbs, kind="stable")
-    heap: list[tuple[float, int]] = []  # (exact time, pick index)
+    docstring). Equal times go by ``keys`` (default: the index); ``order``: the picks already
+    sorted by bound."""
+    if order is None:
+        order = np.argsort(lbs, kind="stable")
+    heap: list[tuple[float, int, int]] = []  # (exact time, key, pick index)
     out: list[tuple[float, int]] = []
     i = 0
     n = len(order)
@@ -283,10 +426,39 @@ def _best_first(
         if i < n and (not heap or lbs[order[i]] < heap[0][0]):
             j = int(order[i])
             i += 1
-            heapq.heappush(heap, (search.tighten(picks[j]), j))
+            key = j if keys is None else int(keys[j])
+            heapq.heappush(heap, (search.tighten(picks[j]), key, j))
         else:
-            out.append(heapq.heappop(heap))
+            t, _, j = heapq.heappop(heap)
+            out.append((t, j))
     return out
+
+
+def _top_built(search: _Search, want: int) -> list[tuple[float, _Pick]]:
+    """``_best_first`` over every block, building blocks' bounds only where they can matter:
+    blocks in order of their floor until ``want`` picks are built, then, as long as some block
+    not built has a floor at most the ``want``-th best exact time so far, those blocks too. A
+    block left out has every pick's exact time above that time, so it holds none of the best
+    ``want`` (the floors are lower bounds on the bounds, ``StepBounds.floor``)."""
+    if want <= 0:
+        return []
+    by_floor = np.argsort(search.floors, kind="stable")
+    live = by_floor[np.isfinite(search.floors[by_floor])]
+    pos = 0
+    while True:
+        rows, _, lbs, keys = search.built()
+        if len(rows) < want and pos < len(live):
+            search.expand(live[pos : pos + 1])
+            pos += 1
+            continue
+        ranked = _best_first(search, rows, lbs, want, keys, np.arange(len(rows)))
+        tau = ranked[-1][0] if len(ranked) >= want else math.inf
+        end = pos
+        while end < len(live) and search.floors[live[end]] <= tau:
+            end += 1
+        if not search.expand(live[pos:end]):
+            return [(t, _Pick(*(int(x) for x in rows[j]))) for t, j in ranked]
+        pos = end
 
 
 def _part_name(part: str) -> str:
@@ -370,28 +542,63 @@ def _pareto(search: _Search, picks: np.ndarray, mems: np.ndarray, lbs: np.ndarra
     return front[::-1]
 
 
+def _pareto_built(search: _Search) -> list[_Pick]:
+    """``_pareto`` over every block, building blocks' bounds only where they can matter: for
+    each memory budget, the blocks with a (micro-batch, sp, mode) cell under it whose floor is
+    at most the fastest exact time found under it so far (no other cell can hold a faster
+    pick)."""
+    cb, cm, cf = search.cell_block, search.cell_mem, search.cell_floor
+    exact: list[tuple[_Pick, float, float]] = []  # (pick, exact time, memory)
+    limit = math.inf
+    top = float(cm.max()) if len(cm) else 0.0
+    while True:
+        search.progress("pareto", 1.0 - min(limit, top) / top if top else 1.0)
+        under = cm < limit
+        if not under.any():
+            break
+        while True:
+            rows, mems, lbs, _ = search.built()
+            idx = np.flatnonzero(mems < limit)
+            if not len(idx):  # seed: the cell of least floor under the budget
+                cells = np.flatnonzero(under)
+                search.expand(cb[cells[np.argmin(cf[cells])]][None])
+                continue
+            j = _fastest(search, rows, idx, lbs, mems)
+            t = search.tighten(rows[j])
+            todo = under & (cf <= t)
+            if not search.expand(np.unique(cb[todo][~search.expanded[cb[todo]]])):
+                break
+        exact.append((_Pick(*(int(x) for x in rows[j])), t, float(mems[j])))
+        limit = float(mems[j]) * (1 - PARETO_MEMORY_STEP)
+    front: list[tuple[_Pick, float, float]] = []
+    for p in exact:  # time ascending from the fastest, memory descending
+        if not front or front[-1][1] < p[1] * (1 - PARETO_MIN_GAIN):
+            front.append(p)
+    return [p for p, _, _ in front[::-1]]
+
+
 def _plan_gpus(req: PlanRequest, gpus: int, progress: ProgressCallback = _quiet) -> PlanResult:
     search = _Search(req, gpus, progress)
     search.enumerate()
-    picks, mems, lbs = search.picks()
+    search.prepare()
     progress("top", 0.0)
+    if req.include_all or req.objective is Objective.memory:
+        picks, mems, lbs = search.picks()  # every block: all are listed, or ranked by memory
     if req.include_all:
-        want = len(picks)
+        ranked = [(t, _Pick(*map(int, picks[j]))) for t, j in _best_first(search, picks, lbs,
+                                                                          len(picks))]  # fmt: skip
     elif req.objective is Objective.memory:
-        want = 0
+        ranked = []
     else:
-        want = min(req.top_k, len(picks))
-    ranked = _best_first(search, picks, lbs, want)
+        ranked = _top_built(search, req.top_k)
     if req.objective is Objective.memory:
         order = np.lexsort((lbs, mems))[: req.top_k]
         cands = sorted((search.candidate(_Pick(*map(int, picks[j]))) for j in order),
                        key=lambda c: (c.memory_bytes, c.step_time_s))  # fmt: skip
     else:
-        cands = [search.candidate(_Pick(*map(int, picks[j]))) for _, j in ranked]
+        cands = [search.candidate(p) for _, p in ranked]
         cands.sort(key=lambda c: (c.step_time_s, c.memory_bytes))
-    front = [
-        search.candidate(_Pick(*map(int, picks[j]))) for j in _pareto(search, picks, mems, lbs)
-    ]
+    front = [search.candidate(p) for p in _pareto_built(search)]
     top = tuple(cands[: req.top_k])
     why, margin = "", None
     if len(top) > 1 and req.objective is not Objective.memory:
