@@ -37,13 +37,6 @@ if TYPE_CHECKING:
 
 app = typer.Typer()
 
-# Input bounds that keep one command within seconds: beyond them a value is a typo, not a run.
-# 2^20 GPUs is beyond any cluster built to date; 2^16 sequences per step is 32x DeepSeek-V3's
-# 15,360 (DeepSeek-V3 report §4.2) and 32x Llama 3 405B's 2,048 at 8K (Llama 3 paper Table 4);
-# more than 100 listed layouts is what --all is for.
-MAX_GPUS = 2**20
-MAX_GLOBAL_BATCH = 2**16
-MAX_TOP = 100
 # A search that has not finished after this long gets a progress display on stderr (issue 11:
 # "a rich progress bar when a search will take more than about a second").
 PROGRESS_AFTER_S = 1.0
@@ -350,11 +343,14 @@ def _check_sizes(
     model: str, gpus: int, top: int, seq: int | None, global_batch: int | None,
     global_batch_tokens: int | None,
 ) -> None:  # fmt: skip
-    """The sizes that keep one search within seconds (MAX_GPUS, MAX_TOP, MAX_GLOBAL_BATCH)."""
+    """The sizes that keep one search within seconds, the engine's own limits
+    (``calc.plan.request``: MAX_GPUS, MAX_TOP_K, MAX_GLOBAL_BATCH), checked with the options'
+    names before anything is loaded."""
+    from tpcalc.calc.plan.request import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_TOP_K
     from tpcalc.reports.inputs import positive
 
     _bounded(positive(gpus, "--gpus"), "--gpus", MAX_GPUS, "GPUs")
-    _bounded(top, "--top", MAX_TOP, "layouts; --all lists every feasible one")
+    _bounded(top, "--top", MAX_TOP_K, "layouts; --all lists every feasible one")
     if global_batch is not None:
         _bounded(positive(global_batch, "--global-batch"), "--global-batch",
                  MAX_GLOBAL_BATCH, "sequences")  # fmt: skip

@@ -20,7 +20,10 @@ BOOL_DIMS = ("sp", "tp_comm_overlap", "cp_overlap", "ep_overlap", "pp_overlap", 
 
 # The sizes that keep one search within seconds, for every caller (the CLI and tpcalc.plan):
 # the GPU count and the global batch set how many shapes and micro-batch splits are enumerated
-# (divisors of each), top_k how many layouts are priced exactly for the result.
+# (divisors of each), top_k how many layouts are priced exactly for the result. Beyond them a
+# value is a typo, not a run: 2^20 GPUs is beyond any cluster built to date; 2^16 sequences per
+# step is 32x DeepSeek-V3's 15,360 (DeepSeek-V3 report §4.2) and 32x Llama 3 405B's 2,048 at 8K
+# (Llama 3 paper Table 4); more than 100 listed layouts is what `tpcalc plan --all` is for.
 MAX_GPUS = 2**20
 MAX_GLOBAL_BATCH = 2**16
 MAX_TOP_K = 100
