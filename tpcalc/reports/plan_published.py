@@ -40,7 +40,9 @@ HAND_LAYOUT = "pipeline_model_parallel_layout"  # modelled when tpcalc reads the
 # them (tpcalc/validation/runs.yaml `recipe`), with what tpcalc does instead.
 UNMODELLED: dict[str, str] = {
     "cuda_graph_impl": "CUDA graphs (their memory pool and the launch overhead they remove)",
-    "moe_flex_dispatcher_backend": "the DeepEP/HybridEP flex dispatcher (priced as all-to-all)",
+    "moe_flex_dispatcher_backend": (
+        "the DeepEP/HybridEP flex dispatcher's buffers and SMs (its dispatch is priced node-aware)"
+    ),
     HAND_LAYOUT: "a hand-set stage layout this tpcalc cannot read (priced as an even split)",
     "delay_wgrad_compute": "delayed weight-gradient GEMMs for EP overlap",
     "use_megatron_fsdp": "Megatron FSDP (priced as ZeRO-3)",
