@@ -262,15 +262,17 @@ def test_objective_gpus_finds_the_fewest_counts_tried(monkeypatch, result):
     # (24 gives 0.333 s); the search tries powers of two, then bisects node multiples.
     from dataclasses import replace
 
+    from tpcalc.calc.plan.types import Objective
+
     tried = []
 
-    def fake_plan(workload, progress=None, *, gpus, **kwargs):
+    def fake_plan(request, gpus, progress=None):  # the engine's search on one GPU count
         tried.append(gpus)
-        assert kwargs["objective"] == "time"
+        assert request.objective is Objective.time
         top = tuple(replace(c, step_time_s=8.0 / gpus) for c in result.top[:1])
         return replace(result, gpus=gpus, top=top)
 
-    monkeypatch.setattr("tpcalc.reports.plan.plan_workload", fake_plan)
+    monkeypatch.setattr("tpcalc.calc.plan.search._plan_gpus", fake_plan)
     r = run_cli(*ARGS[:3], "--gpus", "64", "--global-batch", "16", "--objective", "gpus",
                 "--target-step-time", "0.3")  # fmt: skip
     assert r.code == 0, r.err

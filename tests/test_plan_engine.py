@@ -378,19 +378,23 @@ def test_objective_memory_ranks_by_memory():
 
 
 def test_objective_gpus_finds_the_fewest():
-    """The smallest GPU count of gpu_counts whose best step meets the target: the next smaller
-    count does not."""
+    """The fewest GPUs whose best step meets the target (inverse.min_gpus over the planner's
+    best per count): every count tried below it misses, and so does one node fewer."""
     from tpcalc.reports.plan import plan
 
     at16 = plan("llama3-8b", "h100-sxm", top_k=1, **SMALL).best.step_time_s
-    r = plan("llama3-8b", "h100-sxm", top_k=1, objective="gpus", target_step_time_s=at16 * 1.01,
+    target = at16 * 1.01
+    r = plan("llama3-8b", "h100-sxm", top_k=1, objective="gpus", target_step_time_s=target,
              **SMALL)  # fmt: skip
-    assert r.best.step_time_s <= at16 * 1.01
-    counts = S.gpu_counts(r.request)
-    smaller = [n for n in counts if n < r.gpus]
-    if smaller:
-        below = plan("llama3-8b", "h100-sxm", top_k=1, **{**SMALL, "gpus": smaller[-1]})
-        assert below.best is None or below.best.step_time_s > at16 * 1.01
+    assert r.fewest is not None and r.gpus == r.fewest.gpus and r.gpus <= 16
+    assert r.best.step_time_s <= target
+    for probe in r.fewest.probes:
+        if probe.gpus < r.gpus:
+            assert probe.step_time_s is None or probe.step_time_s > target
+    node = 8  # h100-sxm gpus_per_node
+    if r.gpus > node:
+        below = plan("llama3-8b", "h100-sxm", top_k=1, **{**SMALL, "gpus": r.gpus - node})
+        assert below.best is None or below.best.step_time_s > target
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ from tpcalc.calc.dp.zero import ZeroStage
 from tpcalc.calc.layout.groups import LayoutRun, ParallelLayout
 from tpcalc.calc.plan.inverse import (
     divisors,
+    gpu_count_grid,
     max_micro_batch,
     max_seq,
     memory_budget_bytes,
@@ -24,7 +25,6 @@ from tpcalc.calc.plan.inverse import (
 )
 from tpcalc.catalog import load_model
 from tpcalc.errors import InputError
-from tpcalc.reports.plan_inverse import gpu_counts
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +128,7 @@ def test_min_gpus_bisects_between_powers_of_two():
     def best(g: int) -> float:
         return 1000.0 / g
 
-    coarse, fine = gpu_counts(8, 1024)
+    coarse, fine = gpu_count_grid(8, 1024)
     found = min_gpus(10.0, coarse, fine, best)
     assert found.gpus == 104  # the first node multiple >= 100
     assert {p.gpus for p in found.probes} >= {64, 128}
@@ -149,5 +149,10 @@ def test_divisors():
     assert divisors(10**12)[-1] == 10**12 and len(divisors(10**12)) == 169  # (12+1)²
 
 
-def test_gpu_counts():
-    assert gpu_counts(8, 64) == ([1, 2, 4, 8, 16, 32, 64], [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64])
+def test_gpu_count_grid():
+    assert gpu_count_grid(8, 64) == (
+        [1, 2, 4, 8, 16, 32, 64],
+        [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64],
+    )
+    # a count that is not a power of two is tried itself, as the last coarse count
+    assert gpu_count_grid(8, 48) == ([1, 2, 4, 8, 16, 32, 48], [1, 2, 4, 8, 16, 24, 32, 40, 48])

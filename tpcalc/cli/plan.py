@@ -304,7 +304,7 @@ def plan(
         if objective is not PlanObjective.gpus:
             return plan_workload(work, gpus=gpus, objective=objective.value, **options), None
         echo = {"model": model, "hardware": hardware}
-        return _fewest_gpus(work, echo, gpus, target_step_time, gpus_per_node, options)
+        return _fewest_gpus(work, echo, gpus, target_step_time, options)
 
     try:
         result, counts = _run_with_progress(search, fmt)
@@ -364,33 +364,23 @@ def _check_sizes(
 
 
 def _fewest_gpus(
-    work: Workload, echo: dict[str, Any], gpus: int, target: float | None,
-    gpus_per_node: int | None, options: dict[str, Any],
-) -> tuple[Any, Any]:  # fmt: skip
-    """--objective gpus: the fewest GPUs (up to --gpus) whose best layout reaches the target,
-    by ``tpcalc.calc.plan.inverse.min_gpus`` over the planner's best step time per count (powers
-    of two, then bisection over whole nodes); the plan at that count, and the counts tried."""
+    work: Workload, echo: dict[str, Any], gpus: int, target: float | None, options: dict[str, Any]
+) -> tuple[Any, Any]:
+    """--objective gpus: the planner's fewest GPUs (up to --gpus) whose best layout reaches the
+    target (``tpcalc.calc.plan.search.plan``: powers of two, then bisection over whole nodes);
+    the plan at that count, and the counts tried as a report."""
     from tpcalc.reports.plan import plan_workload
-    from tpcalc.reports.plan_inverse import gpu_counts, min_gpus_report
+    from tpcalc.reports.plan_inverse import min_gpus_report
 
     if target is None:
         raise TpcalcError("--objective gpus needs --target-step-time SECONDS, e.g. 2.0")
-    node = gpus_per_node or work.hw.gpus_per_node.value
-    plans: dict[int, Any] = {}
-
-    def at(g: int) -> Any:
-        if g not in plans:
-            plans[g] = plan_workload(work, gpus=g, objective="time", **options)
-        return plans[g]
-
-    def best(g: int) -> float | None:
-        found = at(g).best
-        return None if found is None else found.step_time_s
-
-    coarse, fine = gpu_counts(node, gpus)
+    if not target > 0:
+        raise TpcalcError(f"--target-step-time must be a positive time in seconds; got {target}")
+    result = plan_workload(work, gpus=gpus, objective="gpus", target_step_time_s=target, **options)
     title = f"Fewest GPUs for a {target:g} s step (best layout per count, up to {gpus:,})"
-    report, found = min_gpus_report(title, echo, target, [*coarse, gpus], fine, best)
-    return at(found.gpus if found.gpus is not None else gpus), report
+    if result.fewest is None:  # the engine fills it for objective gpus
+        raise TpcalcError("--objective gpus: the planner returned no GPU counts")
+    return result, min_gpus_report(title, echo, result.fewest, gpus)
 
 
 def _print(

@@ -8,7 +8,7 @@ memory budget; the GPU question takes the planner's best step time per GPU count
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tpcalc.calc.layout.groups import LayoutRun, MemoryTechniques, ParallelLayout
@@ -19,7 +19,6 @@ from tpcalc.calc.plan.inverse import (
     max_micro_batch,
     max_seq,
     memory_budget_bytes,
-    min_gpus,
 )
 from tpcalc.choices import Recompute, Schedule, StateRecipe
 from tpcalc.errors import InputError
@@ -211,33 +210,12 @@ def max_micro_batch_report(
     )
 
 
-def gpu_counts(gpus_per_node: int, max_gpus: int) -> tuple[list[int], list[int]]:
-    """(coarse, fine) GPU counts for ``min_gpus``: powers of two up to ``max_gpus``, and every
-    node multiple (with the powers of two below a node) up to it."""
-    coarse, g = [], 1
-    while g <= max_gpus:
-        coarse.append(g)
-        g *= 2
-    fine = sorted({*(c for c in coarse if c < gpus_per_node),
-                   *range(gpus_per_node, max_gpus + 1, gpus_per_node)})  # fmt: skip
-    return coarse, fine
-
-
 def min_gpus_report(
-    title: str,
-    echo: Mapping[str, Scalar],
-    target_step_time_s: float,
-    coarse: Sequence[int],
-    fine: Sequence[int],
-    best_step_time: Callable[[int], float | None],
-) -> tuple[Report, MinGpus]:
-    """The fewest GPUs whose best layout reaches ``target_step_time_s``: one row per GPU count
-    evaluated (the answer flagged), ``best_step_time`` being the planner's best per count."""
-    if not target_step_time_s > 0:
-        raise InputError(
-            f"--target-step-time must be a positive time in seconds; got {target_step_time_s}"
-        )
-    found = min_gpus(target_step_time_s, coarse, fine, best_step_time)
+    title: str, echo: Mapping[str, Scalar], found: MinGpus, max_gpus: int
+) -> Report:
+    """The fewest GPUs whose best layout reaches the target (``found``, the planner's
+    ``PlanResult.fewest``): one row per GPU count evaluated, the answer flagged."""
+    target_step_time_s = found.target_step_time_s
     rows = []
     for p in sorted(found.probes, key=lambda p: p.gpus):
         met = p.step_time_s is not None and p.step_time_s <= target_step_time_s
@@ -282,6 +260,5 @@ def min_gpus_report(
         )
     warnings: tuple[str, ...] = ()
     if found.gpus is None:
-        top = max(coarse)
-        warnings = (f"no GPU count up to {top:,} reaches a {target_step_time_s:g} s step",)
-    return Report(title=title, rows=tuple(rows), warnings=warnings), found
+        warnings = (f"no GPU count up to {max_gpus:,} reaches a {target_step_time_s:g} s step",)
+    return Report(title=title, rows=tuple(rows), warnings=warnings)

@@ -244,6 +244,20 @@ class MinGpus:
     probes: tuple[GpuProbe, ...]
 
 
+def gpu_count_grid(gpus_per_node: int, max_gpus: int) -> tuple[list[int], list[int]]:
+    """(coarse, fine) GPU counts for ``min_gpus``: powers of two up to ``max_gpus`` and
+    ``max_gpus`` itself, and every node multiple (with the powers of two below a node) up to it."""
+    coarse, g = [], 1
+    while g <= max_gpus:
+        coarse.append(g)
+        g *= 2
+    if coarse[-1] != max_gpus:
+        coarse.append(max_gpus)
+    fine = sorted({*(c for c in coarse if c < gpus_per_node),
+                   *range(gpus_per_node, max_gpus + 1, gpus_per_node)})  # fmt: skip
+    return coarse, fine
+
+
 def min_gpus(
     target_step_time_s: float,
     coarse: Sequence[int],

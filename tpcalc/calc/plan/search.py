@@ -36,6 +36,7 @@ from tpcalc.calc.layout.memory import rank_memory
 from tpcalc.calc.plan import space
 from tpcalc.calc.plan.bounds import StepBounds
 from tpcalc.calc.plan.fit import MemoryScreen
+from tpcalc.calc.plan.inverse import gpu_count_grid, min_gpus
 from tpcalc.calc.plan.space import RecomputeMode, Shape, Variant
 from tpcalc.calc.plan.types import (
     BestMargin,
@@ -46,7 +47,6 @@ from tpcalc.calc.plan.types import (
     ProgressCallback,
 )
 from tpcalc.calc.time.step import STEP_PARTS, StepTime, TimeOptions, step_time
-from tpcalc.errors import InputError
 
 BATCH = "batch: dp does not divide the global batch"
 NO_MICRO_BATCH = "batch: no allowed micro-batch splits global batch / dp"
@@ -611,33 +611,33 @@ def _plan_gpus(req: PlanRequest, gpus: int, progress: ProgressCallback = _quiet)
     )  # fmt: skip
 
 
-def gpu_counts(req: PlanRequest) -> list[int]:
-    """GPU counts the gpus objective tries, ascending: whole nodes doubling up to the request
-    (and the requested count itself)."""
-    node = req.gpus_per_node or req.hw.gpus_per_node.value
-    out, n = [], node
-    while n < req.gpus:
-        out.append(n)
-        n *= 2
-    return out + [req.gpus]
-
-
 def plan(request: PlanRequest, progress: ProgressCallback | None = None) -> PlanResult:
-    """The best layouts for ``request`` (module docstring). Objective gpus: the smallest GPU
-    count of ``gpu_counts`` whose best layout meets ``target_step_time_s``. ``progress`` is
-    called as the search goes (``types.ProgressCallback``), from the calling thread."""
+    """The best layouts for ``request`` (module docstring). Objective gpus: the fewest GPUs, up
+    to ``request.gpus``, whose best layout meets ``target_step_time_s``, found by
+    ``inverse.min_gpus`` (powers of two up, then bisection over whole nodes); the result is the
+    plan on that many GPUs (on ``request.gpus`` when none meets it), with every count tried in
+    ``fewest``. ``progress`` is called as the search goes (``types.ProgressCallback``), from the
+    calling thread."""
+    report = progress or _quiet
     if request.objective is not Objective.gpus:
-        return _plan_gpus(request, request.gpus, progress or _quiet)
-    target = request.target_step_time_s or 0.0
+        return _plan_gpus(request, request.gpus, report)
     timed = replace(request, objective=Objective.time)
-    last = None
-    for n in gpu_counts(request):
-        last = _plan_gpus(timed, n, progress or _quiet)
-        if last.best is not None and last.best.step_time_s <= target:
-            return replace(last, request=request)
-    if last is None:
-        raise InputError("gpus: no GPU count to try")
-    return replace(last, request=request)
+    plans: dict[int, PlanResult] = {}
+
+    def at(gpus: int) -> PlanResult:
+        if gpus not in plans:
+            plans[gpus] = _plan_gpus(timed, gpus, report)
+        return plans[gpus]
+
+    def best_step(gpus: int) -> float | None:
+        found = at(gpus).best
+        return None if found is None else found.step_time_s
+
+    node = request.gpus_per_node or request.hw.gpus_per_node.value
+    coarse, fine = gpu_count_grid(node, request.gpus)
+    fewest = min_gpus(request.target_step_time_s or 0.0, coarse, fine, best_step)
+    result = at(fewest.gpus if fewest.gpus is not None else request.gpus)
+    return replace(result, request=request, fewest=fewest)
 
 
 __all__ = ("plan", "Candidate", "TimeOptions", "ZeroStage")

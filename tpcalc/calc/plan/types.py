@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from tpcalc.calc.layout.groups import LayoutRun, MemoryTechniques, ParallelLayout
+from tpcalc.calc.plan.inverse import MinGpus
 from tpcalc.calc.time.step import StepTime, TimeOptions
 from tpcalc.choices import ActivationModel, StateRecipe
 from tpcalc.specs import HardwareSpec, ModelSpec
@@ -146,6 +147,7 @@ class PlanResult:
     rejections: tuple[tuple[str, int], ...]
     why_best: str  # one line in words: why the best beats the runner-up ("" with fewer than two)
     why: BestMargin | None = None  # the same, in seconds, for the renderer
+    fewest: MinGpus | None = None  # objective gpus: every GPU count tried and the answer
 
     @property
     def best(self) -> Candidate | None:
