@@ -429,11 +429,8 @@ def _inverse(
     def build():
         from tpcalc.calc.layout.groups import MemoryTechniques
         from tpcalc.cli.parallel_options import recompute_modules as modules_of
-        from tpcalc.reports.plan_inverse import (
-            FixedLayout,
-            max_micro_batch_report,
-            max_seq_report,
-        )
+        from tpcalc.reports.plan_inverse import max_micro_batch_report, max_seq_report
+        from tpcalc.reports.request import Layout, Workload
 
         if global_batch is None:
             raise TpcalcError(
@@ -455,27 +452,23 @@ def _inverse(
             )
         microbatches = global_batch // (dp * mb)
         modules = _one(pins, "recompute_modules", None)
-        fixed = FixedLayout(
-            tp=tp, cp=cp, pp=pp, dp=dp, ep=_one(pins, "ep", 1), etp=_one(pins, "etp", 1),
-            zero=_one(pins, "zero", 1), vpp=vpp, schedule=Schedule(sched), micro_batch=mb,
-            microbatches=microbatches, sp=_one(pins, "sp", True),
+        work = Workload.load(
+            model, hardware, seq=None if max_seq else seq, micro_batch=mb,
+            sp=_one(pins, "sp", True),
             recompute=Recompute(_one(pins, "recompute", Recompute.selective.value)),
             recipe=recipe, dtype=dtype,
             memory=MemoryTechniques(
                 recompute_modules=modules_of(None if modules in (None, "none") else modules)
             ),
         )  # fmt: skip
-        common = dict(headroom_ratio=headroom, reserve_bytes=reserve_gb * GB,
-                      gpus_per_node=gpus_per_node)  # fmt: skip
+        split = Layout(
+            tp=tp, cp=cp, pp=pp, dp=dp, ep=_one(pins, "ep", 1), etp=_one(pins, "etp", 1),
+            zero=_one(pins, "zero", 1), vpp=vpp, schedule=Schedule(sched),
+            microbatches=microbatches, gpus_per_node=gpus_per_node,
+        )  # fmt: skip
+        budget = dict(headroom_ratio=headroom, reserve_bytes=reserve_gb * GB)
         if max_seq:
-            return max_seq_report(model, hardware, fixed, **common)
-        return max_micro_batch_report(
-            model,
-            hardware,
-            fixed,
-            seq=seq,
-            global_batch=global_batch,
-            **common,
-        )
+            return max_seq_report(work, split, **budget)
+        return max_micro_batch_report(work, split, global_batch=global_batch, **budget)
 
     emit(build, fmt, units=units)

@@ -1,17 +1,16 @@
 """Inverse questions, the Python twin of ``tpcalc plan --max-seq`` / ``--max-micro-batch`` and
 ``tpcalc plan --objective gpus --target-step-time`` (issue 11 §4).
 
-It loads the configs, builds one layout and run from the same options as ``tpcalc layout``,
-and asks ``tpcalc.calc.plan.inverse`` for the largest sequence or micro-batch that fits the
-memory budget; the GPU question takes the planner's best step time per GPU count.
+It takes the request every report takes (``Workload``, ``Layout``) and asks
+``tpcalc.calc.plan.inverse`` for the largest sequence or micro-batch that fits the memory budget;
+the GPU question takes the planner's best step time per GPU count.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
-from tpcalc.calc.layout.groups import LayoutRun, MemoryTechniques, ParallelLayout
+from tpcalc.calc.layout.groups import LayoutRun, ParallelLayout
 from tpcalc.calc.plan.inverse import (
     SRC_SEARCH,
     MaxFit,
@@ -20,11 +19,11 @@ from tpcalc.calc.plan.inverse import (
     max_seq,
     memory_budget_bytes,
 )
-from tpcalc.choices import Recompute, Schedule, StateRecipe
 from tpcalc.errors import InputError
+from tpcalc.reports.request import Layout, Workload
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.terms import Report, Row, Scalar, Term, Unit, term
-from tpcalc.units import GB, Dtype
+from tpcalc.units import GB
 
 SRC_BUDGET = (
     "tpcalc plan: card memory (hardware config) less --memory-headroom (a share) and "
@@ -34,51 +33,6 @@ SRC_GPUS = (
     "tpcalc.calc.plan.inverse.min_gpus: powers of two up, then bisection over node multiples; "
     "each count's best step time from the planner (tpcalc.calc.plan)"
 )
-
-
-@dataclass(frozen=True, kw_only=True)
-class FixedLayout:
-    """One layout as ``tpcalc layout`` spells it, for the questions that hold it fixed."""
-
-    tp: int = 1
-    cp: int = 1
-    pp: int = 1
-    dp: int = 1
-    ep: int = 1
-    etp: int = 1
-    zero: int = 1
-    vpp: int = 1
-    schedule: Schedule = Schedule.one_f_one_b
-    micro_batch: int = 1
-    microbatches: int = 1
-    sp: bool = True
-    recompute: Recompute = Recompute.selective
-    recipe: StateRecipe = StateRecipe.zero16
-    dtype: Dtype = Dtype.bf16
-    memory: MemoryTechniques = field(default_factory=MemoryTechniques)
-
-
-def build(
-    spec: ModelSpec, hw: HardwareSpec, fixed: FixedLayout, seq: int, gpus_per_node: int | None
-) -> tuple[ParallelLayout, LayoutRun]:
-    """The typed layout and run of ``fixed`` (ZeRO stage and sizes checked by the core)."""
-    from tpcalc.calc.dp.zero import zero_stage
-    from tpcalc.reports.inputs import node_size, positive
-
-    layout = ParallelLayout(
-        gpus_per_node=node_size(gpus_per_node, hw.gpus_per_node.value),
-        tp=positive(fixed.tp, "--tp"), cp=positive(fixed.cp, "--cp"),
-        pp=positive(fixed.pp, "--pp"), dp=positive(fixed.dp, "--dp"),
-        ep=positive(fixed.ep, "--ep"), etp=positive(fixed.etp, "--etp"),
-        zero=zero_stage(fixed.zero),
-    )  # fmt: skip
-    run = LayoutRun(
-        seq=seq, microbatches=positive(fixed.microbatches, "--microbatches"),
-        micro_batch=positive(fixed.micro_batch, "--micro-batch"), vpp=positive(fixed.vpp, "--vpp"),
-        schedule=fixed.schedule, recipe=fixed.recipe, sp=fixed.sp, recompute=fixed.recompute,
-        dtype=fixed.dtype, memory=fixed.memory,
-    )  # fmt: skip
-    return layout, run
 
 
 def budget_term(card_bytes: float, headroom_ratio: float, reserve_bytes: float) -> Term:
@@ -147,56 +101,49 @@ def _nothing_fits(fit: MaxFit, label: str) -> tuple[str, ...]:
 
 
 def max_seq_report(
-    model: str,
-    hardware: str,
-    fixed: FixedLayout,
+    workload: Workload,
+    layout: Layout,
     *,
     headroom_ratio: float = 0.0,
     reserve_bytes: float = 0.0,
-    gpus_per_node: int | None = None,
 ) -> Report:
-    """The longest sequence that fits ``fixed`` (``tpcalc plan --max-seq``)."""
-    from tpcalc.catalog import load_hardware, load_model
-
-    spec, hw = load_model(model), load_hardware(hardware)
-    layout, run = build(spec, hw, fixed, spec.seq_length, gpus_per_node)
+    """The longest sequence that fits ``workload`` on ``layout`` (``tpcalc plan --max-seq``;
+    the workload's own sequence length is not used: it is what is searched)."""
+    spec, hw = workload.spec, workload.hw
+    parallel, run = layout.parallel(workload.node(layout)), workload.run(layout, with_latency=False)
     budget = budget_term(hw.memory_bytes.value, headroom_ratio, reserve_bytes)
-    fit = max_seq(spec, layout, run, budget.number)
+    fit = max_seq(spec, parallel, run, budget.number)
     row = Row(
-        inputs={**_echo(spec, hw, layout, run), "micro_batch": run.micro_batch,
+        inputs={**_echo(spec, hw, parallel, run), "micro_batch": run.micro_batch,
                 "microbatches": run.microbatches},
         terms=tuple(_fit_terms(fit, "seq_tokens", "sequence", budget, "tokens")),
     )  # fmt: skip
     return Report(
-        title=f"Longest sequence that fits {spec.name} on {layout.world} × {hw.name}",
+        title=f"Longest sequence that fits {spec.name} on {parallel.world} × {hw.name}",
         rows=(row,),
         warnings=_nothing_fits(fit, "seq"),
     )
 
 
 def max_micro_batch_report(
-    model: str,
-    hardware: str,
-    fixed: FixedLayout,
+    workload: Workload,
+    layout: Layout,
     *,
-    seq: int | None = None,
     global_batch: int | None = None,
     headroom_ratio: float = 0.0,
     reserve_bytes: float = 0.0,
-    gpus_per_node: int | None = None,
 ) -> Report:
-    """The largest micro-batch that fits ``fixed`` (``tpcalc plan --max-micro-batch``); with a
-    global batch the micro-batches per step follow from it."""
-    from tpcalc.catalog import load_hardware, load_model
-    from tpcalc.reports.inputs import positive, seq_warnings
+    """The largest micro-batch that fits ``workload`` on ``layout`` (``tpcalc plan
+    --max-micro-batch``; the workload's micro-batch is what is searched); with a global batch
+    the micro-batches per step follow from it."""
+    from tpcalc.reports.inputs import positive
 
-    spec, hw = load_model(model), load_hardware(hardware)
-    s = positive(seq, "--seq") if seq is not None else spec.seq_length
-    layout, run = build(spec, hw, fixed, s, gpus_per_node)
+    spec, hw = workload.spec, workload.hw
+    parallel, run = layout.parallel(workload.node(layout)), workload.run(layout, with_latency=False)
     budget = budget_term(hw.memory_bytes.value, headroom_ratio, reserve_bytes)
     gb = positive(global_batch, "--global-batch") if global_batch is not None else None
-    fit = max_micro_batch(spec, layout, run, budget.number, global_batch=gb)
-    inputs = {**_echo(spec, hw, layout, run), "seq": s, "global_batch": gb}
+    fit = max_micro_batch(spec, parallel, run, budget.number, global_batch=gb)
+    inputs = {**_echo(spec, hw, parallel, run), "seq": run.seq, "global_batch": gb}
     if gb is None:
         inputs["microbatches"] = run.microbatches
     row = Row(
@@ -204,9 +151,9 @@ def max_micro_batch_report(
         terms=tuple(_fit_terms(fit, "micro_batch", "micro-batch", budget, "sequences")),
     )
     return Report(
-        title=f"Largest micro-batch that fits {spec.name} on {layout.world} × {hw.name}",
+        title=f"Largest micro-batch that fits {spec.name} on {parallel.world} × {hw.name}",
         rows=(row,),
-        warnings=(*seq_warnings(spec, seq), *_nothing_fits(fit, "micro-batch")),
+        warnings=(*workload.warnings, *_nothing_fits(fit, "micro-batch")),
     )
 
 
