@@ -6,7 +6,7 @@ here, at the output edge."""
 from __future__ import annotations
 
 from tpcalc.calc.layout.compute import SRC_FLOP, SRC_MFU
-from tpcalc.calc.layout.summary import DimensionTotal, FixedStepSummary
+from tpcalc.calc.layout.summary import Cited, DimensionTotal, FixedStepSummary
 from tpcalc.explain import Explanation, terms
 from tpcalc.specs import HardwareSpec
 from tpcalc.terms import Scalar, Term, Unit
@@ -119,6 +119,19 @@ def dimension_terms(dims: tuple[DimensionTotal, ...], field: str) -> list[Term]:
     return out
 
 
+def cited_terms(cited: Cited | None) -> list[Term]:
+    """The measured MFU a source cites for this layout (shown beside the estimate, never
+    computed), or nothing."""
+    if cited is None:
+        return []
+    return [
+        Term(
+            key="mfu_cited_ratio", label="MFU (cited, measured)", value=cited.mfu,
+            unit=Unit.ratio, formula="measured, as cited", source=cited.source,
+        )
+    ]  # fmt: skip
+
+
 def fixed_summary_terms(s: FixedStepSummary, hw: HardwareSpec) -> list[Term]:
     """The summary rows in display order: tokens, compute, bubble, every dimension's exposed
     time and bytes, the step, MFU, and the cited MFU when a source gives one."""
@@ -147,11 +160,4 @@ def fixed_summary_terms(s: FixedStepSummary, hw: HardwareSpec) -> list[Term]:
         *dimension_terms(s.dimensions, "send_bytes_per_step"),
         *terms(s, {k: table[k] for k in TAIL}, symbols=symbols),
     ]
-    if s.cited is not None:
-        out.append(
-            Term(
-                key="mfu_cited_ratio", label="MFU (cited, measured)", value=s.cited.mfu,
-                unit=Unit.ratio, formula="measured, as cited", source=s.cited.source,
-            )
-        )  # fmt: skip
-    return out
+    return out + cited_terms(s.cited)

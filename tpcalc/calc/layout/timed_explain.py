@@ -3,7 +3,7 @@ the text naming the model that times each dimension under ``--time-model rooflin
 
 from __future__ import annotations
 
-from tpcalc.calc.layout.summary_explain import SRC_DIMS, dimension_terms
+from tpcalc.calc.layout.summary_explain import SRC_DIMS, cited_terms, dimension_terms
 from tpcalc.calc.layout.timed import RooflineSummary
 from tpcalc.calc.time.explain import STEP_EXPLANATIONS
 from tpcalc.explain import Explanation, terms
@@ -35,11 +35,4 @@ def roofline_summary_terms(s: RooflineSummary) -> list[Term]:
         *dimension_terms(s.dimensions, "send_bytes_per_step"),
         *terms(s, EXPLANATIONS),
     ]
-    if s.cited is not None:
-        out.append(
-            Term(
-                key="mfu_cited_ratio", label="MFU (cited, measured)", value=s.cited.mfu,
-                unit=Unit.ratio, formula="measured, as cited", source=s.cited.source,
-            )
-        )  # fmt: skip
-    return out
+    return out + cited_terms(s.cited)
