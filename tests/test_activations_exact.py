@@ -15,7 +15,8 @@ from pydantic import ValidationError
 from tpcalc.calc.activations.exact.layer import layer_kind, saved_tensors, shared_tensors
 from tpcalc.calc.activations.exact.options import ActivationOptions
 from tpcalc.calc.activations.exact.summary_explain import exact_activation_terms, tensor_terms
-from tpcalc.calc.activations.paper_explain import paper_layer_terms
+from tpcalc.calc.activations.paper import paper_layer
+from tpcalc.calc.activations.paper_explain import layer_terms
 from tpcalc.catalog import load_model, model_names
 from tpcalc.choices import Recompute
 from tpcalc.errors import DivisibilityError, InputError
@@ -84,8 +85,8 @@ def test_gpt3_layer_restricted_to_paper_tensors_is_table_2(shape):
 ])  # fmt: skip
 def test_paper_tensors_equal_the_leads_table_2_implementation(h, a, s, t, sp, recompute):
     spec = gpt(h, a)
-    paper = paper_layer_terms(
-        spec, seq=s, micro_batch=1, t=t, sp=sp, recompute=Recompute(recompute)
+    paper = layer_terms(
+        paper_layer(spec, seq=s, micro_batch=1, t=t, sp=sp, recompute=Recompute(recompute))
     )
     exact = layer_bytes(spec, s, 1, paper_only=True, t=t, sequence_parallel=sp,
                         recompute=recompute, **GPT_OPTIONS)  # fmt: skip

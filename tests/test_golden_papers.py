@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import pytest
 
-from tpcalc.calc.activations.paper_explain import paper_layer_terms
+from tpcalc.calc.activations.paper import paper_layer
+from tpcalc.calc.activations.paper_explain import layer_terms
 from tpcalc.calc.params.counts import total_params
 from tpcalc.choices import Recompute
 from tpcalc.specs import ModelSpec
@@ -76,8 +77,8 @@ def test_korthikanti_2022_five_times_less_activation_memory(name, a, h, layers):
     # Korthikanti et al. 2022 abstract: SP + selective recompute "reduce activation memory by
     # 5x" vs TP alone; Table 3 models at t = 8, s = 2048
     spec = gpt(h, a, layers, seq=2048)
-    tp_only = paper_layer_terms(spec, seq=2048, micro_batch=1, t=8, sp=False,
-                                recompute=Recompute.none)[-1].value  # fmt: skip
-    sp_selective = paper_layer_terms(spec, seq=2048, micro_batch=1, t=8, sp=True,
-                                     recompute=Recompute.selective)[-1].value  # fmt: skip
+    tp_only = layer_terms(paper_layer(spec, seq=2048, micro_batch=1, t=8, sp=False,
+                                recompute=Recompute.none))[-1].value  # fmt: skip
+    sp_selective = layer_terms(paper_layer(spec, seq=2048, micro_batch=1, t=8, sp=True,
+                                     recompute=Recompute.selective))[-1].value  # fmt: skip
     assert round(tp_only / sp_selective) == 5

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from tpcalc.calc.activations.paper_explain import paper_layer_terms
+from tpcalc.calc.activations.paper import paper_layer
+from tpcalc.calc.activations.paper_explain import layer_terms
 from tpcalc.calc.layout.groups import ParallelLayout
 from tpcalc.calc.layout.memory import layer_activation_bytes
 from tpcalc.catalog import load_model
@@ -17,8 +18,8 @@ def test_paper_is_uniform_and_equals_table2_on_s_over_cp():
     per_layer = layer_activation_bytes(spec, layout, seq=8192, micro_batch=1, sp=True,
                                        recompute=Recompute.selective,
                                        model=ActivationModel.paper)  # fmt: skip
-    table2 = paper_layer_terms(spec, seq=4096, micro_batch=1, t=8, sp=True,
-                               recompute=Recompute.selective)[-1].value  # fmt: skip
+    table2 = layer_terms(paper_layer(spec, seq=4096, micro_batch=1, t=8, sp=True,
+                               recompute=Recompute.selective))[-1].value  # fmt: skip
     assert per_layer == [table2] * spec.num_hidden_layers
 
 

@@ -226,7 +226,8 @@ def test_pipeline_rows_add_up(qwen38, h800, p, mult, schedule):
 def test_pipeline_activations_match_layout_and_name_their_model(cli):
     import json
 
-    from tpcalc.calc.activations.paper_explain import paper_layer_terms
+    from tpcalc.calc.activations.paper import paper_layer as table2_layer
+    from tpcalc.calc.activations.paper_explain import layer_terms
     from tpcalc.calc.layout.groups import ParallelLayout
     from tpcalc.calc.layout.memory import rank_memory
     from tpcalc.catalog import load_model
@@ -237,8 +238,8 @@ def test_pipeline_activations_match_layout_and_name_their_model(cli):
     rows = {a: json.loads(cli(*args, "--activations", a).out)[0] for a in ("exact", "paper")}
     assert json.loads(cli(*args).out)[0]["activations"] == "exact"  # the default, as layout's
     # paper: 1F1B rank 0 keeps 8 micro-batches × 8 layers × Table 2's selective-recompute layer
-    paper_layer = paper_layer_terms(qwen, seq=4096, micro_batch=1, t=1, sp=False,
-                                    recompute=Recompute.selective)[-1].value  # fmt: skip
+    paper_layer = layer_terms(table2_layer(qwen, seq=4096, micro_batch=1, t=1, sp=False,
+                                    recompute=Recompute.selective))[-1].value  # fmt: skip
     assert rows["paper"]["stage_activation_bytes"] == pytest.approx(8 * 8 * paper_layer)
     assert abs(rows["paper"]["stage_activation_bytes"] / 1e9 - 45.6) <= 0.05  # seed 000: 45.6 GB
     # exact: the same per-layer model and in-flight count as `tpcalc layout` (rank 0)

@@ -9,11 +9,9 @@ from tpcalc.calc.activations.paper import (
     Logits,
     PaperActivations,
     PaperLayer,
-    paper_layer,
 )
-from tpcalc.choices import FullRecomputeSharding, Recompute
+from tpcalc.choices import Recompute
 from tpcalc.explain import Explanation, terms
-from tpcalc.specs import ModelSpec
 from tpcalc.terms import Scalar, Term, Unit
 
 LAYER_TOTAL = "activation_bytes_per_layer"
@@ -137,22 +135,3 @@ def logits_row_terms(lg: Logits) -> tuple[Term, ...]:
         "logits_fp32_bytes_per_rank": {"t": lg.t},
     }
     return terms(lg, {k: LOGITS_EXPLANATIONS[k] for k in LOGITS_ROWS}, symbols=symbols)
-
-
-def paper_layer_terms(
-    spec: ModelSpec,
-    *,
-    seq: int,
-    micro_batch: int,
-    t: int,
-    sp: bool,
-    recompute: Recompute,
-    full_sharding: FullRecomputeSharding = FullRecomputeSharding.paper,
-) -> tuple[Term, ...]:
-    """``paper_layer`` with its explanations: parts that add up to the Table 2 formula."""
-    return layer_terms(
-        paper_layer(
-            spec, seq=seq, micro_batch=micro_batch, t=t, sp=sp, recompute=recompute,
-            full_sharding=full_sharding,
-        )
-    )  # fmt: skip
