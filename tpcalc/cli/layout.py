@@ -76,6 +76,7 @@ from tpcalc.cli.time_options import (
     RecomputeLayersOpt,
     TimeModelOpt,
     TpCommOverlapOpt,
+    time_options_of,
 )
 from tpcalc.render import Format
 from tpcalc.units import ByteUnits, Dtype
@@ -183,22 +184,9 @@ def layout(
     request = []  # the (Workload, Layout, TimeOptions) build made, which the pictures draw
 
     def build():
-        from tpcalc.calc.time.pipeline_layout import parse_pipeline_layout
-        from tpcalc.calc.time.step import Overlap, TimeOptions
         from tpcalc.reports.layout import layout_report
 
-        stages = pp * vpp
-        chunks = parse_pipeline_layout(pipeline_layout, stages) if pipeline_layout else None
-        options = TimeOptions(
-            overlap=Overlap(
-                tp_comm=tp_comm_overlap, dp_grad_reduce=dp_overlap, dp_param_gather=dp_overlap,
-                ep_a2a=ep_overlap, cp_ring=cp_overlap,
-            ),
-            first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
-            recompute_layers=recompute_layers,
-            causal_model_flops=attention_flops is AttentionFlops.causal, fused_sinks=fused_sinks,
-            ep_node_dedup=moe_dispatcher is MoeDispatcher.flex, chunk_layers=chunks,
-        )  # fmt: skip
+        options = time_options_of(ctx.params)
         work, lay = workload_of(ctx.params), layout_of(ctx.params)
         request.append((work, lay, options))
         return layout_report(

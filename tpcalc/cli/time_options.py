@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from tpcalc.choices import AttentionFlops, TimeModel
+from tpcalc.choices import AttentionFlops, MoeDispatcher, TimeModel
+
+if TYPE_CHECKING:
+    from tpcalc.calc.time.step import TimeOptions
 
 TimeModelOpt = Annotated[
     TimeModel,
@@ -111,3 +115,28 @@ PipelineLayoutOpt = Annotated[
         "split. Example: --pp 16 --pipeline-layout 'Et*4|(t*4|)*14tmL'",
     ),
 ]
+
+
+def time_options_of(params: Mapping[str, Any]) -> TimeOptions:
+    """The step model's options from a command's parsed options (``ctx.params``), as
+    ``request.workload_of`` builds the workload: the overlaps, the stage split (first/last
+    stage layers or a pipeline layout string, read against pp · vpp), the MFU convention."""
+    from tpcalc.calc.time.pipeline_layout import parse_pipeline_layout
+    from tpcalc.calc.time.step import Overlap, TimeOptions
+
+    text = params.get("pipeline_layout")
+    chunks = parse_pipeline_layout(text, params["pp"] * params["vpp"]) if text else None
+    dp = params["dp_overlap"]
+    return TimeOptions(
+        overlap=Overlap(
+            tp_comm=params["tp_comm_overlap"], dp_grad_reduce=dp, dp_param_gather=dp,
+            ep_a2a=params["ep_overlap"], cp_ring=params["cp_overlap"],
+        ),
+        first_stage_layers=params["first_stage_layers"],
+        last_stage_layers=params["last_stage_layers"],
+        recompute_layers=params["recompute_layers"],
+        causal_model_flops=params["attention_flops"] is AttentionFlops.causal,
+        fused_sinks=params["fused_sinks"],
+        ep_node_dedup=params["moe_dispatcher"] is MoeDispatcher.flex,
+        chunk_layers=chunks,
+    )  # fmt: skip
