@@ -52,11 +52,11 @@ def test_figures_command_all_match(cli):
 
 
 def test_figures_command_fails_on_a_miss(cli, monkeypatch):
-    import dataclasses
+    import msgspec
 
     import tpcalc.figures.seed000 as s000
 
-    broken = [dataclasses.replace(f, printed="1.0 GB") if f.id == "q-tp-step" else f
+    broken = [msgspec.structs.replace(f, printed="1.0 GB") if f.id == "q-tp-step" else f
               for f in s000.FIGURES]  # fmt: skip
     monkeypatch.setattr(s000, "FIGURES", broken)
     r = cli("figures", "--id", "q-tp-step")

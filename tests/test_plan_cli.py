@@ -14,6 +14,7 @@ import json
 import re
 
 import pytest
+from msgspec.structs import replace
 
 from tests.conftest import run_cli
 from tpcalc.calc.dp.zero import ZeroStage
@@ -92,7 +93,7 @@ def planned(monkeypatch, result):
     def fake_plan(workload, progress=None, **kwargs):
         seen.update(kwargs, model=workload.spec.name, hardware=workload.hw.name)
         top_k = kwargs["top_k"]
-        return PlanResult(**{**result.__dict__, "top": result.top[:top_k]})
+        return replace(result, top=result.top[:top_k])
 
     monkeypatch.setattr("tpcalc.reports.plan.plan_workload", fake_plan)
     return seen
@@ -260,7 +261,6 @@ def test_objective_gpus_finds_the_fewest_counts_tried(monkeypatch, result):
     # A planner whose best step halves with every doubling of GPUs (1.0 s on 8 GPUs): a
     # 0.3 s target needs 8 · 1.0 / 0.3 = 26.7 GPUs, i.e. 32 among whole 8-GPU nodes
     # (24 gives 0.333 s); the search tries powers of two, then bisects node multiples.
-    from dataclasses import replace
 
     from tpcalc.calc.plan.types import Objective
 

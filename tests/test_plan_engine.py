@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import itertools
 import random
-from dataclasses import replace
 
 import numpy as np
 import pytest
+from msgspec.structs import replace
 
 from tpcalc.calc.layout.groups import LayoutRun, MemoryTechniques, ParallelLayout, layout_problems
 from tpcalc.calc.layout.memory import layer_activation_bytes, rank_memory

@@ -6,9 +6,9 @@ against a number copied from the search itself."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 import pytest
+from msgspec.structs import replace
 
 from tests.conftest import run_cli
 from tpcalc.calc.dp.zero import ZeroStage

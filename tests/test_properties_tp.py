@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from msgspec.structs import replace
 
 from tpcalc.calc.activations.paper import paper_activations
 from tpcalc.calc.activations.paper_explain import model_terms

@@ -91,8 +91,8 @@ def test_every_request_option_maps_to_a_field() -> None:
         "model", "hardware", "seq", "micro_batch", "dtype", "sp", "recompute", "activations",
         "recipe",
     }  # fmt: skip
-    assert set(TECHNIQUE_OPTIONS.values()) <= set(MemoryTechniques.__dataclass_fields__)
-    assert set(LAYOUT_OPTIONS.values()) <= set(Layout.__dataclass_fields__)
+    assert set(TECHNIQUE_OPTIONS.values()) <= set(MemoryTechniques.__struct_fields__)
+    assert set(LAYOUT_OPTIONS.values()) <= set(Layout.__struct_fields__)
 
 
 def test_layout_of_takes_the_sizes_and_leaves_the_sweep_out() -> None:

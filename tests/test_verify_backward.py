@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from msgspec.structs import replace
 
 from tpcalc.calc.links.collectives import Collective
 from tpcalc.errors import DivisibilityError
@@ -71,7 +72,7 @@ def test_single_card_layer_backward_matches_finite_differences():
     dy = _dy(a.x.shape)
 
     def out(x):
-        shifted = type(a)(**{**a.__dict__, "x": x})
+        shifted = replace(a, x=x)
         return layer_single(shifted, p, dy, Activation.gelu)[0]
 
     numeric = _numeric_grad(out, a.x, dy)

@@ -40,8 +40,10 @@ import fnmatch
 import math
 import re
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
+
+from msgspec.structs import replace
 
 from tpcalc.calc.time.step import stage_layers, step_time
 from tpcalc.catalog import configs_root, load_hardware, load_model

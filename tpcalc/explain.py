@@ -1,22 +1,24 @@
 """The explain layer: label, unit, formula text and source for each field of a typed result.
 
-Calculators return frozen dataclasses in base units and never carry presentation. Beside each
-calculator module sits a table ``{field name: Explanation}`` (e.g. ``calc/time/explain.py``
-beside ``calc/time/step.py``), so a formula and its text are reviewed together. ``terms`` turns
-a result and its table into the ``Term`` rows ``tpcalc.render`` prints (table, JSON, CSV,
---explain); ``unexplained`` lets a test check that every field has its text.
+Calculators return frozen records (``msgspec.Struct``) in base units and never carry
+presentation. Beside each calculator module sits a table ``{field name: Explanation}`` (e.g.
+``calc/time/explain.py`` beside ``calc/time/step.py``), so a formula and its text are reviewed
+together. ``terms`` turns a result and its table into the ``Term`` rows ``tpcalc.render``
+prints (table, JSON, CSV, --explain); ``unexplained`` lets a test check that every field has
+its text.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, is_dataclass
+
+from msgspec import Struct
+from msgspec.structs import fields
 
 from tpcalc.terms import Scalar, Term, Unit
 
 
-@dataclass(frozen=True, slots=True)
-class Explanation:
+class Explanation(Struct, frozen=True):
     """How one result field is shown and justified."""
 
     label: str
@@ -59,9 +61,9 @@ def terms(
 
 
 def unexplained(result_type: type, explanations: Mapping[str, Explanation]) -> list[str]:
-    """Scalar fields of the dataclass ``result_type`` that have no explanation."""
-    if not is_dataclass(result_type):
-        raise TypeError(f"{result_type!r} is not a dataclass")
+    """Scalar fields of the record ``result_type`` (a ``msgspec.Struct``) without an explanation."""
+    if not (isinstance(result_type, type) and issubclass(result_type, Struct)):
+        raise TypeError(f"{result_type!r} is not a record (msgspec.Struct)")
     scalar = (int, float, str, bool)
     return [
         f.name

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
+
+from msgspec import Struct
 
 from tpcalc.render import fmt_number
 from tpcalc.units import GB, MB, MS, TFLOP
 
 
-@dataclass(frozen=True)
-class Figure:
+class Figure(Struct, frozen=True):
     """One printed figure. ``compute`` returns a value; ``show`` renders it like the document."""
 
     id: str
@@ -30,8 +30,7 @@ class Figure:
         return self.compute is None
 
 
-@dataclass(frozen=True)
-class Evaluated:
+class Evaluated(Struct, frozen=True):
     figure: Figure
     value: Any
     shown: str

@@ -8,7 +8,7 @@ divisors), so they add up to the total the table prints.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 from tpcalc.terms import Report, Row
 from tpcalc.units import ByteUnits
@@ -31,8 +31,7 @@ STYLES = {
 FULL, FREE, OVER = "█", "░", "▒"
 
 
-@dataclass(frozen=True)
-class MemoryBar:
+class MemoryBar(Struct, frozen=True):
     """One rank's memory, bytes per segment in display order, and the card it must fit."""
 
     label: str

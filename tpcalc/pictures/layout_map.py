@@ -9,7 +9,7 @@ most nodes any group of that shape touches).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 from tpcalc.calc.layout.groups import Group, ParallelLayout, place_groups
 
@@ -20,8 +20,7 @@ PALETTE = ("blue", "green", "magenta", "cyan", "yellow", "bright_blue", "bright_
 CROSS_STYLE = "bold white on red"
 
 
-@dataclass(frozen=True)
-class GroupMap:
+class GroupMap(Struct, frozen=True):
     """One dimension's groups over the GPUs shown: ``group_of[gpu]`` is the group index of that
     GPU, ``crossing`` the groups with members on more than one node (over the whole world)."""
 

@@ -11,8 +11,9 @@ drawn, beside the simulated one.
 from __future__ import annotations
 
 import textwrap
-from dataclasses import dataclass
 from fractions import Fraction
+
+from msgspec import Struct
 
 from tpcalc.calc.pipeline.timeline import Event, Kind, Timeline
 
@@ -43,8 +44,7 @@ QUANTUM_MAX_DENOMINATOR = 64  # F:B:W ratios with a denominator up to this count
 REL_TOL = 1e-9
 
 
-@dataclass(frozen=True)
-class Cells:
+class Cells(Struct, frozen=True):
     """The picture's grid: ``rows[stage][column]`` is the event drawn there, or None (idle)."""
 
     rows: tuple[tuple[Event | None, ...], ...]

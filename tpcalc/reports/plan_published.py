@@ -17,8 +17,10 @@ states that tpcalc does not model (``UNMODELLED``), each a fact of the row's rec
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 from typing import Any
+
+from msgspec import Struct
+from msgspec.structs import replace
 
 from tpcalc.calc.dp.zero import ZeroStage
 from tpcalc.calc.layout.groups import layout_problems
@@ -51,8 +53,7 @@ UNMODELLED: dict[str, str] = {
 _OFF: tuple[Any, ...] = (None, False, "none", [], {}, 0)
 
 
-@dataclass(frozen=True)
-class Published:
+class Published(Struct, frozen=True):
     """One published run as the planner sees it: ``case`` is ``tpcalc validate``'s (its step
     time is that command's prediction), ``memory_case`` the same layout with the memory options
     the source states (what "feasible" is judged on), and the global batch it was measured at."""
@@ -100,8 +101,7 @@ def choice_text(c: dict[str, Scalar]) -> str:
     return " ".join(f"{k}{v}" if k not in ("recompute",) else str(v) for k, v in c.items())
 
 
-@dataclass(frozen=True)
-class Pick:
+class Pick(Struct, frozen=True):
     """What the planner returns that the checks read: its best layouts, fastest first."""
 
     choices: tuple[dict[str, Scalar], ...]  # ``choice`` of each, in rank order
@@ -110,8 +110,7 @@ class Pick:
     top_k: int
 
 
-@dataclass(frozen=True)
-class Check:
+class Check(Struct, frozen=True):
     """The three checks on one published run, with the figures they compare."""
 
     item: Published

@@ -38,7 +38,7 @@ Decisions:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from msgspec import Struct, field
 
 from tpcalc.calc.layout.groups import LayoutRun, MemoryTechniques, ParallelLayout
 from tpcalc.choices import ActivationModel, Recompute, Schedule, StateRecipe
@@ -47,8 +47,7 @@ from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.units import Dtype
 
 
-@dataclass(frozen=True, kw_only=True)
-class Workload:
+class Workload(Struct, frozen=True, kw_only=True):
     """What is trained, on which card: the same for every layout a report prices.
 
     ``warnings`` carries the defaulted-sequence note (``reports.inputs.seq_warnings``) that every
@@ -134,8 +133,7 @@ class Workload:
         return node_size(layout.gpus_per_node, self.hw.gpus_per_node.value)
 
 
-@dataclass(frozen=True, kw_only=True)
-class Layout:
+class Layout(Struct, frozen=True, kw_only=True):
     """How the workload is split: sizes, ZeRO stage, pipeline schedule, node and world size."""
 
     tp: int = 1

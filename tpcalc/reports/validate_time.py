@@ -10,12 +10,12 @@ each with its source; they are the same for every row (never tuned to one).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
+from msgspec import Struct, field
 
 from tpcalc.calc.dp.zero import ZeroStage
 from tpcalc.calc.layout.groups import LayoutRun, MemoryTechniques, ParallelLayout
@@ -59,8 +59,7 @@ JOB_NVLINK_DOMAIN = {"gb200": 64}
 SUPPORTED_KINDS = ("dense", "moe")
 
 
-@dataclass(frozen=True)
-class Case:
+class Case(Struct, frozen=True):
     """One published run as tpcalc inputs, with what the source measured."""
 
     id: str
@@ -195,8 +194,7 @@ def predict(case: Case) -> StepTime:
     return step_time(spec, hw, case.layout, case.run, case.options)
 
 
-@dataclass(frozen=True)
-class Outcome:
+class Outcome(Struct, frozen=True):
     case: Case
     step: StepTime
     error: float | None  # predicted / measured − 1, tokens/s/GPU

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
+from msgspec import Struct
 
 from tpcalc.errors import DivisibilityError, divide
 from tpcalc.verify.schemes import TOY_HIDDEN, sentence_x
@@ -24,8 +24,7 @@ TOY_HEAD_DIM = 2  # small enough to print, large enough that Q·Kᵀ is a real c
 ATTENTION_STREAM = 1  # attention weights come from their own stream of the same --seed
 
 
-@dataclass(frozen=True)
-class AttentionProblem:
+class AttentionProblem(Struct, frozen=True):
     """X [T, hidden]; W_Q [hidden, n_h·d]; W_K, W_V [hidden, n_kv·d]; W_O [n_h·d, hidden]."""
 
     x: np.ndarray
@@ -73,8 +72,7 @@ def draw_attention(
     )
 
 
-@dataclass(frozen=True)
-class CardHeads:
+class CardHeads(Struct, frozen=True):
     """The query heads a card computes and the KV heads it must hold for them."""
 
     card: int
@@ -120,8 +118,7 @@ def _softmax(s: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
-@dataclass(frozen=True)
-class HeadsCache:
+class HeadsCache(Struct, frozen=True):
     """What the backward pass of one card's heads needs."""
 
     x: np.ndarray
@@ -181,8 +178,7 @@ def attention_single(p: AttentionProblem) -> np.ndarray:
     return out
 
 
-@dataclass(frozen=True)
-class AttentionRun:
+class AttentionRun(Struct, frozen=True):
     output: np.ndarray
     layout: tuple[CardHeads, ...]
     tally: Tally

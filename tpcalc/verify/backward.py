@@ -12,9 +12,9 @@ forward and 2 backward. Megatron-LM: ``megatron/core/tensor_parallel/mappings.py
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
+from msgspec import Struct
 
 from tpcalc.verify.activations import Activation, activate, activation_grad
 from tpcalc.verify.attention import AttentionProblem, head_layout, heads_backward, heads_forward
@@ -42,8 +42,7 @@ def g_backward(dy: np.ndarray, cards: Cards) -> list[np.ndarray]:
     return [dy for _ in range(cards.t)]
 
 
-@dataclass(frozen=True)
-class MlpGrad:
+class MlpGrad(Struct, frozen=True):
     """One card's (or the single card's) pass through Y = f(X·A)·B and back."""
 
     y: np.ndarray
@@ -58,8 +57,7 @@ def mlp_single(p: FfnProblem, x: np.ndarray, dy: np.ndarray, act: Activation) ->
     return MlpGrad(activate(z, act) @ p.b, dz @ p.a.T, dz)
 
 
-@dataclass(frozen=True)
-class BlockForward:
+class BlockForward(Struct, frozen=True):
     """A block's forward on t cards: the output every card has after g, and what backward needs."""
 
     y: np.ndarray
@@ -67,8 +65,7 @@ class BlockForward:
     saved: tuple  # per card: pre-activation (MLP) or the heads' cache (attention)
 
 
-@dataclass(frozen=True)
-class BlockGrad:
+class BlockGrad(Struct, frozen=True):
     """dX after f's all-reduce, and each card's contribution before it."""
 
     dx: np.ndarray
@@ -126,8 +123,7 @@ def attention_single_grad(
     return out, heads_backward(p, cache, dy)
 
 
-@dataclass(frozen=True)
-class LayerRun:
+class LayerRun(Struct, frozen=True):
     """h = x + attn(x), out = h + mlp(h) (norms left out: they are per-token, not split)."""
 
     out: np.ndarray

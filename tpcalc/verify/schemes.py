@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
+from msgspec import Struct
 
 from tpcalc.verify.activations import activate
 from tpcalc.verify.kinds import Activation, Scheme
@@ -41,8 +41,7 @@ SCHEME_LABELS: dict[Scheme, str] = {
 }
 
 
-@dataclass(frozen=True)
-class FfnProblem:
+class FfnProblem(Struct, frozen=True):
     """X [tokens, hidden], A [hidden, intermediate], B [intermediate, hidden]."""
 
     x: np.ndarray
@@ -86,8 +85,7 @@ def single_card(p: FfnProblem, act: Activation) -> tuple[np.ndarray, np.ndarray]
     return h @ p.b, h
 
 
-@dataclass(frozen=True)
-class SchemeRun:
+class SchemeRun(Struct, frozen=True):
     """What t cards end with under one scheme, the per-card partials, and the collectives used."""
 
     scheme: Scheme
@@ -166,8 +164,7 @@ def run_scheme(scheme: Scheme, p: FfnProblem, t: int, act: Activation) -> Scheme
     return SchemeRun(scheme, t, output, tuple(partial), intermediate, tuple(z), cards.tally)
 
 
-@dataclass(frozen=True)
-class Diff:
+class Diff(Struct, frozen=True):
     """Element-wise comparison with the single-card result."""
 
     max_abs_diff: float  # an int for integer arrays (seed 003 stays exact)

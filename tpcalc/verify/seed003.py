@@ -8,9 +8,9 @@ ReLU and matrix products keep int64 arrays integer, so equality is exact (differ
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 import numpy as np
+from msgspec import Struct
 
 from tpcalc.calc.links.collectives import Collective
 from tpcalc.terms import Report, Row, Scalar, Unit, term
@@ -35,8 +35,7 @@ def seed003_problem() -> FfnProblem:
     return FfnProblem(arr(SEED003_X), arr(SEED003_W1), arr(SEED003_W2))
 
 
-@dataclass(frozen=True)
-class Seed003Result:
+class Seed003Result(Struct, frozen=True):
     """Every number of the hand example, as computed."""
 
     y_single: np.ndarray  # ReLU(X·W1)·W2

@@ -11,11 +11,11 @@ as Megatron-LM's ``_reduce`` returns its input when the world size is 1.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from enum import Enum
 from math import prod
 
 import numpy as np
+from msgspec import Struct, field
 
 from tpcalc.calc.links.collectives import BytesConvention, Collective, send_bytes_per_rank
 from tpcalc.errors import InputError, divide
@@ -33,8 +33,7 @@ class Role(str, Enum):
     intermediate = "intermediate"  # [tokens, intermediate_size]: the MLP's inner activation
 
 
-@dataclass(frozen=True)
-class CollectiveCall:
+class CollectiveCall(Struct, frozen=True):
     """One collective the simulation performed."""
 
     op: Collective
@@ -63,8 +62,7 @@ class CollectiveCall:
         return f"{self.op.value}({self.role.value}{label})"
 
 
-@dataclass
-class Tally:
+class Tally(Struct):
     """The collectives a simulation performed, in order."""
 
     calls: list[CollectiveCall] = field(default_factory=list)
@@ -112,8 +110,7 @@ def uneven_slices(n: int, t: int) -> list[slice]:
     return [slice(int(bounds[i]), int(bounds[i + 1])) for i in range(t)]
 
 
-@dataclass
-class Cards:
+class Cards(Struct):
     """t simulated cards sharing one tally."""
 
     t: int

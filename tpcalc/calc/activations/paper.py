@@ -13,7 +13,7 @@ The "10" is what TP does not split (layer-norm inputs, dropout masks, residual: 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 from tpcalc.choices import FullRecomputeSharding, Recompute
 from tpcalc.errors import DivisibilityError
@@ -49,8 +49,7 @@ def require_sp_seq(seq: int, t: int, cp: int = 1) -> None:
         raise DivisibilityError(problem)
 
 
-@dataclass(frozen=True, slots=True)
-class PaperLayer:
+class PaperLayer(Struct, frozen=True):
     """Activation bytes of one layer on one rank (Table 2), as parts of the per-layer total.
 
     Under full recompute only ``layer_input_bytes`` is kept; otherwise the unsplit, split and
@@ -73,8 +72,7 @@ class PaperLayer:
     activation_bytes_per_layer: float
 
 
-@dataclass(frozen=True, slots=True)
-class PaperActivations:
+class PaperActivations(Struct, frozen=True):
     """Table 2's layer times all L layers (seed 000 counts all 64)."""
 
     layer: PaperLayer
@@ -138,8 +136,7 @@ def paper_activations(
     )
 
 
-@dataclass(frozen=True, slots=True)
-class Logits:
+class Logits(Struct, frozen=True):
     """LM-head logits [s, b, V] in BF16 and FP32, and the FP32 share one rank keeps."""
 
     s: int

@@ -7,8 +7,9 @@ in head/tail pairs, each pair costing the same, so every rank gets the same work
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
+
+from msgspec import Struct
 
 from tpcalc.errors import DivisibilityError, InputError, divide
 
@@ -67,8 +68,7 @@ def causal_work_per_rank(n_chunks: int, cp: int, split: CausalSplit) -> list[int
     return [sum(work[c] for c in chunks) for chunks in rank_chunks(n_chunks, cp, split)]
 
 
-@dataclass(frozen=True, slots=True)
-class CausalBalance:
+class CausalBalance(Struct, frozen=True):
     """Causal attention work per rank (block pairs) under both splits, and max/mean imbalance."""
 
     chunks: int

@@ -15,7 +15,7 @@ Ulysses' head limit are in ``tpcalc.calc.cp.shapes``; ``cp_ring`` returns a ``Cp
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 from tpcalc.calc.cp.shapes import (
     block_pair_flop,
@@ -64,8 +64,7 @@ def ring_latency_steps_per_layer(cp: int, nodes: int) -> LatencySteps:
 
 
 # ---------------------------------------------------------------- the ring, typed
-@dataclass(frozen=True, slots=True)
-class CpRing:
+class CpRing(Struct, frozen=True):
     """Ring-attention traffic of one rank per micro-batch (forward + backward), its time, and the
     per-step overlap check. Bytes are what the rank sends; counted on the full-attention layers.
     """

@@ -9,7 +9,8 @@ and sources are in ``tpcalc.calc.dp.gradients_explain``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from tpcalc.calc.links.collectives import Collective, ring_factor
 from tpcalc.calc.links.link import (
@@ -94,8 +95,7 @@ def backward_flop(params: int, tokens: int) -> int:
     return BACKWARD_FLOP_PER_PARAM_TOKEN * params * tokens
 
 
-@dataclass(frozen=True, slots=True)
-class GradientSync:
+class GradientSync(Struct, frozen=True):
     """One optimizer step's gradient all-reduce on one rank of a DP group, against its backward.
 
     Bytes per rank (ring convention); times in seconds; the exposed time assumes buckets are

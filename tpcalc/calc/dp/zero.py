@@ -9,7 +9,7 @@ parameters again in the forward and the backward pass: 1.5x DP (ZeRO §7.2.2; se
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 from tpcalc.calc.dp.gradients import check_group
 from tpcalc.calc.dp.stage import ZeroStage as ZeroStage  # re-exported: its home until now
@@ -57,8 +57,7 @@ COMM_COLLECTIVES = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class ZeroCommParts:
+class ZeroCommParts(Struct, frozen=True):
     """Bytes each rank sends per step by collective (ring convention); 0 for the collectives
     the stage does not run."""
 
@@ -130,8 +129,7 @@ def zero_comm_bytes(params: int, recipe: StateRecipe, stage: ZeroStage, n: int) 
     return zero_comm_parts(params, recipe, stage, n).total_bytes
 
 
-@dataclass(frozen=True, slots=True)
-class ZeroStates:
+class ZeroStates(Struct, frozen=True):
     """Model states per rank at one ZeRO stage (parts of a total) and the room they leave on
     the card; ``activation_bytes`` (when given) checked against it."""
 
@@ -177,8 +175,7 @@ def zero_states(
     )
 
 
-@dataclass(frozen=True, slots=True)
-class ZeroComm:
+class ZeroComm(Struct, frozen=True):
     """Bytes each rank sends per step by collective (every collective in every row, 0 when the
     stage does not run it), their total, its time on ``link`` and the ratio to plain DP."""
 

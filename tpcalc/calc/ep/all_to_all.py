@@ -9,7 +9,7 @@ memory per rank in ``tpcalc.calc.ep.memory``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 from tpcalc.calc.ep.memory import ExpertMemory, expert_memory, require_moe
 from tpcalc.calc.ep.routing import AllToAll, all_to_all, copies_per_token, max_nodes_per_token
@@ -65,8 +65,7 @@ def resolve_routing(spec: ModelSpec, routing: EpRouting | None) -> EpRouting:
     return routing
 
 
-@dataclass(frozen=True, slots=True)
-class EpComm:
+class EpComm(Struct, frozen=True):
     """Experts and expert memory per rank, the four all-to-alls of an MoE layer and their
     time, and the forward expert compute they compare with, for one ep.
 

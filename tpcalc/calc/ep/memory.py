@@ -8,7 +8,7 @@ side is in ``tpcalc.calc.ep.all_to_all``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 from tpcalc.calc.params.counts import mlp_params, routed_expert_params
 from tpcalc.calc.params.states import recipe_bytes
@@ -38,8 +38,7 @@ def experts_per_rank(spec: ModelSpec, ep: int) -> int:
     return divide(n_routed, ep, what="n_routed_experts", by="ep")
 
 
-@dataclass(frozen=True, slots=True)
-class ExpertMemory:
+class ExpertMemory(Struct, frozen=True):
     """Routed experts, their parameters, weights and model states on one rank (before ZeRO).
 
     Labels, formulas and sources: ``tpcalc.calc.ep.all_to_all_explain``."""

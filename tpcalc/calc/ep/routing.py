@@ -12,7 +12,7 @@ all) travels over NVLink.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 from tpcalc.calc.links.collectives import Collective
 from tpcalc.calc.links.link import Link, bandwidth_bytes_per_s, ring_steps
@@ -49,8 +49,7 @@ def copies_per_token(
     return ib, max(0.0, off_rank - ib)
 
 
-@dataclass(frozen=True, slots=True)
-class AllToAll:
+class AllToAll(Struct, frozen=True):
     """One all-to-all of an MoE layer on one rank: the bytes it sends over IB and NVLink, and
     its time, the slower link + one latency step."""
 

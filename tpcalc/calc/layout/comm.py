@@ -18,8 +18,9 @@ formulas and sources are in ``tpcalc.calc.layout.comm_explain``.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import NamedTuple
+
+from msgspec import Struct, field
 
 from tpcalc.calc.cp.ring import CpRing, cp_ring, ring_latency_steps_per_layer
 from tpcalc.calc.dp.zero import ZeroCommParts, ZeroStage, zero_comm_parts, zero_latency_steps
@@ -44,8 +45,7 @@ OVERLAP = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class TpDetail:
+class TpDetail(Struct, frozen=True):
     """The TP message and how many collectives the busiest stage runs."""
 
     tp_message_bytes: float
@@ -55,8 +55,7 @@ class TpDetail:
     cp: int
 
 
-@dataclass(frozen=True, slots=True)
-class CpDetail:
+class CpDetail(Struct, frozen=True):
     """The ring of one micro-batch (``cp_ring``) and the inputs it was computed from."""
 
     ring: CpRing
@@ -68,8 +67,7 @@ class CpDetail:
     with_latency: bool
 
 
-@dataclass(frozen=True, slots=True)
-class PpDetail:
+class PpDetail(Struct, frozen=True):
     """One stage-to-stage send and the sends of the middle rank per step."""
 
     pp_p2p_bytes: float
@@ -79,8 +77,7 @@ class PpDetail:
     vpp: int
 
 
-@dataclass(frozen=True, slots=True)
-class DpShare:
+class DpShare(Struct, frozen=True):
     """The ZeRO collectives of one kind of parameter (dense or expert) over its DP group."""
 
     kind: str  # "dense" or "expert"
@@ -89,8 +86,7 @@ class DpShare:
     parts: ZeroCommParts
 
 
-@dataclass(frozen=True, slots=True)
-class DpDetail:
+class DpDetail(Struct, frozen=True):
     """The ZeRO collectives of the dense and expert parameters, and the backward hiding them."""
 
     shares: tuple[DpShare, ...]
@@ -98,8 +94,7 @@ class DpDetail:
     zero: ZeroStage
 
 
-@dataclass(frozen=True, slots=True)
-class EpDetail:
+class EpDetail(Struct, frozen=True):
     """The all-to-alls of one MoE layer (``ep_comm``) and the tokens each rank dispatches."""
 
     comm: EpComm
@@ -111,8 +106,7 @@ class EpDetail:
 Detail = TpDetail | CpDetail | PpDetail | DpDetail | EpDetail
 
 
-@dataclass(frozen=True, slots=True)
-class DimCost:
+class DimCost(Struct, frozen=True):
     """One dimension's bytes, time and exposed time per step, and its typed detail."""
 
     send_bytes: float = 0.0

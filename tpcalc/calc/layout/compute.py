@@ -12,7 +12,7 @@ attention-score forward (Korthikanti et al. 2022 §5). MFU = model FLOPs (no rec
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 from tpcalc.calc.layout.groups import ParallelLayout
 from tpcalc.calc.params.counts import active_layer_params, lm_head_matmul_params
@@ -59,8 +59,7 @@ def _attn_per_layer(spec: ModelSpec, seq: int, micro_batch: int) -> float:
     return attention_score_flop(spec, seq=seq, micro_batch=micro_batch) / full if full else 0.0
 
 
-@dataclass(frozen=True)
-class RankFlop:
+class RankFlop(Struct, frozen=True):
     """FLOP of one pipeline rank for one micro-batch, forward + backward."""
 
     pp_rank: int

@@ -6,15 +6,14 @@ carried as a ``Cited`` figure that the layout report shows beside its own estima
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 from tpcalc.calc.dp.zero import ZeroStage
 from tpcalc.calc.layout.groups import ParallelLayout
 from tpcalc.calc.layout.summary import Cited
 
 
-@dataclass(frozen=True)
-class LayoutExample:
+class LayoutExample(Struct, frozen=True):
     """A published layout: model and hardware names, the sizes, the workload, a cited MFU."""
 
     name: str

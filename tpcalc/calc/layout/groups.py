@@ -15,7 +15,8 @@ the placement.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from msgspec import Struct, field
+from msgspec.structs import force_setattr, replace
 
 from tpcalc.calc.dp.stage import ZeroStage
 from tpcalc.calc.links.link import Link, link_for_group, nodes_spanned
@@ -34,8 +35,7 @@ SRC_ORDER = (
 DIMENSIONS = ("tp", "cp", "pp", "dp", "ep", "etp")
 
 
-@dataclass(frozen=True, kw_only=True)
-class ParallelLayout:
+class ParallelLayout(Struct, frozen=True, kw_only=True):
     """Sizes of every dimension; world size = tp·cp·pp·dp (EP is carved out of cp·dp).
 
     ``gpus_per_node`` usually comes from the hardware config (``HardwareSpec.gpus_per_node``).
@@ -71,8 +71,7 @@ class ParallelLayout:
         return self.grad_group * self.tp // (self.ep * self.etp)
 
 
-@dataclass(frozen=True)
-class Group:
+class Group(Struct, frozen=True):
     """One process group kind: its size, the rank distance between members, the link it uses."""
 
     dimension: str
@@ -124,8 +123,7 @@ def expert_dp_group(layout: ParallelLayout) -> Group:
     )
 
 
-@dataclass(frozen=True, kw_only=True)
-class MemoryTechniques:
+class MemoryTechniques(Struct, frozen=True, kw_only=True):
     """The memory techniques a run uses, each off by default (sources in
     ``tpcalc.calc.activations.exact.techniques`` and ``tpcalc.calc.layout.memory``)."""
 
@@ -151,8 +149,7 @@ class MemoryTechniques:
         }  # fmt: skip
 
 
-@dataclass(frozen=True, kw_only=True)
-class LayoutRun:
+class LayoutRun(Struct, frozen=True, kw_only=True):
     """What runs on the layout: the workload and every modelling choice, echoed in the rows."""
 
     seq: int
@@ -170,7 +167,7 @@ class LayoutRun:
 
     def __post_init__(self) -> None:
         # An FP8 run keeps its Linear inputs in FP8 unless the techniques say otherwise.
-        object.__setattr__(self, "memory", resolve_fp8_inputs(self.memory, self.dtype))
+        force_setattr(self, "memory", resolve_fp8_inputs(self.memory, self.dtype))
 
 
 def resolve_fp8_inputs(memory: MemoryTechniques, dtype: Dtype) -> MemoryTechniques:

@@ -13,7 +13,8 @@ tokens per rank, times the micro-batches in flight on that rank (``pipeline``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from tpcalc.calc.activations.exact.options import ActivationOptions
 from tpcalc.calc.activations.paper import paper_layer
@@ -140,8 +141,7 @@ def pp_rank_params(
     return [(a - e - r, r, e) for a, r, e in zip(everything, whole, experts, strict=True)]
 
 
-@dataclass(frozen=True)
-class RankMemory:
+class RankMemory(Struct, frozen=True):
     """Memory of one pipeline rank, bytes, and what it is made of."""
 
     pp_rank: int
@@ -310,8 +310,7 @@ def _holds_last_stage(schedule: Schedule, p: int, v: int, r: int) -> bool:
     return (p * v - 1) in rank_chunks(p, v, r)
 
 
-@dataclass(frozen=True, slots=True)
-class LayoutMemory:
+class LayoutMemory(Struct, frozen=True):
     """The most loaded rank's memory as parts of a total, against the card.
 
     Field names are the keys ``tpcalc layout`` prints; labels, formulas and sources are in

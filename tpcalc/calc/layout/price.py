@@ -10,7 +10,7 @@ stage at the achieved FLOP/s + the pipeline bubble + every dimension's exposed c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 from tpcalc.calc.layout.comm import DimCosts, cp_cost, dp_cost, ep_cost, pp_cost, tp_cost
 from tpcalc.calc.layout.compute import rank_flops, stage_times
@@ -37,8 +37,7 @@ from tpcalc.choices import TimeModel
 from tpcalc.specs import HardwareSpec, ModelSpec
 
 
-@dataclass(frozen=True, slots=True)
-class LayoutPrice:
+class LayoutPrice(Struct, frozen=True):
     """One layout priced: its groups, each dimension's cost, the step summary of the time model
     (``summary``), the most loaded rank's memory against the card, and what to warn about."""
 

@@ -5,7 +5,7 @@ slowest stage + the pipeline bubble + every dimension's exposed communication (N
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 from tpcalc.calc.layout.comm import DimCosts
 from tpcalc.calc.layout.compute import mfu_peak, model_flop_per_step
@@ -15,16 +15,14 @@ from tpcalc.specs import HardwareSpec, ModelSpec
 DIM_ORDER = DimCosts._fields  # ("tp", "cp", "pp", "dp", "ep"): the rows' order
 
 
-@dataclass(frozen=True, slots=True)
-class Cited:
+class Cited(Struct, frozen=True):
     """A measured figure a source reports for this layout (shown, never computed)."""
 
     mfu: float
     source: str
 
 
-@dataclass(frozen=True, slots=True)
-class DimensionTotal:
+class DimensionTotal(Struct, frozen=True):
     """One dimension's share of the step: its exposed time and its bytes per rank."""
 
     dimension: str
@@ -37,8 +35,7 @@ def dimension_totals(costs: DimCosts) -> tuple[DimensionTotal, ...]:
     return tuple(DimensionTotal(d, c.exposed_s, c.send_bytes) for d, c in costs.by_dimension())
 
 
-@dataclass(frozen=True, slots=True)
-class FixedStepSummary:
+class FixedStepSummary(Struct, frozen=True):
     """The summary row under ``--time-model fixed``: step = compute + bubble + Σ exposed, and
     MFU against the card's peak. Labels, formulas, sources: ``report_explain``."""
 

@@ -7,7 +7,8 @@ breakdown, come from ``calc.time.step`` instead. Labels and sources: ``timed_exp
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from msgspec import Struct
+from msgspec.structs import replace
 
 from tpcalc.calc.layout.comm import DimCosts
 from tpcalc.calc.layout.summary import Cited, DimensionTotal, dimension_totals
@@ -53,8 +54,7 @@ def with_overlap(costs: DimCosts, opts: TimeOptions) -> DimCosts:
     return DimCosts(*(replace(c, overlap=text[d]) for d, c in costs.by_dimension()))
 
 
-@dataclass(frozen=True, slots=True)
-class RooflineSummary:
+class RooflineSummary(Struct, frozen=True):
     """The summary row under the roofline model: the step breakdown, bytes per dimension and
     all dimensions, the bubble's share of the step, and a cited measured MFU when there is one."""
 

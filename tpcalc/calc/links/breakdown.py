@@ -10,7 +10,7 @@ explain table and the numbers substituted into it (``tpcalc.explain``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 from tpcalc.calc.links.link import (
     LATENCY_FORMULA,
@@ -24,8 +24,7 @@ from tpcalc.specs import HardwareSpec
 from tpcalc.terms import Scalar, Unit
 
 
-@dataclass(frozen=True, slots=True)
-class LinkTime:
+class LinkTime(Struct, frozen=True):
     """bandwidth_time_s + latency_time_s = time_s for some bytes on one link."""
 
     link: Link

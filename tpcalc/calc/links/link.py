@@ -13,8 +13,9 @@ once-per-collective ``baseLat`` is left out (the hardware configs say so).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from enum import Enum
+
+from msgspec import Struct
 
 from tpcalc.calc.links.collectives import Collective
 from tpcalc.errors import InputError
@@ -90,8 +91,7 @@ def link_nodes(link: Link, group_size: int) -> int:
     return 1 if link is Link.intra_node else group_size
 
 
-@dataclass(frozen=True)
-class LatencySteps:
+class LatencySteps(Struct, frozen=True):
     """Latency steps of one or more collectives: intra-node and inter-node (NCCL tuning.cc)."""
 
     intra: int = 0

@@ -4,7 +4,7 @@ sources: ``breakdown_explain``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 from tpcalc.calc.params.counts import (
     active_params,
@@ -20,8 +20,7 @@ from tpcalc.calc.params.counts import (
 from tpcalc.specs import ModelSpec
 
 
-@dataclass(frozen=True, slots=True)
-class ParamBreakdown:
+class ParamBreakdown(Struct, frozen=True):
     """A model's parameters by part (the parts, then the declared parts, add up to
     ``total_params``), and the matmul and active-per-token counts, which are not parts."""
 

@@ -8,7 +8,7 @@ against an independent count) follows nanoGPT ``transformer_sizing.ipynb``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 from tpcalc.choices import ParamConvention
 from tpcalc.errors import InputError
@@ -28,8 +28,7 @@ MTP_FC_INPUTS = 2  # MTP fc / eh_proj maps [norm(embedding); norm(hidden)] (2h) 
 MTP_PRE_NORMS = 2  # enorm + hnorm (DeepSeek) = pre_fc_norm_embedding + pre_fc_norm_hidden (Qwen3.5)
 
 
-@dataclass(frozen=True, slots=True)
-class LayerParts:
+class LayerParts(Struct, frozen=True):
     """A decoder layer's parameters by part (or, summed, all layers'); 0 for a part it lacks."""
 
     full_attention: int = 0

@@ -13,7 +13,7 @@ Two recipes are in use and the sources disagree, so the recipe is an explicit op
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 from tpcalc.choices import StateRecipe
 from tpcalc.errors import InputError
@@ -28,8 +28,7 @@ MEGATRON_SOURCE = (
 )
 
 
-@dataclass(frozen=True)
-class StateBytes:
+class StateBytes(Struct, frozen=True):
     """Bytes per parameter of each model-state part under one recipe."""
 
     weight_dtype: Dtype
@@ -118,8 +117,7 @@ def model_states_bytes(params: int, recipe: StateRecipe, *, shards: int = 1) -> 
     return params * recipe_bytes(recipe).total_bytes / shards
 
 
-@dataclass(frozen=True, slots=True)
-class StateParts:
+class StateParts(Struct, frozen=True):
     """Weights, gradients and optimizer bytes per rank: N × bytes / d, each part with its own
     divisor d (t for a model-parallel split; ZeRO's stage divisors over DP)."""
 
@@ -152,8 +150,7 @@ def state_parts(params: int, rb: StateBytes, divisors: tuple[int, int, int]) -> 
     )
 
 
-@dataclass(frozen=True, slots=True)
-class ModelStates:
+class ModelStates(Struct, frozen=True):
     """Weights + gradients + optimizer of N parameters split evenly over ``shards`` ranks."""
 
     recipe: StateRecipe

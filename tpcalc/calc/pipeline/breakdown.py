@@ -8,7 +8,8 @@ FLOP/s, links).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from tpcalc.calc.dp.gradients import (
     BACKWARD_INPUT_FLOP_PER_PARAM_TOKEN,
@@ -76,8 +77,7 @@ def flop_stage_times(
     )
 
 
-@dataclass(frozen=True, slots=True)
-class PipelineActivations:
+class PipelineActivations(Struct, frozen=True):
     """The activations of the most loaded rank, given each layer's bytes for one micro-batch."""
 
     rank: int
@@ -88,8 +88,7 @@ class PipelineActivations:
     stage_activation_bytes: float
 
 
-@dataclass(frozen=True, slots=True)
-class PipelineBreakdown:
+class PipelineBreakdown(Struct, frozen=True):
     """Layers and parameters per stage, p2p bytes and time, bubble and in-flight micro-batches
     of one pipeline layout. Labels, formulas and sources: ``breakdown_explain``."""
 

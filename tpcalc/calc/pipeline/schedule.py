@@ -9,7 +9,8 @@ backward for weights (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", §2).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from tpcalc.choices import Schedule
 from tpcalc.errors import DivisibilityError, InputError, divide
@@ -34,8 +35,7 @@ DUALPIPE_DIRECTIONS = 2  # micro-batches split evenly between the two directions
 P2P_SENDS_PER_MICROBATCH = 2  # its activation forward and its gradient backward (seed 000)
 
 
-@dataclass(frozen=True)
-class StageTimes:
+class StageTimes(Struct, frozen=True):
     """One micro-batch on one stage, seconds: forward F, backward-for-input B, for-weights W.
 
     ``fb_overlap_s`` is DualPipe's F&B (a forward and a backward chunk run overlapped); None

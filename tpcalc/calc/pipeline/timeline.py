@@ -29,8 +29,9 @@ GPipe, 1F1B and interleaved run it) is one ``BW`` event of length B + W.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from enum import Enum
+
+from msgspec import Struct
 
 from tpcalc.calc.pipeline.schedule import DUALPIPE_DIRECTIONS, check_pipeline
 from tpcalc.choices import Schedule
@@ -52,8 +53,7 @@ class Kind(str, Enum):
     backward = "BW"  # full backward: B then W in one pass
 
 
-@dataclass(frozen=True)
-class Event:
+class Event(Struct, frozen=True):
     """One pass of one micro-batch on one stage (pipeline rank). ``chunk`` is the model chunk
     (interleaved: 0..v-1) or DualPipe's direction (0: enters at rank 0, 1: at rank p-1)."""
 
@@ -69,8 +69,7 @@ class Event:
         return self.end_s - self.start_s
 
 
-@dataclass(frozen=True)
-class Timeline:
+class Timeline(Struct, frozen=True):
     """The simulated step: every event, the step length and each stage's idle share."""
 
     schedule: Schedule

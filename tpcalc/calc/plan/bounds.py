@@ -27,9 +27,9 @@ over the dense shard (``step._optimizer_s``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
+from msgspec import Struct
 
 from tpcalc.calc.layout.groups import (
     MemoryTechniques,
@@ -76,8 +76,7 @@ from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.units import Dtype
 
 
-@dataclass(frozen=True)
-class ShardWork:
+class ShardWork(Struct, frozen=True):
     """Seconds of one micro-batch on one rank, by pass: one layer of each kind (with its
     exposed TP and EP collectives), the first stage's ends (embedding) and the last stage's
     (final norm, head, loss, MTP), and each kind's forward per op name (recompute modes)."""
@@ -90,8 +89,7 @@ class ShardWork:
     last_end: tuple[float, float, float]
 
 
-@dataclass(frozen=True)
-class StageBound:
+class StageBound(Struct, frozen=True):
     """Per stage lower bounds for one shard and recompute mode: F°, B°, W° summed over all
     stages (for the bubble) and the full time of each stage (for the slowest)."""
 

@@ -20,10 +20,10 @@ takes it, so the screen and rank_memory agree to the last bit (tests compare the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from msgspec import Struct
 
 from tpcalc.calc.activations.exact.layer import layer_kind, saved_tensors
 from tpcalc.calc.activations.exact.techniques import apply_techniques
@@ -46,8 +46,7 @@ from tpcalc.units import Dtype
 AFFINE_POINTS = (1, 2)  # micro-batch sizes the inventory is built at (affine in b)
 
 
-@dataclass(frozen=True)
-class Pipe:
+class Pipe(Struct, frozen=True):
     """One (pp, schedule, vpp, microbatches): per rank the layers of each kind it holds (two
     terms for DualPipe, one stage per direction) with their in-flight factors."""
 
@@ -160,7 +159,7 @@ class MemoryScreen:
         self, tp: int, cp: int, sps: tuple[bool, ...], modes: tuple[RecomputeMode, ...], b: int
     ) -> np.ndarray:
         """``kind_bytes`` of every (sp, mode): [S, R', K]."""
-        # modes by a small int: hashing every mode dataclass per lookup was the cost (profile)
+        # modes by a small int: hashing every mode record per lookup was the cost (profile)
         token = self._mode_key(modes)
         key = (tp, cp, sps, token, b)
         if key not in self._mode_bytes:

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+
+from msgspec import Struct
+from msgspec.structs import replace
 
 from tpcalc.calc.layout.groups import LayoutRun, ParallelLayout, layout_problems
 from tpcalc.calc.layout.memory import rank_memory
@@ -65,8 +67,7 @@ def seq_step(layout: ParallelLayout, sp: bool) -> int:
     return step
 
 
-@dataclass(frozen=True)
-class Probe:
+class Probe(Struct, frozen=True):
     """One value tried: its worst-rank memory, or why it is not a legal value."""
 
     value: int
@@ -74,8 +75,7 @@ class Probe:
     problem: str | None = None
 
 
-@dataclass(frozen=True)
-class MaxFit:
+class MaxFit(Struct, frozen=True):
     """The largest legal value of ``what`` whose most loaded rank fits ``budget_bytes``.
 
     ``value`` is None when not even the smallest legal value fits; ``next_value`` is the next
@@ -228,14 +228,12 @@ def divisors(n: int) -> list[int]:
     return small + large[::-1]
 
 
-@dataclass(frozen=True)
-class GpuProbe:
+class GpuProbe(Struct, frozen=True):
     gpus: int
     step_time_s: float | None  # the planner's best; None: no feasible layout on that many GPUs
 
 
-@dataclass(frozen=True)
-class MinGpus:
+class MinGpus(Struct, frozen=True):
     """The fewest GPUs, among those evaluated, whose best layout reaches ``target_step_time_s``."""
 
     gpus: int | None

@@ -26,9 +26,10 @@ import heapq
 import math
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
 
 import numpy as np
+from msgspec import Struct
+from msgspec.structs import replace
 
 from tpcalc.calc.dp.zero import ZeroStage
 from tpcalc.calc.layout.groups import LayoutRun, ParallelLayout
@@ -53,8 +54,7 @@ NO_MICRO_BATCH = "batch: no allowed micro-batch splits global batch / dp"
 MEMORY = "memory"
 
 
-@dataclass
-class _Group:
+class _Group(Struct):
     """The blocks of one shape: the memory of every (variant, zero, micro-batch, sp, mode) over
     the micro-batches any of its variants allows, [V, Z, M, S, R] (``fit.MemoryScreen.group``),
     and which micro-batches each variant allows, [V, M]."""
@@ -69,8 +69,7 @@ class _Group:
     blocks: list[int]  # the block index of each variant
 
 
-@dataclass
-class _Block:
+class _Block(Struct):
     """One (shape, variant): memory of every (zero, micro-batch, sp, mode), and what fits."""
 
     shape: Shape
@@ -88,8 +87,7 @@ class _Block:
         return self.group.memory[self.v][:, self.take]
 
 
-@dataclass(frozen=True)
-class _Pick:
+class _Pick(Struct, frozen=True):
     """A timed candidate: its block and indices."""
 
     block: int

@@ -25,7 +25,8 @@ Domain choices, each stated because it decides what "enumerated" counts:
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from tpcalc.calc.activations.paper import sp_seq_problem
 from tpcalc.calc.dp.zero import ZeroStage
@@ -46,8 +47,7 @@ FULL_POWERSET_MODULES = 4
 REDUNDANT_MODULES = (("moe", "moe_act"),)
 
 
-@dataclass(frozen=True)
-class RecomputeMode:
+class RecomputeMode(Struct, frozen=True):
     """One recompute choice: the granularity and the Megatron recompute_modules list."""
 
     recompute: Recompute
@@ -60,8 +60,7 @@ class RecomputeMode:
         return self.recompute.value
 
 
-@dataclass(frozen=True)
-class Shape:
+class Shape(Struct, frozen=True):
     """The model-parallel sizes of one layout (dp = gpus / (tp·cp·pp))."""
 
     tp: int
@@ -72,8 +71,7 @@ class Shape:
     etp: int
 
 
-@dataclass(frozen=True)
-class Variant:
+class Variant(Struct, frozen=True):
     """A pipeline schedule with its virtual stages."""
 
     schedule: Schedule
@@ -146,8 +144,7 @@ def overlap(req: PlanRequest) -> Overlap:
     )  # fmt: skip
 
 
-@dataclass(frozen=True)
-class Domains:
+class Domains(Struct, frozen=True):
     """The values each dimension takes for one request (before the rules)."""
 
     tp: list[int]
@@ -275,7 +272,7 @@ INTERLEAVED_GROUPS = "divisibility: interleaved needs microbatches a multiple of
 
 class ModeKeys:
     """Small int keys for sequences of recompute modes, by identity first: a cache key holding
-    the tuple of 29 mode dataclasses hashes all of them on every lookup, which cost more than
+    the tuple of 29 mode records hashes all of them on every lookup, which cost more than
     the bounds it guarded (profile of DeepSeek-V3). The search passes the same list or tuple
     object to every block, so after the first lookup a key is one dict get by id. Each object
     seen is kept referenced, so its id cannot be reused by another."""

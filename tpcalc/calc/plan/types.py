@@ -10,8 +10,9 @@ front, and the bookkeeping of the search (enumerated, feasible, timed exactly, r
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from enum import Enum
+
+from msgspec import Struct, field
 
 from tpcalc.calc.layout.groups import LayoutRun, MemoryTechniques, ParallelLayout
 from tpcalc.calc.plan.inverse import MinGpus
@@ -54,8 +55,7 @@ class Objective(str, Enum):
     gpus = "gpus"  # fewest GPUs whose best step time meets target_step_time_s
 
 
-@dataclass(frozen=True, kw_only=True)
-class PlanRequest:
+class PlanRequest(Struct, frozen=True, kw_only=True):
     """Everything the planner needs; sizes in counts, memory in bytes, time in seconds.
 
     ``pins`` maps a name of ``PIN_DIMS`` to the values allowed (``{"tp": (8,), "pp": (1, 2, 4)}``);
@@ -88,8 +88,7 @@ class PlanRequest:
     time_options: TimeOptions = field(default_factory=TimeOptions)  # its overlap is searched
 
 
-@dataclass(frozen=True, kw_only=True)
-class Candidate:
+class Candidate(Struct, frozen=True, kw_only=True):
     """One layout, priced exactly as ``tpcalc layout`` prices it (same functions, same inputs)."""
 
     layout: ParallelLayout
@@ -116,8 +115,7 @@ class Candidate:
         return self.memory_bytes <= self.capacity_bytes
 
 
-@dataclass(frozen=True, kw_only=True)
-class BestMargin:
+class BestMargin(Struct, frozen=True, kw_only=True):
     """Why the best beats the runner-up, from the two step breakdowns (calc.time.step
     STEP_PARTS): the part where the best saves most, and the part where it spends most extra."""
 
@@ -128,8 +126,7 @@ class BestMargin:
     lost_s: float
 
 
-@dataclass(frozen=True, kw_only=True)
-class PlanResult:
+class PlanResult(Struct, frozen=True, kw_only=True):
     """The best layouts, the Pareto front and how the search got there.
 
     ``rejections`` counts the layouts turned down per reason ("divisibility: <rule>", "memory",

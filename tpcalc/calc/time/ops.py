@@ -18,8 +18,9 @@ experts over EP (Megatron-Core MoE token dispatcher, alltoall).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
+
+from msgspec import Struct
 
 from tpcalc.specs import ModelSpec
 from tpcalc.units import Dtype
@@ -76,8 +77,7 @@ class Pass(str, Enum):
     backward_weight = "W"
 
 
-@dataclass(frozen=True, slots=True)
-class Op:
+class Op(Struct, frozen=True):
     """One kernel of one pass. A grouped GEMM has ``groups`` GEMMs of shape [m, n, k] each."""
 
     name: str
@@ -92,8 +92,7 @@ class Op:
     fp8: bool = False  # a GEMM with FP8 operands (FP8 peak and efficiency)
 
 
-@dataclass(frozen=True, slots=True)
-class Shard:
+class Shard(Struct, frozen=True):
     """How one micro-batch is cut for one rank: its tokens and its slice of each weight."""
 
     seq: int

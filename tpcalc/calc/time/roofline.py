@@ -21,8 +21,9 @@ for an 8-GPU all-reduce, docs/kernel-measurements.md §3.2).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from math import comb
+
+from msgspec import Struct
 
 from tpcalc.calc.links.collectives import Collective, ring_factor
 from tpcalc.calc.links.link import ring_steps
@@ -33,8 +34,7 @@ from tpcalc.specs.performance import PerformanceSpec
 from tpcalc.units import Dtype
 
 
-@dataclass(frozen=True, slots=True)
-class Rates:
+class Rates(Struct, frozen=True):
     """The achieved rates one rank computes and communicates at (from its card's config)."""
 
     bf16_peak_flop_per_s: float

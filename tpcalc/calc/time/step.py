@@ -36,8 +36,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field, fields
 from functools import cache
+
+from msgspec import Struct, field
+from msgspec.structs import astuple
 
 from tpcalc.calc.dp.stage import ZeroStage
 from tpcalc.calc.layout.groups import (
@@ -92,8 +94,7 @@ SRC_STEP = (
 )
 
 
-@dataclass(frozen=True, kw_only=True)
-class Overlap:
+class Overlap(Struct, frozen=True, kw_only=True):
     """Which communication runs under compute (module docstring, with sources)."""
 
     tp_comm: bool = False
@@ -104,8 +105,7 @@ class Overlap:
     dp_param_gather: bool = True
 
 
-@dataclass(frozen=True, kw_only=True)
-class TimeOptions:
+class TimeOptions(Struct, frozen=True, kw_only=True):
     """Modelling choices of the step-time model; every one is echoed in the output."""
 
     overlap: Overlap = field(default_factory=Overlap)
@@ -131,8 +131,7 @@ class TimeOptions:
     comm_scale: float = 1.0  # multiplies every collective's bytes (what-if, properties)
 
 
-@dataclass(frozen=True, slots=True)
-class Work:
+class Work(Struct, frozen=True):
     """Seconds one stage spends on one micro-batch in one pass, by what it is spent on."""
 
     gemm_s: float = 0.0
@@ -155,17 +154,16 @@ class Work:
         )  # fmt: skip
 
     def __add__(self, other: Work) -> Work:
-        return Work(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(Work)))
+        return Work(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
 
     def scaled(self, k: float) -> Work:
-        return Work(*(getattr(self, f.name) * k for f in fields(Work)))
+        return Work(*(a * k for a in astuple(self)))
 
 
 ZERO_WORK = Work()
 
 
-@dataclass(frozen=True, slots=True)
-class StageWork:
+class StageWork(Struct, frozen=True):
     """One micro-batch on one pipeline rank: forward, backward-input (with any recompute) and
     backward-weight work, and the parameters it holds (dense, routed experts)."""
 
@@ -192,8 +190,7 @@ class StageWork:
         return self.forward + self.backward_input + self.backward_weight
 
 
-@dataclass(frozen=True, slots=True)
-class OpTime:
+class OpTime(Struct, frozen=True):
     """One op of the bottleneck stage with its roofline time (for --explain)."""
 
     op: Op
@@ -202,8 +199,7 @@ class OpTime:
     count: int  # how many times it runs per micro-batch on the stage (its layers)
 
 
-@dataclass(frozen=True)
-class StepTime:
+class StepTime(Struct, frozen=True):
     """A step, in parts that add up to ``step_time_s``, and the rates derived from it."""
 
     gemm_time_s: float
@@ -330,8 +326,7 @@ TP_GEMMS = ("qkv_proj", "out_proj", "q_proj", "q_up_proj", "kv_up_proj", "fc1", 
             "shared_fc1", "shared_fc2", "in_proj")  # fmt: skip
 
 
-@dataclass(frozen=True)
-class _Ctx:
+class _Ctx(Struct, frozen=True):
     spec: ModelSpec
     layout: ParallelLayout
     shard: Shard
@@ -344,8 +339,7 @@ class _Ctx:
     kinds: dict[tuple[str, bool], _LayerKind] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class _LayerKind:
+class _LayerKind(Struct, frozen=True):
     forward: Work
     backward_input: Work
     backward_weight: Work
@@ -775,8 +769,7 @@ def _pp_exposed(ctx: _Ctx, m: int, v: int, schedule: Schedule) -> tuple[float, f
     return P2P_PASSES * sends * one, P2P_PASSES * every * one
 
 
-@dataclass(frozen=True, slots=True)
-class MicroBatchCompute:
+class MicroBatchCompute(Struct, frozen=True):
     """The compute of one micro-batch through the whole model on one TP rank (no pipeline, no
     communication): what ``comm``, ``flops`` and ``dp`` compare their traffic against."""
 

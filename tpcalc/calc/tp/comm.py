@@ -13,7 +13,7 @@ collectives per layer (Korthikanti et al. 2022 §5).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 from tpcalc.calc.links.breakdown import LinkTime, link_time
 from tpcalc.calc.links.collectives import Collective, ring_factor
@@ -39,8 +39,7 @@ def collectives_per_layer(recompute_full: bool) -> tuple[int, int, int]:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class TpComm:
+class TpComm(Struct, frozen=True):
     """TP traffic of one micro-batch forward + backward on one rank, and its link times.
 
     Bytes are what one rank sends (ring convention) unless the name says ``message``. With SP

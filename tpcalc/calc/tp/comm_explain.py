@@ -3,7 +3,7 @@ and the conversion to the ``Term`` rows ``tpcalc comm`` prints."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from msgspec.structs import replace
 
 from tpcalc.calc.links.breakdown import link_time_explanations, link_time_symbols
 from tpcalc.calc.links.link import latency_source

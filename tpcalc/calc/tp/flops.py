@@ -10,7 +10,7 @@ as Megatron-LM training.py num_floating_point_operations counts it (the s/h term
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 from tpcalc.calc.params.counts import (
     active_mtp_params,
@@ -96,8 +96,7 @@ def _head(spec: ModelSpec) -> int:
     return 0 if spec.tie_word_embeddings else lm_head_matmul_params(spec)
 
 
-@dataclass(frozen=True, slots=True)
-class TpFlops:
+class TpFlops(Struct, frozen=True):
     """Per-rank FLOPs of one micro-batch forward + backward, and its time at achieved FLOP/s.
 
     The attention parts are 0 unless counted (``attention``; the linear part only for a model

@@ -5,11 +5,10 @@ explanations are in ``tpcalc.calc.tp.memory_explain``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from msgspec import Struct
 
 
-@dataclass(frozen=True, slots=True)
-class TpMemoryTotal:
+class TpMemoryTotal(Struct, frozen=True):
     """The per-rank total of the three parts, and what is left on the card."""
 
     activation_bytes_per_rank: float

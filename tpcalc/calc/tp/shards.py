@@ -18,8 +18,9 @@ in ``tp.rules``, the weight inventory in ``tp.weights``, the tables in ``tp.tabl
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from fractions import Fraction
+
+from msgspec import Struct
 
 from tpcalc.calc.params.counts import KV_PROJECTIONS
 from tpcalc.calc.tp.rules import kv_split, kv_warning, padded_vocab, split_sizes, uses_kv_heads
@@ -30,8 +31,7 @@ from tpcalc.specs import ModelSpec
 from tpcalc.units import Dtype
 
 
-@dataclass(frozen=True, slots=True)
-class Width:
+class Width(Struct, frozen=True):
     """One size t must divide (``tp.rules.split_sizes``) and its share per rank."""
 
     name: str  # the split_sizes name: "num_attention_heads", "intermediate_size", ...
@@ -39,8 +39,7 @@ class Width:
     per_rank: int
 
 
-@dataclass(frozen=True, slots=True)
-class KvSplit:
+class KvSplit(Struct, frozen=True):
     """KV heads per rank, their replicas, and the K/V projection bytes replication adds per
     rank over all attention layers (MTP included). Source: vLLM QKVParallelLinear; seed 000."""
 
@@ -57,8 +56,7 @@ class KvSplit:
     kv_replication_extra_bytes_per_rank: int | float
 
 
-@dataclass(frozen=True, slots=True)
-class VocabPadding:
+class VocabPadding(Struct, frozen=True):
     """Megatron pads the vocab to a multiple of m·t (m = make_vocab_size_divisible_by)."""
 
     t: int
@@ -69,8 +67,7 @@ class VocabPadding:
     vocab_padding_rows: int
 
 
-@dataclass(frozen=True, slots=True)
-class TpShards:
+class TpShards(Struct, frozen=True):
     """What ``spec`` looks like on one of t ranks: per-rank widths (every size t must divide),
     the KV split (models with KV heads), the padded vocabulary and parameters per rank.
     Labels, formulas and sources: ``tpcalc.calc.tp.shards_explain``."""

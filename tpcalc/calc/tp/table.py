@@ -8,8 +8,9 @@ declared parts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from fractions import Fraction
+
+from msgspec import Struct
 
 from tpcalc.calc.tp.rules import Split
 from tpcalc.calc.tp.weights import layer_weights, model_weights
@@ -22,16 +23,14 @@ def exact(x: Fraction) -> int | float:
     return int(x) if x.denominator == 1 else float(x)
 
 
-@dataclass(frozen=True, slots=True)
-class BlockParams:
+class BlockParams(Struct, frozen=True):
     """Parameters one rank holds of one block (embedding, attention, mlp, ...)."""
 
     block: str
     params_per_rank: int
 
 
-@dataclass(frozen=True, slots=True)
-class RankParams:
+class RankParams(Struct, frozen=True):
     """Parameters one rank holds after TP: the total, its parts by block, and what sits
     inside the total (replicated weights, KV replicas, vocab padding) or outside it (declared
     parts, whose shapes tpcalc does not know)."""

@@ -16,7 +16,9 @@ t > n_kv each rank holds one KV head, replicated on t / n_kv ranks (seed 000's G
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, replace
+
+from msgspec import Struct
+from msgspec.structs import replace
 
 from tpcalc.calc.params.counts import shared_expert_intermediate
 from tpcalc.calc.tp.rules import Split, kv_split, padded_vocab, require_tp
@@ -25,8 +27,7 @@ from tpcalc.errors import InputError, divide
 from tpcalc.specs import ModelSpec
 
 
-@dataclass(frozen=True, slots=True)
-class ShardedWeight:
+class ShardedWeight(Struct, frozen=True):
     """One weight of the model (per layer, per expert) and what one rank holds of it."""
 
     block: str  # embedding | attention | mla | linear_attention | mlp | moe | mtp | norm | lm_head

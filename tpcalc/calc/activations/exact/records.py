@@ -9,9 +9,9 @@ inside the tensor-parallel regions (TP). Source for which region splits how: Kor
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from enum import Enum
 
+from msgspec import Struct
 from pydantic import BaseModel, ConfigDict
 
 from tpcalc.calc.activations.paper import require_sp_seq
@@ -101,8 +101,7 @@ def rec(
     )
 
 
-@dataclass(frozen=True)
-class Layout:
+class Layout(Struct, frozen=True):
     """One rank's token counts and splits for sequence s, micro-batch b, t, cp and SP."""
 
     s: int

@@ -9,7 +9,8 @@ the row keys (``exact_...``): ``summary_explain``.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from tpcalc.calc.activations.exact.layer import layer_kind, saved_tensors, shared_tensors
 from tpcalc.calc.activations.exact.options import ActivationOptions
@@ -17,8 +18,7 @@ from tpcalc.choices import Recompute
 from tpcalc.specs import ModelSpec
 
 
-@dataclass(frozen=True, slots=True)
-class PartBytes:
+class PartBytes(Struct, frozen=True):
     """One part (norm, attention, mlp, ...) of a layer kind's saved tensors."""
 
     part: str
@@ -26,8 +26,7 @@ class PartBytes:
     tensors: int
 
 
-@dataclass(frozen=True, slots=True)
-class KindBytes:
+class KindBytes(Struct, frozen=True):
     """The saved activations of one layer kind: its parts, one layer, all its layers."""
 
     kind: str
@@ -37,8 +36,7 @@ class KindBytes:
     layers_bytes: int
 
 
-@dataclass(frozen=True, slots=True)
-class ExactActivations:
+class ExactActivations(Struct, frozen=True):
     """Activation bytes one rank keeps for backward, per layer kind and for the whole model."""
 
     seq: int
