@@ -11,6 +11,7 @@ its text.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from enum import Enum
 
 from msgspec import Struct
 from msgspec.structs import fields
@@ -44,6 +45,8 @@ def terms(
     out = []
     for name, ex in explanations.items():
         value = getattr(result, name)
+        if isinstance(value, Enum):  # a choice (e.g. the link a group crosses) shows its value
+            value = value.value
         part_of = f"{key_prefix}{ex.part_of}" if ex.part_of else None
         out.append(
             Term(

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from enum import Enum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from msgspec import Struct, field
 
 Scalar = int | float | str | bool | None
 
@@ -42,10 +42,8 @@ def _number(value: Scalar) -> float:
     return float(value)
 
 
-class Term(BaseModel):
+class Term(Struct, frozen=True, kw_only=True):
     """One named result: ``key`` carries the unit suffix (``send_bytes_per_rank``, ``time_s``)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     key: str
     label: str
@@ -53,7 +51,7 @@ class Term(BaseModel):
     unit: Unit
     formula: str = ""
     source: str = ""
-    inputs: dict[str, Scalar] = Field(default_factory=dict)
+    inputs: dict[str, Scalar] = field(default_factory=dict)
     part_of: str | None = None
 
     @property
@@ -88,10 +86,8 @@ def term(
     )
 
 
-class Row(BaseModel):
+class Row(Struct, frozen=True, kw_only=True):
     """One report line: the inputs it was computed from, then its terms, in display order."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     inputs: dict[str, Scalar]
     terms: tuple[Term, ...]
@@ -124,14 +120,12 @@ class Row(BaseModel):
         return problems
 
 
-class Grid(BaseModel):
+class Grid(Struct, frozen=True, kw_only=True):
     """A small matrix shown under a table (e.g. a simulated output), some cells highlighted.
 
     Tables print it with the highlighted cells in red; JSON/CSV leave it out (the rows carry
     the same facts as values).
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     title: str
     cells: tuple[tuple[float, ...], ...]
@@ -139,10 +133,8 @@ class Grid(BaseModel):
     row_labels: tuple[str, ...] = ()
 
 
-class Report(BaseModel):
+class Report(Struct, frozen=True, kw_only=True):
     """What a command prints: a title, rows, and warnings that go to stderr."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     title: str
     rows: tuple[Row, ...]

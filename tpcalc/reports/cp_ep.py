@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from msgspec.structs import replace
+
 from tpcalc.choices import DEFAULT_EP, EpRouting, LinkChoice, MoeDispatcher
 from tpcalc.errors import InputError
 from tpcalc.reports.request import Layout, Workload
@@ -134,7 +136,7 @@ def cp_report(
             with_latency=with_latency,
         )  # fmt: skip
         echo = {**row.inputs, "hardware": hw.name, "gpus_per_node": g}
-        rows.append(row.model_copy(update={"inputs": echo}))
+        rows.append(replace(row, inputs=echo))
         if ring.kv_over_compute_ratio > 1:
             warnings.append(
                 f"cp={c}: a K,V block takes longer to send than its attention takes to compute; "
@@ -188,7 +190,7 @@ def ep_report(
         row = ep_row(workload.spec, workload.hw, comm)
         echo = {"model": row.inputs["model"], "hardware": workload.hw.name, "seq": seq,
                 "micro_batch": micro_batch, "tp": tp, "cp": cp, **row.inputs}  # fmt: skip
-        rows.append(row.model_copy(update={"inputs": echo}))
+        rows.append(replace(row, inputs=echo))
     return Report(
         title=f"Expert parallelism per rank, one micro-batch fwd+bwd: {workload.spec.name}",
         rows=tuple(rows),

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from msgspec.structs import replace
+
 from tpcalc.choices import TimeModel
 from tpcalc.reports.request import Layout, Workload
 from tpcalc.terms import Report, Row, Scalar
@@ -60,14 +62,14 @@ def layout_report(
         allow_uneven=allow_uneven, time_model=time_model, time_options=options,
     )  # fmt: skip
     if workload.warnings:  # the defaulted sequence length
-        report = report.model_copy(update={"warnings": (*workload.warnings, *report.warnings)})
+        report = replace(report, warnings=(*workload.warnings, *report.warnings))
     if example is None:
         return report
     note = (
         f"published layout {example.name}: seq {example.seq}, {example.microbatches} "
         f"micro-batches per step ({example.source})"
     )
-    return report.model_copy(update={"notes": (*report.notes, note)})
+    return replace(report, notes=(*report.notes, note))
 
 
 def parallel_layout_report(

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from msgspec.structs import replace
+
 from tpcalc.calc.activations.paper import logits, paper_activations
 from tpcalc.calc.activations.paper_explain import (
     MODEL_EXPLANATIONS,
@@ -36,7 +38,7 @@ def _exact_terms(
     from tpcalc.calc.activations.exact.summary_explain import activation_terms, tensor_terms
 
     terms = [
-        t if t.label.startswith("exact") else t.model_copy(update={"label": f"exact: {t.label}"})
+        t if t.label.startswith("exact") else replace(t, label=f"exact: {t.label}")
         for t in activation_terms(a)
     ]
     if explain:  # the tensors of the first layer of each kind, for --explain
@@ -46,8 +48,7 @@ def _exact_terms(
         for kind, i in firsts.items():
             for t in tensor_terms(saved_tensors(spec, i, seq, micro_batch, options)):
                 name = re.sub(r"[^0-9a-zA-Z]+", "_", f"{kind}_{t.key}").strip("_")
-                terms.append(t.model_copy(update={
-                    "key": f"tensor_{name}_bytes", "label": f"{kind}: {t.label}"}))  # fmt: skip
+                terms.append(replace(t, key=f"tensor_{name}_bytes", label=f"{kind}: {t.label}"))
     return terms
 
 
@@ -128,8 +129,8 @@ def memory_row(
     parts = [
         term("activation_bytes_per_rank", f"activations ({activations.value})", chosen_bytes,
              Unit.bytes, formula=chosen_key, source=chosen_source, part_of=TOTAL),
-        logits_rows[-1].model_copy(update={"part_of": TOTAL}),
-        states[-1].model_copy(update={"part_of": TOTAL}),
+        replace(logits_rows[-1], part_of=TOTAL),
+        replace(states[-1], part_of=TOTAL),
     ]  # fmt: skip
     tail = total_terms(
         tp_memory_total(

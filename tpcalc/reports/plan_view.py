@@ -11,6 +11,8 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING
 
+from msgspec.structs import replace
+
 from tpcalc.terms import Report, Row, Scalar, Term, Unit, term
 
 if TYPE_CHECKING:
@@ -124,7 +126,7 @@ def top_report(result: PlanResult, *, compact: bool = True) -> Report:
     )
     report = candidates_report(result, result.top, title, compact=compact)
     notes = (result.why_best,) if result.why_best else ()
-    return report.model_copy(update={"notes": notes, "warnings": no_layout(result)})
+    return replace(report, notes=notes, warnings=no_layout(result))
 
 
 def no_layout(result: PlanResult) -> tuple[str, ...]:
@@ -156,7 +158,7 @@ def pareto_report(result: PlanResult, most: int = 10) -> Report:
             f"{len(shown)} of the front's {len(result.pareto)} layouts shown, evenly spread; "
             "--all --format csv lists every feasible layout"
         )
-        report = report.model_copy(update={"notes": (note,)})
+        report = replace(report, notes=(note,))
     return report
 
 

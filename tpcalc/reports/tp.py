@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from msgspec import Struct
 
 from tpcalc.calc.tp.comm import tp_comm
 from tpcalc.calc.tp.comm_explain import tp_comm_terms
@@ -225,11 +225,8 @@ def check_report(
     return Report(title=title, rows=rows, warnings=warnings, notes=tuple(notes))
 
 
-class TpCheck(BaseModel):
+class TpCheck(Struct, frozen=True, kw_only=True):
     """``check_tp``'s answer for one t: the summary row and warnings (KV replication)."""
-
-    # built on first use (tpcalc check), not when tpcalc comm or flops imports this module
-    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     row: Row
     warnings: tuple[str, ...] = ()

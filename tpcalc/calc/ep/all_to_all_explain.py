@@ -4,6 +4,8 @@ rows ``tpcalc ep`` prints (and ``tpcalc layout`` quotes)."""
 
 from __future__ import annotations
 
+from msgspec.structs import replace
+
 from tpcalc.calc.ep.all_to_all import A2A_KINDS, SRC_FLOP, EpComm
 from tpcalc.calc.ep.memory import SRC_EP, SRC_PARAMS, ExpertMemory
 from tpcalc.calc.ep.routing import SRC_A2A, SRC_NODE
@@ -265,7 +267,7 @@ def a2a_terms(r: EpComm) -> tuple[Term, ...]:
         }  # fmt: skip
         ex = {"send_bytes": a2a_explanations(name)["send_bytes"]}
         (t,) = terms(a, ex, symbols={"send_bytes": sym})
-        out.append(t.model_copy(update={"key": f"{name}_bytes_per_layer"}))
+        out.append(replace(t, key=f"{name}_bytes_per_layer"))
     return tuple(out)
 
 

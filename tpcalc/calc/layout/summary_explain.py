@@ -5,6 +5,8 @@ here, at the output edge."""
 
 from __future__ import annotations
 
+from msgspec.structs import replace
+
 from tpcalc.calc.layout.compute import SRC_FLOP, SRC_MFU
 from tpcalc.calc.layout.summary import Cited, DimensionTotal, FixedStepSummary
 from tpcalc.explain import Explanation, terms
@@ -115,7 +117,7 @@ def dimension_terms(dims: tuple[DimensionTotal, ...], field: str) -> list[Term]:
         table = {field: Explanation(f"{name.upper()} {label}", ex.unit,
                                     f"{name} row: {field}", ex.source, ex.part_of)}  # fmt: skip
         (row,) = terms(d, table)
-        out.append(row.model_copy(update={"key": f"{name}_{field}"}))
+        out.append(replace(row, key=f"{name}_{field}"))
     return out
 
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from msgspec.structs import replace
+
 from tpcalc.calc.tp.shards import KvSplit, TpShards, VocabPadding, Width
 from tpcalc.calc.tp.table_explain import SRC_KV, SRC_PARAMS, SRC_VOCAB
 from tpcalc.explain import Explanation, terms
@@ -98,7 +100,7 @@ def width_term(w: Width, t: int, mla: bool) -> Term:
         label = "attention heads per rank (MLA)"
     ex = {"per_rank": Explanation(label, Unit.count, f"{sym} / t", src)}
     (row,) = terms(w, ex, symbols={"per_rank": {sym: w.size, "t": t}})
-    return row.model_copy(update={"key": key})
+    return replace(row, key=key)
 
 
 def kv_terms(kv: KvSplit) -> tuple[Term, ...]:

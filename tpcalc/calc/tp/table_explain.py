@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from msgspec.structs import replace
+
 from tpcalc.calc.tp.rules import Split
 from tpcalc.calc.tp.table import RankParams, rank_params
 from tpcalc.calc.tp.weights import ShardedWeight
@@ -103,9 +105,7 @@ def weight_terms(w: ShardedWeight, t: int, n_kv: int) -> tuple[Term, ...]:
     }
     table = explanations(w, t, n_kv)
     rows = terms(w, {k: table[k] for k in ROWS}, symbols=symbols)
-    return tuple(
-        x.model_copy(update={"key": ROW_KEYS[x.key]}) if x.key in ROW_KEYS else x for x in rows
-    )
+    return tuple(replace(x, key=ROW_KEYS[x.key]) if x.key in ROW_KEYS else x for x in rows)
 
 
 TOTAL = "params_per_rank"
