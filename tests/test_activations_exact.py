@@ -10,7 +10,6 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import ValidationError
 
 from tpcalc.calc.activations.exact.layer import layer_kind, saved_tensors, shared_tensors
 from tpcalc.calc.activations.exact.options import ActivationOptions
@@ -185,8 +184,10 @@ def test_defaults_are_the_megatron_te_h100_ones():
     assert (opts.attention.value, opts.fused_norm, opts.fused_swiglu, opts.recompute.value) == (
         "flash", True, True, "none")  # fmt: skip
     assert opts.resolved_dropout(LLAMA) is False and opts.resolved_dropout(gpt(64, 4)) is True
-    with pytest.raises(ValidationError):
+    with pytest.raises(TypeError, match="flash"):  # an unknown option is refused
         ActivationOptions(flash=True)
+    with pytest.raises(InputError, match="t=0 must be a positive integer"):
+        ActivationOptions(t=0)
 
 
 @pytest.mark.parametrize(("spec", "seq", "opts", "error", "text"), [

@@ -63,14 +63,13 @@ def exact_options(
     from tpcalc.choices import RouterDtype
 
     m = resolve_fp8_inputs(workload.memory, workload.dtype)
-    return (kernels or ActivationOptions()).model_copy(
-        update={
-            "t": t, "sequence_parallel": workload.sp, "recompute": workload.recompute,
-            "recompute_modules": m.recompute_modules, "fp8_cache": m.fp8_cache,
-            "fp8_linear_inputs": bool(m.fp8_linear_inputs),
-            "moe_probs_in_act": m.moe_probs_in_act, "router_dtype": RouterDtype(m.router_dtype),
-            "capacity_factor": m.capacity_factor,
-        }
+    return replace(
+        kernels or ActivationOptions(),
+        t=t, sequence_parallel=workload.sp, recompute=workload.recompute,
+        recompute_modules=m.recompute_modules, fp8_cache=m.fp8_cache,
+        fp8_linear_inputs=bool(m.fp8_linear_inputs),
+        moe_probs_in_act=m.moe_probs_in_act, router_dtype=RouterDtype(m.router_dtype),
+        capacity_factor=m.capacity_factor,
     )  # fmt: skip
 
 

@@ -9,6 +9,8 @@ whole layer so only its input [s/(cp·t) with SP, b, h] stays (Table 2: 2sbh).
 
 from __future__ import annotations
 
+from msgspec.structs import replace
+
 from tpcalc.calc.activations.exact.attention import full_attention_records, mla_records
 from tpcalc.calc.activations.exact.linear_attention import gated_deltanet_records
 from tpcalc.calc.activations.exact.mlp import dense_mlp_records, moe_records
@@ -53,7 +55,7 @@ def saved_tensors(
     opts = options or ActivationOptions()
     if opts.recompute_modules and opts.recompute is Recompute.selective:
         # Megatron: recompute_modules replaces selective's default ["core_attn"]
-        opts = opts.model_copy(update={"recompute": Recompute.none})
+        opts = replace(opts, recompute=Recompute.none)
     kind = layer_kind(spec, layer_index)
     lay = layout(spec, seq, micro_batch, opts)
     h = spec.hidden_size

@@ -7,17 +7,24 @@ The resolved values are echoed into every result row, so a number always says wh
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, PositiveInt
+from msgspec import Struct
+from msgspec.structs import force_setattr
 
 from tpcalc.choices import AttentionKernel, Recompute, RouterDtype, SoftmaxDtype
+from tpcalc.errors import InputError
 from tpcalc.specs import ModelSpec
 from tpcalc.terms import Scalar
 from tpcalc.units import Dtype
 
 __all__ = ["ActivationOptions"]
 
+_CHOICES = (
+    ("attention", AttentionKernel), ("softmax_dtype", SoftmaxDtype), ("recompute", Recompute),
+    ("dtype", Dtype), ("router_dtype", RouterDtype),
+)  # fmt: skip
 
-class ActivationOptions(BaseModel):
+
+class ActivationOptions(Struct, frozen=True, kw_only=True):
     """What the exact activation model assumes about kernels, fusion, recompute and layout.
 
     Defaults are a Megatron-Core + Transformer Engine run on H100 in BF16:
@@ -40,8 +47,6 @@ class ActivationOptions(BaseModel):
     - ``dtype=bf16``: the 16-bit activations both seeds and the paper assume.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
     attention: AttentionKernel = AttentionKernel.flash
     softmax_dtype: SoftmaxDtype = SoftmaxDtype.bf16
     dropout: bool | None = None
@@ -49,8 +54,8 @@ class ActivationOptions(BaseModel):
     fused_swiglu: bool = True
     recompute: Recompute = Recompute.none
     sequence_parallel: bool = True
-    t: PositiveInt = 1
-    cp: PositiveInt = 1
+    t: int = 1
+    cp: int = 1
     dtype: Dtype = Dtype.bf16
     # Memory techniques (tpcalc.calc.activations.exact.techniques), all off by default:
     recompute_modules: tuple[str, ...] = ()  # Megatron recompute_modules, on top of ``recompute``
@@ -59,6 +64,15 @@ class ActivationOptions(BaseModel):
     moe_probs_in_act: bool = False  # Megatron-Core activation_func_with_probs
     router_dtype: RouterDtype = RouterDtype.fp32  # router scores and top-k probabilities
     capacity_factor: float | None = None  # expert capacity with dropping/padding (off)
+
+    def __post_init__(self) -> None:
+        # The Python API takes a choice by its value too (recompute="selective").
+        for name, choice in _CHOICES:
+            force_setattr(self, name, choice(getattr(self, name)))
+        force_setattr(self, "recompute_modules", tuple(self.recompute_modules))
+        for name, value in (("t", self.t), ("cp", self.cp)):
+            if value < 1:
+                raise InputError(f"{name}={value} must be a positive integer")
 
     def resolved_dropout(self, spec: ModelSpec) -> bool:
         """Dropout on for GPT-style models (LayerNorm, non-gated MLP), off for Llama-style."""

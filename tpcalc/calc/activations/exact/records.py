@@ -12,7 +12,6 @@ import math
 from enum import Enum
 
 from msgspec import Struct
-from pydantic import BaseModel, ConfigDict
 
 from tpcalc.calc.activations.paper import require_sp_seq
 from tpcalc.errors import DivisibilityError, InputError, divide
@@ -58,10 +57,8 @@ class Split(str, Enum):
     cp = "CP"  # tokens / cp
 
 
-class TensorRecord(BaseModel):
+class TensorRecord(Struct, frozen=True, kw_only=True):
     """One tensor autograd keeps for backward, as held by one rank."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
     part: str

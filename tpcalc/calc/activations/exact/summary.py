@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 
 from msgspec import Struct
+from msgspec.structs import replace
 
 from tpcalc.calc.activations.exact.layer import layer_kind, saved_tensors, shared_tensors
 from tpcalc.calc.activations.exact.options import ActivationOptions
@@ -118,7 +119,7 @@ def _recompute_peak(
 ) -> int:
     """While one layer is recomputed in backward its full activations exist again (transient):
     the largest per-layer total without recompute (Korthikanti et al. 2022 §5)."""
-    plain = opts.model_copy(update={"recompute": Recompute.none})
+    plain = replace(opts, recompute=Recompute.none)
     return max(
         sum(r.bytes for r in saved_tensors(spec, i, seq, micro_batch, plain))
         for i in first.values()

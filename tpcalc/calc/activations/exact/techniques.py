@@ -36,6 +36,8 @@ Each technique is an explicit option of ``ActivationOptions`` (default off) and 
 
 from __future__ import annotations
 
+from msgspec.structs import replace
+
 from tpcalc.calc.activations.exact.records import SavedDtype, TensorRecord
 from tpcalc.errors import InputError
 
@@ -122,7 +124,7 @@ def apply_techniques(
             elif r.name == _ATTENTION_OUT and _GATED_OUT not in names:
                 out.append(r)
                 r = _in_fp8(r, "out-proj's TE FP8 input")
-                r = r.model_copy(update={"name": f"{_ATTENTION_OUT}_fp8", "in_paper": False})
+                r = replace(r, name=f"{_ATTENTION_OUT}_fp8", in_paper=False)
         out.append(r)
     return out
 
@@ -130,7 +132,7 @@ def apply_techniques(
 def _in_fp8(r: TensorRecord, why: str) -> TensorRecord:
     """``r`` stored at one byte per element, its note saying ``why``."""
     fp8 = SavedDtype.fp8
-    return r.model_copy(
-        update={"dtype": fp8, "bytes": r.bytes // r.dtype.bytes * fp8.bytes,
-                "note": f"{r.note}; {why}".lstrip("; ")}
+    return replace(
+        r, dtype=fp8, bytes=r.bytes // r.dtype.bytes * fp8.bytes,
+        note=f"{r.note}; {why}".lstrip("; "),
     )  # fmt: skip
