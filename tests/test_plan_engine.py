@@ -517,3 +517,41 @@ def test_dense_layer_ops_do_not_read_the_expert_grid():
                 head_ops(spec, shard, spec.vocab_size))  # fmt: skip
 
     assert ops(1, 1) == ops(8, 1) == ops(32, 2)
+
+
+def test_step_cache_is_step_time_bit_for_bit(small, moe):
+    """``time.bulk.StepCache`` (the planner's exact tier) returns ``step_time``'s StepTime,
+    every field equal, for sampled candidates, after other layouts filled its cache."""
+    from tpcalc.calc.time.step import step_time
+
+    for req, s, picks, _, _ in (small, moe):
+        rng = random.Random(11)
+        for j in rng.sample(range(len(picks)), min(150, len(picks))):
+            layout, run = s.layout_run(_pick(picks[j]))
+            assert s.steps.step_time(layout, run) == step_time(
+                req.spec, req.hw, layout, run, s.opts
+            )
+
+
+@pytest.mark.parametrize(
+    ("schedule", "pp", "vpp", "mtp"),
+    [(Schedule.dualpipe, 8, 1, True), (Schedule.interleaved, 4, 2, False),
+     (Schedule.one_f_one_b, 16, 1, True), (Schedule.zb_h1, 2, 1, False)],
+)  # fmt: skip
+def test_step_cache_deep_pipelines_and_layer_kinds(h100, schedule, pp, vpp, mtp):
+    """DeepSeek-V3 (3 dense layers, then MoE; MTP on the last stage): stages sharing their
+    layer kinds are computed once, ZeRO stages and micro-batch counts reuse them, and every
+    StepTime equals ``step_time``'s."""
+    from tpcalc.calc.time.bulk import StepCache
+    from tpcalc.calc.time.step import Overlap, step_time
+
+    spec = load_model("deepseek-v3")
+    opts = TimeOptions(overlap=Overlap(ep_a2a=True, tp_comm=True))
+    cache = StepCache(spec, h100, opts)
+    for zero, m, recompute in itertools.product((0, 1, 3), (pp, 4 * pp), ("selective", "full")):
+        layout = ParallelLayout(gpus_per_node=8, tp=2, pp=pp, dp=8, ep=8, zero=zero)
+        run = LayoutRun(
+            seq=4096, microbatches=m, schedule=schedule, vpp=vpp, recompute=Recompute(recompute),
+            memory=MemoryTechniques(mtp=mtp),
+        )  # fmt: skip
+        assert cache.step_time(layout, run) == step_time(spec, h100, layout, run, opts)

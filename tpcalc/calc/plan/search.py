@@ -46,7 +46,8 @@ from tpcalc.calc.plan.types import (
     PlanResult,
     ProgressCallback,
 )
-from tpcalc.calc.time.step import STEP_PARTS, StepTime, TimeOptions, step_time
+from tpcalc.calc.time.bulk import StepCache
+from tpcalc.calc.time.step import STEP_PARTS, StepTime, TimeOptions
 
 BATCH = "batch: dp does not divide the global batch"
 NO_MICRO_BATCH = "batch: no allowed micro-batch splits global batch / dp"
@@ -127,6 +128,7 @@ class _Search:
         self.enumerated = 0
         self.fitting = 0  # candidates that divide and fit, counted as the blocks are screened
         self.timed = 0
+        self.steps = StepCache(req.spec, req.hw, self.opts)  # step_time, bit for bit
         self._exact: dict[_Pick, tuple[StepTime, ParallelLayout, LayoutRun]] = {}
         # every allowed stage is timed (module docstring)
         self.zeros = self.d.zero
@@ -356,8 +358,7 @@ class _Search:
         if p not in self._exact:
             layout, run = self.layout_run(p)
             self.timed += 1
-            self._exact[p] = (step_time(self.req.spec, self.req.hw, layout, run, self.opts),
-                              layout, run)  # fmt: skip
+            self._exact[p] = (self.steps.step_time(layout, run), layout, run)
         return self._exact[p][0]
 
     def layout_run(self, p: _Pick) -> tuple[ParallelLayout, LayoutRun]:
