@@ -268,7 +268,8 @@ def test_branch_and_bound_equals_exhaustive(model, h100):
 
 
 def test_floors_never_exceed_bounds(small, moe):
-    """``StepBounds.floor`` (no stage split) is at most every bound of its block's cells."""
+    """A block's floor (the least bound of its cells over ZeRO stages) is at most every bound
+    of its cells."""
     for _, s, picks, _, lbs in (small, moe):
         cell = {}
         for row, lb in zip(picks, lbs, strict=True):

@@ -1,11 +1,14 @@
 """The search: enumerate the space (``space``), drop what does not divide, screen memory for every
 remaining candidate at once (``fit``, one numpy pass per shape), then rank by step time with a
-provable branch-and-bound (``bounds``) in three tiers: a floor per block cell (``prepare``,
-``StepBounds.floors``), the block's own bounds (built by ``expand`` only while some floor can
-still win), and the exact ``calc.time.step.step_time``, run only on a candidate whose bound is
-still below every other candidate's. The first ``top_k`` candidates that come out exact are the
-top k of exhaustive exact evaluation (a floor never exceeds a bound, a bound never the exact
-time); each point of the Pareto front likewise (``_top_built``, ``_pareto_built``).
+provable branch-and-bound (``bounds``) in two tiers: a lower bound of every candidate that fits,
+taken per shape in one numpy pass (``prepare``, ``StepBounds.group``), and the exact
+``calc.time.step.step_time`` (through ``time.bulk.StepCache``, bit for bit), run only on a
+candidate whose bound is still below every other candidate's exact time. The search lists a
+block's candidates (``expand``) only when its least bound can still win: a block's floor per
+(micro-batch, sp, mode) cell is the least bound over its ZeRO stages. The first ``top_k``
+candidates that come out exact are the top k of exhaustive exact evaluation (a bound never
+exceeds the exact time); each point of the Pareto front likewise (``_top_built``,
+``_pareto_built``).
 
 Reported numbers come from the exact model: every candidate in the result is re-priced by
 ``calc.layout.memory.rank_memory`` and ``step_time`` with the inputs ``tpcalc layout`` would
@@ -14,10 +17,10 @@ give them.
 ZeRO: every allowed stage is timed. States shrink with every stage (``dp.zero.state_divisors``)
 but ZeRO-2 reduce-scatters every micro-batch's gradients and ZeRO-3 also re-gathers the
 parameters for every forward and backward (``step._dp_exposed``), so no stage dominates another.
-The bounds price stages >= 1 with ZeRO-1's collectives, which never exceed ZeRO-2's or ZeRO-3's
-exposed time: with c one pass's collective and t the pass it runs under, ZeRO-1 exposes
-max(0, c - drain·t) with drain >= 1 and ZeRO-2/3 at least m·max(0, c - t), so they stay lower
-bounds.
+The bounds price ZeRO-2/3's per-micro-batch collectives when they overlap (``StepBounds.group``)
+and otherwise ZeRO-1's, which never exceed ZeRO-2's or ZeRO-3's exposed time: with c one pass's
+collective and t the pass it runs under, ZeRO-1 exposes max(0, c - drain·t) with drain >= 1 and
+ZeRO-2/3 at least m·max(0, c - t), so they stay lower bounds.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import heapq
 import math
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -68,6 +71,11 @@ class _Group:
     memory: np.ndarray
     allowed: np.ndarray
     blocks: list[int]  # the block index of each variant
+    # set by prepare: the micro-batches where something fits, the flat indices of the timed
+    # candidates that fit in [V, Z', those micro-batches, S, R], and their bounds
+    bounds: tuple[np.ndarray, np.ndarray, np.ndarray] = field(
+        default_factory=lambda: (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
+    )
 
 
 @dataclass
@@ -249,9 +257,10 @@ class _Search:
     # ---- candidates and bounds ----
 
     def prepare(self) -> None:
-        """Per block and (micro-batch, sp, mode) cell: the least memory among its timed
-        candidates that fit, and ``StepBounds.floor`` (a lower bound on each of their bounds).
-        The blocks' own bounds are built only when a search needs them (``expand``)."""
+        """The bound of every timed candidate that fits (``StepBounds.group``, kept per group),
+        and per block and (micro-batch, sp, mode) cell the least memory and the least bound
+        (the floor) over its ZeRO stages. A block's candidates are listed only when a search
+        needs them (``expand``)."""
         self.zi = np.array([self.zeros.index(z) for z in self.timed_zeros], dtype=np.int64)
         n = len(self.blocks)
         self.floors = np.full(n, math.inf)
@@ -273,12 +282,15 @@ class _Search:
                 continue
             fits = fits[:, :, used]
             mem = mem[:, :, used]
-            cells, coarse = self.bounds.floors(
+            at = np.nonzero(fits)
+            lb = self.bounds.group(
                 grp.shape, grp.variants, [grp.mbs[i] for i in used], grp.per_dp, grp.sps,
-                self.d.recompute, distributed, zeros,
+                self.d.recompute, distributed, zeros, at,
             )  # fmt: skip
-            by_zero = np.where(fits, coarse[..., None, None], math.inf).min(axis=1)
-            floor = np.where(np.isfinite(by_zero), np.maximum(cells, by_zero), math.inf)
+            grp.bounds = (used, np.ravel_multi_index(at, fits.shape), lb)
+            full = np.full(fits.shape, math.inf)
+            full[at] = lb
+            floor = full.min(axis=1)
             least = np.where(fits, mem, math.inf).min(axis=1)
             ids = np.array(grp.blocks)
             where = np.nonzero(np.isfinite(floor))
@@ -296,7 +308,8 @@ class _Search:
         self.progress("bounds", 1.0)
 
     def expand(self, ks: Iterable[int] | np.ndarray) -> int:
-        """Build the bounds of blocks ``ks`` (those not built yet); the number built."""
+        """Add the candidates of blocks ``ks`` (those not added yet) with their bounds (taken
+        by ``prepare`` for the whole group); the number added."""
         built = 0
         for k in ks:
             k = int(k)
@@ -304,21 +317,22 @@ class _Search:
                 continue
             self.expanded[k] = True
             blk = self.blocks[k]
+            grp = blk.group
+            used, flat, lb = grp.bounds
+            n_z = len(self.zi)
+            shape = (len(grp.variants), n_z, len(used), len(blk.sps), len(self.d.recompute))
+            per_v = math.prod(shape[1:])
+            lo, hi = np.searchsorted(flat, [blk.v * per_v, (blk.v + 1) * per_v])
+            _, z, mu, s, r = np.unravel_index(flat[lo:hi], shape)
+            inv = np.full(len(grp.mbs), -1, dtype=np.int64)
+            inv[blk.take] = np.arange(len(blk.take))
+            i = inv[used[mu]]  # the block's micro-batch index of each candidate
             mem = blk.memory[self.zi]  # [Z', M, S, R]
-            flat = np.flatnonzero(mem <= self.capacity)
-            z, i, s, r = np.unravel_index(flat, mem.shape)
-            used = np.unique(i)  # the micro-batches where something fits: only those priced
-            at = np.zeros(len(blk.mbs), dtype=np.int64)
-            at[used] = np.arange(len(used))
-            lb = self.bounds.block(
-                blk.shape, blk.variant, [blk.mbs[x] for x in used], blk.per_dp, blk.sps,
-                self.d.recompute, [zero >= 1 for zero in self.timed_zeros],
-                [int(z) for z in self.timed_zeros],
-            )[z, at[i], s, r]  # fmt: skip
+            own = np.ravel_multi_index((z, i, s, r), mem.shape)
             rows = np.stack([np.full_like(z, k), self.zi[z], i, s, r], axis=1).astype(np.int32)
             # the order of the exhaustive list: block, then zero, micro-batch, sp, mode
-            keys = (np.int64(k) << KEY_SHIFT) | flat.astype(np.int64)
-            self._chunks.append((rows, mem.ravel()[flat], lb * (1 - BOUND_MARGIN), keys))
+            keys = (np.int64(k) << KEY_SHIFT) | own.astype(np.int64)
+            self._chunks.append((rows, mem.ravel()[own], lb[lo:hi] * (1 - BOUND_MARGIN), keys))
             built += 1
         if built:
             self._sorted = None
@@ -440,7 +454,7 @@ def _top_built(search: _Search, want: int) -> list[tuple[float, _Pick]]:
     blocks in order of their floor until ``want`` picks are built, then, as long as some block
     not built has a floor at most the ``want``-th best exact time so far, those blocks too. A
     block left out has every pick's exact time above that time, so it holds none of the best
-    ``want`` (the floors are lower bounds on the bounds, ``StepBounds.floor``)."""
+    ``want`` (a floor is the least bound of its cell, ``prepare``)."""
     if want <= 0:
         return []
     by_floor = np.argsort(search.floors, kind="stable")
