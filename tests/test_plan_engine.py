@@ -556,3 +556,18 @@ def test_step_cache_deep_pipelines_and_layer_kinds(h100, schedule, pp, vpp, mtp)
             memory=MemoryTechniques(mtp=mtp),
         )  # fmt: skip
         assert cache.step_time(layout, run) == step_time(spec, h100, layout, run, opts)
+
+
+@pytest.mark.parametrize("model", ["deepseek-v3", "llama3-405b"])
+def test_screen_rank_params_match_pp_rank_params(model, h100):
+    """``MemoryScreen.rank_params`` (per-layer counts taken once) is ``pp_rank_params``."""
+    from tpcalc.calc.layout.memory import pp_rank_params
+
+    spec = load_model(model)
+    for mtp in (True, False):
+        req = build_request(spec, h100, gpus=64, seq=4096, global_batch=64,
+                            memory=MemoryTechniques(mtp=mtp))  # fmt: skip
+        screen = S._Search(req, 64).screen
+        for p, v, sched in [(1, 1, Schedule.one_f_one_b), (4, 2, Schedule.interleaved),
+                            (8, 1, Schedule.dualpipe), (16, 3, Schedule.interleaved)]:  # fmt: skip
+            assert screen.rank_params(p, v, sched) == pp_rank_params(spec, p, v, sched, mtp=mtp)
