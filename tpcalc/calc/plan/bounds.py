@@ -460,7 +460,7 @@ class StepBounds:
         mm = m[None, None, :, 0, 0]  # [1, 1, M]
         iv, iz, im = at[:3]
         groups = []
-        for expert in (False, True):
+        for expert in (False, True) if self.spec.is_moe else (False,):
             a0, c0, d = (np.empty((n_v, n_z)) for _ in range(3))
             ga, gc = np.zeros((n_v, n_z), bool), np.zeros((n_v, n_z), bool)
             per_pass, one, gathers, gather = (np.zeros((n_v, n_z)) for _ in range(4))
@@ -474,12 +474,14 @@ class StepBounds:
                 row[v.vpp] = i
                 dv = 1 + (p - 1) / v.vpp
                 key = (shape.tp, shape.cp, shape.pp, shape.dp, v.vpp, True)
+                tails: dict[bool, tuple] = {}  # the tails read the stage only as ZeRO >= 1
                 for j, (z, dist) in enumerate(zip(zeros, distributed, strict=True)):
-                    if expert:
-                        k, a0[i, j], c0[i, j], parts = self.expert_tail(shape, v, dist)
-                    else:
-                        k, a0[i, j], c0[i, j] = self.dp_tail(shape, v, dist)
-                        parts = self._dp_parts.get(key)
+                    if dist not in tails:
+                        if expert:
+                            tails[dist] = self.expert_tail(shape, v, dist)
+                        else:
+                            tails[dist] = (*self.dp_tail(shape, v, dist), self._dp_parts.get(key))
+                    k, a0[i, j], c0[i, j], parts = tails[dist]
                     const[i, j] += k
                     d[i, j] = dv
                     if z < 2 or parts is None:
@@ -539,11 +541,17 @@ class StepBounds:
     ) -> tuple[np.ndarray, ...]:
         """``stacked``'s per-kind totals and forwards [M, S, R, K] and ends [M, S, R] (first,
         last, first stage's forward) of every (micro-batch, sp)."""
-        key = (shape, tuple(mbs), tuple(sps), self._mode_key(modes), "kinds")
+        return self._stacked_rows(shape, mbs, sps, modes)[:5]
+
+    def _stacked_rows(
+        self, shape: Shape, mbs: list[int], sps: list[bool], modes: list[RecomputeMode]
+    ) -> tuple[np.ndarray, ...]:
+        """Every array of ``stacked`` over (micro-batch, sp): [M, S, ...]."""
+        key = (shape, tuple(mbs), tuple(sps), self._mode_key(modes), "stacked")
         got = self._floors.get(key)
         if got is None:
             rows = [[self.stacked(shape, b, sp, modes) for sp in sps] for b in mbs]
-            got = tuple(np.array([[x[t] for x in row] for row in rows]) for t in range(5))
+            got = tuple(np.array([[x[t] for x in row] for row in rows]) for t in range(8))
             self._floors[key] = got
         return got
 
@@ -556,13 +564,8 @@ class StepBounds:
         key = (shape, tuple(mbs), tuple(sps), self._mode_key(modes))
         got = self._floors.get(key)
         if got is None:
-            r = len(modes)
-            f, bi, w = (np.empty((len(mbs), len(sps), r)) for _ in range(3))
-            sends = np.empty((len(mbs), len(sps), 1))
-            for i, b in enumerate(mbs):
-                for j, sp in enumerate(sps):
-                    *_, f[i, j], bi[i, j], w[i, j] = self.stacked(shape, b, sp, modes)
-                    sends[i, j] = self.pp_sends(shape, b, sp)
+            f, bi, w = self._stacked_rows(shape, mbs, sps, modes)[5:]
+            sends = np.array([[[self.pp_sends(shape, b, sp)] for sp in sps] for b in mbs])
             m = np.array([per_dp // b for b in mbs], dtype=np.float64)[:, None, None]
             got = (f, bi, w, sends, m)
             self._floors[key] = got

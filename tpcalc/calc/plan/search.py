@@ -334,23 +334,27 @@ class _Search:
             keys = (np.int64(k) << KEY_SHIFT) | own.astype(np.int64)
             self._chunks.append((rows, mem.ravel()[own], lb[lo:hi] * (1 - BOUND_MARGIN), keys))
             built += 1
-        if built:
-            self._sorted = None
         return built
 
     def built(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Every pick of the expanded blocks: rows (block, zero, micro-batch, sp, mode), memory,
         bound and order key, sorted by (bound, key): the order of a stable sort by bound of the
-        exhaustive list, restricted to these picks."""
+        exhaustive list, restricted to these picks. Picks added since the last call are sorted
+        alone and merged in (keys are unique, so (bound, key) orders them totally)."""
         if self._sorted is None:
-            if not self._chunks:
-                empty = np.zeros(0)
-                self._sorted = (np.zeros((0, 5), np.int32), empty, empty, empty.astype(np.int64))
-            else:
-                rows, mems, lbs, keys = (np.concatenate(c) for c in zip(*self._chunks, strict=True))
-                self._chunks = [(rows, mems, lbs, keys)]
-                order = np.lexsort((keys, lbs))
-                self._sorted = (rows[order], mems[order], lbs[order], keys[order])
+            empty = np.zeros(0)
+            self._sorted = (np.zeros((0, 5), np.int32), empty, empty, empty.astype(np.int64))
+        if self._chunks:
+            rows, mems, lbs, keys = (np.concatenate(c) for c in zip(*self._chunks, strict=True))
+            self._chunks = []
+            order = np.lexsort((keys, lbs))
+            new = (rows[order], mems[order], lbs[order], keys[order])
+            old = self._sorted
+            at = np.searchsorted(old[2], new[2], "left")
+            right = np.searchsorted(old[2], new[2], "right")
+            for j in np.flatnonzero(right > at):  # equal bounds: by key among them
+                at[j] += np.searchsorted(old[3][at[j] : right[j]], new[3][j])
+            self._sorted = tuple(np.insert(o, at, n, axis=0) for o, n in zip(old, new, strict=True))
         return self._sorted  # type: ignore[return-value]
 
     def picks(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
