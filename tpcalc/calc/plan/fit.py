@@ -21,7 +21,7 @@ takes it, so the screen and rank_memory agree to the last bit (tests compare the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -71,6 +71,20 @@ class Pipe:
     offload_share: np.ndarray  # [ranks]: share of the rank's activations offloaded
 
 
+class _PipeRows(NamedTuple):
+    """``pipe`` of many variants over many micro-batch counts: the one-direction variants
+    stacked (their indices, layer counts per rank transposed [V1, K, ranks], in-flight factors
+    [V1, M, ranks], offloaded shares [V1, ranks]), the DualPipe ones apart (index, counts and
+    factors per direction, share), and which ranks hold the last chunk [V, ranks]."""
+
+    one: np.ndarray
+    counts_t: np.ndarray
+    factors: np.ndarray
+    share: np.ndarray
+    dual: list[tuple[int, tuple[np.ndarray, ...], tuple[np.ndarray, ...], np.ndarray]]
+    last: np.ndarray
+
+
 class MemoryScreen:
     """Worst-rank memory of blocks of candidates (module docstring)."""
 
@@ -95,14 +109,16 @@ class MemoryScreen:
         self._mode_key = ModeKeys()
         self._modes_seen: tuple[list | None, tuple] = (None, ())
         self._pipes: dict[tuple, Pipe] = {}
-        self._pipe_rows: dict[tuple, list] = {}
+        self._pipe_rows: dict[tuple, _PipeRows] = {}
         self._rank_rows: dict[tuple, tuple] = {}
+        self._kept: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._params: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._buffers: dict[tuple, float] = {}
         self._rank_params: dict[tuple, list] = {}
         self._layer_params: tuple = ()
         self._buffer_rows: dict[tuple, np.ndarray] = {}
-        self._factors: dict[tuple, float] = {}
+        self._state_factors: dict[tuple, float] = {}
+        self._factors: dict[tuple, tuple[np.ndarray, ...]] = {}
         none = np.zeros(0)
         self._last_act: tuple[Any, Any, Any] = (
             None, (none, none), (none, none, none),
@@ -194,24 +210,39 @@ class MemoryScreen:
         (int64, exact), as ``kind_bytes`` sums them."""
         if self.model is ActivationModel.paper:
             return np.array([self.kind_bytes(tp, cp, sp, mode, b) for mode in modes])
-        sp = sp and tp > 1
-        out = np.empty((len(modes), len(self.kinds)))
-        by_grain: dict[Recompute, list[int]] = {}
-        for i, mode in enumerate(modes):
-            # Megatron: recompute_modules replace selective's default (as kind_bytes)
-            by_grain.setdefault(Recompute.none if mode.modules else mode.recompute, []).append(i)
-        for grain, ix in by_grain.items():
-            rows, drops, names = self._module_inventory(tp, cp, sp, grain)
-            masks = np.array(
-                [sum(1 << names.index(m) for m in modes[i].modules) for i in ix], dtype=np.int64
-            )
-            kept = (drops[None, :] & masks[:, None]) == 0  # [R_g, T]
-            one, two = rows[:, 1], rows[:, 2]
-            each = one + (b - 1) * (two - one)  # affine in b (module docstring)
-            onehot = np.zeros((len(rows), len(self.kinds)), dtype=np.int64)
-            onehot[np.arange(len(rows)), rows[:, 0]] = 1
-            out[ix] = (kept * each) @ onehot
-        return out
+        at_one, slope = self._kept_sums(tp, cp, sp and tp > 1, modes)
+        return (at_one + (b - 1) * slope).astype(np.float64)  # affine in b, int64: exact
+
+    def _kept_sums(
+        self, tp: int, cp: int, sp: bool, modes: tuple[RecomputeMode, ...]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per mode and kind [R', K], the bytes of the tensors it keeps at b = 1 and their
+        growth per sequence (int64), from the inventory of its granularity (Megatron:
+        recompute_modules replace selective's default, as ``kind_bytes``): ``kind_bytes`` =
+        at_one + (b − 1) · slope."""
+        key = (tp, cp, sp, self._mode_key(modes))
+        got = self._kept.get(key)
+        if got is None:
+            at_one = np.empty((len(modes), len(self.kinds)), dtype=np.int64)
+            slope = np.empty_like(at_one)
+            by_grain: dict[Recompute, list[int]] = {}
+            for i, mode in enumerate(modes):
+                grain = Recompute.none if mode.modules else mode.recompute
+                by_grain.setdefault(grain, []).append(i)
+            for grain, ix in by_grain.items():
+                rows, drops, names = self._module_inventory(tp, cp, sp, grain)
+                masks = np.array(
+                    [sum(1 << names.index(m) for m in modes[i].modules) for i in ix],
+                    dtype=np.int64,
+                )
+                kept = (drops[None, :] & masks[:, None]) == 0  # [R_g, T]
+                one, two = rows[:, 1], rows[:, 2]
+                onehot = np.zeros((len(rows), len(self.kinds)), dtype=np.int64)
+                onehot[np.arange(len(rows)), rows[:, 0]] = 1
+                at_one[ix] = (kept * one) @ onehot
+                slope[ix] = (kept * (two - one)) @ onehot
+            got = self._kept[key] = (at_one, slope)
+        return got
 
     def _techniques(self, mode: RecomputeMode) -> MemoryTechniques:
         return MemoryTechniques(
@@ -239,14 +270,23 @@ class MemoryScreen:
 
     def _factors_of(self, pp: int, v: Variant, m: int) -> tuple[np.ndarray, ...]:
         """In-flight chunks / v of each rank (DualPipe: p − r and r + 1 per direction)."""
+        key = (pp, v, m)
+        got = self._factors.get(key)
+        if got is not None:
+            return got
         if v.schedule is Schedule.dualpipe:
-            return (
+            got = (
                 np.array([pp - r for r in range(pp)], dtype=np.float64),
                 np.array([r + 1 for r in range(pp)], dtype=np.float64),
             )
-        return (
-            np.array([in_flight_chunks(v.schedule, pp, m, v.vpp, r) / v.vpp for r in range(pp)]),
-        )
+        else:
+            got = (
+                np.array(
+                    [in_flight_chunks(v.schedule, pp, m, v.vpp, r) / v.vpp for r in range(pp)]
+                ),
+            )
+        self._factors[key] = got
+        return got
 
     def _ranks(self, pp: int, v: Variant) -> tuple[tuple[np.ndarray, ...], np.ndarray, np.ndarray]:
         """``pipe``'s parts that do not depend on the micro-batch count: the layers of each
@@ -281,22 +321,32 @@ class MemoryScreen:
         got = self._rank_rows[key] = (counts, last, share)
         return got
 
-    def _pipes_of(
-        self, pp: int, vs: list[Variant], ms: tuple[int, ...]
-    ) -> list[tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...], np.ndarray, np.ndarray]]:
-        """``pipe`` of every variant over the micro-batch counts ``ms``: per variant its layer
-        counts per rank (they do not depend on m), its in-flight factors [M, ranks] per
-        direction, which ranks hold the last chunk and the offloaded share; shared by every
-        shape with this pp and these counts."""
+    def _pipes_of(self, pp: int, vs: list[Variant], ms: tuple[int, ...]) -> _PipeRows:
+        """``pipe`` of every variant over the micro-batch counts ``ms`` (``_PipeRows``); shared
+        by every shape with this pp and these counts."""
         key = (pp, tuple(vs), ms)
         got = self._pipe_rows.get(key)
         if got is None:
-            got = []
-            for v in vs:
-                counts, last, share = self._ranks(pp, v)
+            one, dual, counts_t, factors, shares = [], [], [], [], []
+            last = np.empty((len(vs), pp), dtype=bool)
+            for i, v in enumerate(vs):
+                counts, last[i], share = self._ranks(pp, v)
                 row = [self._factors_of(pp, v, m) for m in ms]
-                factors = tuple(np.array([x[t] for x in row]) for t in range(len(row[0])))
-                got.append((counts, factors, last, share))
+                f = tuple(np.array([x[t] for x in row]) for t in range(len(row[0])))
+                if len(counts) == 1:
+                    one.append(i)
+                    counts_t.append(counts[0].T.astype(np.float64))
+                    factors.append(f[0])
+                    shares.append(share)
+                else:
+                    dual.append((i, counts, f, share))
+            n_k, n_m = len(self.kinds), len(ms)
+            got = _PipeRows(
+                np.array(one, dtype=np.int64),
+                np.array(counts_t).reshape(len(one), n_k, pp),
+                np.array(factors).reshape(len(one), n_m, pp),
+                np.array(shares).reshape(len(one), pp), dual, last,
+            )  # fmt: skip
             self._pipe_rows[key] = got
         return got
 
@@ -354,11 +404,11 @@ class MemoryScreen:
     def state_factor(self, zero: ZeroStage, n: int) -> float:
         """Bytes of model states per parameter at ``zero`` over n ranks (zero_states_bytes)."""
         key = (zero, n)
-        if key not in self._factors:
+        if key not in self._state_factors:
             dw, dg, do = state_divisors(zero, n)
             w, g, o = self._rb
-            self._factors[key] = w / dw + g / dg + o / do
-        return self._factors[key]
+            self._state_factors[key] = w / dw + g / dg + o / do
+        return self._state_factors[key]
 
     def buffer(self, shape: Shape, b: int, last: bool) -> float:
         key = (shape.tp, shape.cp, shape.ep, b, last)
@@ -419,11 +469,12 @@ class MemoryScreen:
         pp, n_v, n_m = shape.pp, len(vs), len(mbs)
         grad = shape.dp * shape.cp
         expert_dp = shape.dp * shape.cp * shape.tp // (shape.ep * shape.etp)
-        states = np.empty((n_v, len(zeros), pp))
-        for i, v in enumerate(vs):
-            d, e = self.params(shape, v)
-            for j, z in enumerate(zeros):
-                states[i, j] = d * self.state_factor(z, grad) + e * self.state_factor(z, expert_dp)
+        de = [self.params(shape, v) for v in vs]
+        d = np.array([x[0] for x in de])[:, None, :]  # [V, 1, ranks]
+        e = np.array([x[1] for x in de])[:, None, :]
+        fd = np.array([self.state_factor(z, grad) for z in zeros])[None, :, None]  # [1, Z, 1]
+        fe = np.array([self.state_factor(z, expert_dp) for z in zeros])[None, :, None]
+        states = d * fd + e * fe  # [V, Z, ranks], each element as block takes it
         act, last = self._group_act(shape, vs, mbs, per_dp, sps, modes)  # [V, M, S·R, ranks]
         n_m, n_sr = act.shape[1:3]
         rows = {b: (self.buffer(shape, b, True), self.buffer(shape, b, False)) for b in mbs}
@@ -484,10 +535,14 @@ class MemoryScreen:
         n_m, n_s, n_r, n_k = kb.shape
         kb = kb.reshape(n_m, n_s * n_r, n_k)  # [M, S·R, K]
         act = np.empty((len(vs), n_m, n_s * n_r, pp))
-        last = np.empty((len(vs), pp), dtype=bool)
-        for i, (counts, factors, last[i], share) in enumerate(
-            self._pipes_of(pp, vs, tuple(per_dp // b for b in mbs))
-        ):
+        rows = self._pipes_of(pp, vs, tuple(per_dp // b for b in mbs))
+        last = rows.last
+        if len(rows.one):  # every one-direction variant in one product (whole bytes: exact)
+            a = rows.factors[:, :, None, :] * np.matmul(kb[None], rows.counts_t[:, None])
+            if self.tech.offload_layers:
+                a = a - a * rows.share[:, None, None, :]
+            act[rows.one] = a
+        for i, counts, factors, share in rows.dual:
             a = factors[0][:, None, :] * (kb @ counts[0].T)
             for t in range(1, len(counts)):  # DualPipe's second direction
                 a = a + factors[t][:, None, :] * (kb @ counts[t].T)
