@@ -126,6 +126,7 @@ class StepBounds:
         self.shards = 0
         self._mode_key = ModeKeys()
         self._floors: dict[tuple, tuple[np.ndarray, ...]] = {}
+        self._bucket_times: dict[tuple, tuple[float, float]] = {}
 
     def work(self, shape: Shape, b: int, sp: bool) -> ShardWork:
         sp = sp and shape.tp > 1
@@ -330,14 +331,21 @@ class StepBounds:
         cap = max(DDP_BUCKET_MIN_PARAMS, DDP_BUCKET_PARAMS_PER_DP_RANK * dp)
         bucket = min(params, cap)
         buckets = math.ceil(params / bucket)
-        grad = bucket * opts.grad_reduce_dtype.bytes * opts.comm_scale
-        gather = 0.0
-        if distributed:
-            one = collective_time_s(r, Collective.reduce_scatter, grad, size, nodes)
-            param = bucket * Dtype.bf16.bytes * opts.comm_scale
-            gather = collective_time_s(r, Collective.all_gather, param, size, nodes)
-        else:
-            one = collective_time_s(r, Collective.all_reduce, grad, size, nodes)
+        # one bucket's collectives: the same for every stage split whose bucket is the cap
+        ckey = (bucket, size, nodes, distributed)
+        got = self._bucket_times.get(ckey)
+        if got is None:
+            grad = bucket * opts.grad_reduce_dtype.bytes * opts.comm_scale
+            if distributed:
+                param = bucket * Dtype.bf16.bytes * opts.comm_scale
+                got = (
+                    collective_time_s(r, Collective.reduce_scatter, grad, size, nodes),
+                    collective_time_s(r, Collective.all_gather, param, size, nodes),
+                )
+            else:
+                got = (collective_time_s(r, Collective.all_reduce, grad, size, nodes), 0.0)
+            self._bucket_times[ckey] = got
+        one, gather = got
         if ov.dp_grad_reduce:
             const, a = const + one, buckets * one - one
         else:
