@@ -97,6 +97,35 @@ class _Block:
         return self.group.memory[self.v][:, self.take]
 
 
+class _Listed:
+    """Growing arrays of listed picks (rows, memory, bound, key), doubled when full so that
+    listing n picks costs O(n) in all."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.arrays: tuple[np.ndarray, ...] = (
+            np.zeros((0, 5), np.int32), np.zeros(0), np.zeros(0), np.zeros(0, np.int64),
+        )  # fmt: skip
+
+    def add(self, *parts: np.ndarray) -> None:
+        k = len(parts[0])
+        if self.n + k > len(self.arrays[0]):
+            cap = max(2 * len(self.arrays[0]), self.n + k, 1024)
+            grown = []
+            for a in self.arrays:
+                b = np.empty((cap, *a.shape[1:]), a.dtype)
+                b[: self.n] = a[: self.n]
+                grown.append(b)
+            self.arrays = tuple(grown)
+        for a, x in zip(self.arrays, parts, strict=True):
+            a[self.n : self.n + k] = x
+        self.n += k
+
+    def view(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        rows, mems, lbs, keys = self.arrays
+        return rows[: self.n], mems[: self.n], lbs[: self.n], keys[: self.n]
+
+
 @dataclass(frozen=True)
 class _Pick:
     """A timed candidate: its block and indices."""
@@ -265,7 +294,8 @@ class _Search:
         n = len(self.blocks)
         self.floors = np.full(n, math.inf)
         self.expanded = np.zeros(n, dtype=bool)
-        self._chunks: list[tuple[np.ndarray, ...]] = []
+        self._list = _Listed()
+        self._order = np.zeros(0, np.int64)  # the listed picks by (bound, key)
         self._sorted: tuple[np.ndarray, ...] | None = None
         distributed = [zero >= 1 for zero in self.timed_zeros]
         zeros = [int(z) for z in self.timed_zeros]
@@ -332,29 +362,31 @@ class _Search:
             rows = np.stack([np.full_like(z, k), self.zi[z], i, s, r], axis=1).astype(np.int32)
             # the order of the exhaustive list: block, then zero, micro-batch, sp, mode
             keys = (np.int64(k) << KEY_SHIFT) | own.astype(np.int64)
-            self._chunks.append((rows, mem.ravel()[own], lb[lo:hi] * (1 - BOUND_MARGIN), keys))
+            self._list.add(rows, mem.ravel()[own], lb[lo:hi] * (1 - BOUND_MARGIN), keys)
+            self._sorted = None
             built += 1
         return built
 
+    def listed(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Every pick of the expanded blocks, in the order listed: rows (block, zero,
+        micro-batch, sp, mode), memory, bound and order key."""
+        return self._list.view()
+
     def built(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Every pick of the expanded blocks: rows (block, zero, micro-batch, sp, mode), memory,
-        bound and order key, sorted by (bound, key): the order of a stable sort by bound of the
-        exhaustive list, restricted to these picks. Picks added since the last call are sorted
-        alone and merged in (keys are unique, so (bound, key) orders them totally)."""
+        """``listed`` sorted by (bound, key): the order of a stable sort by bound of the
+        exhaustive list, restricted to these picks. Picks listed since the last call are
+        sorted alone and merged in (keys are unique, so (bound, key) orders them totally)."""
         if self._sorted is None:
-            empty = np.zeros(0)
-            self._sorted = (np.zeros((0, 5), np.int32), empty, empty, empty.astype(np.int64))
-        if self._chunks:
-            rows, mems, lbs, keys = (np.concatenate(c) for c in zip(*self._chunks, strict=True))
-            self._chunks = []
-            order = np.lexsort((keys, lbs))
-            new = (rows[order], mems[order], lbs[order], keys[order])
-            old = self._sorted
-            at = np.searchsorted(old[2], new[2], "left")
-            right = np.searchsorted(old[2], new[2], "right")
+            rows, mems, lbs, keys = self._list.view()
+            n_old = len(self._order)
+            new = n_old + np.lexsort((keys[n_old:], lbs[n_old:]))
+            old = self._order
+            at = np.searchsorted(lbs[old], lbs[new], "left")
+            right = np.searchsorted(lbs[old], lbs[new], "right")
             for j in np.flatnonzero(right > at):  # equal bounds: by key among them
-                at[j] += np.searchsorted(old[3][at[j] : right[j]], new[3][j])
-            self._sorted = tuple(np.insert(o, at, n, axis=0) for o, n in zip(old, new, strict=True))
+                at[j] += np.searchsorted(keys[old[at[j] : right[j]]], keys[new[j]])
+            self._order = order = np.insert(old, at, new)
+            self._sorted = (rows[order], mems[order], lbs[order], keys[order])
         return self._sorted  # type: ignore[return-value]
 
     def picks(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -529,6 +561,19 @@ def _fastest(
     return best_j
 
 
+def _bound_order(
+    search: _Search, rows: np.ndarray, idx: np.ndarray, lbs: np.ndarray, keys: np.ndarray
+) -> np.ndarray:
+    """The picks ``idx`` that ``_fastest`` visits, in its order: by (bound, key), only those
+    with a bound at most the exact time t0 of the first (``_fastest`` stops at the first
+    bound above its best time, which is at most t0), so only they are sorted."""
+    low = idx[lbs[idx] == lbs[idx].min()]
+    first = low[np.argmin(keys[low])]
+    t0 = search.tighten(rows[first])
+    near = idx[lbs[idx] <= t0]
+    return near[np.lexsort((keys[near], lbs[near]))]
+
+
 def _pareto(search: _Search, picks: np.ndarray, mems: np.ndarray, lbs: np.ndarray) -> list[int]:
     """Picks on the memory-versus-time front, memory ascending: the fastest of all, then the
     fastest with PARETO_MEMORY_STEP less memory than that, and so on (each found by
@@ -576,13 +621,13 @@ def _pareto_built(search: _Search) -> list[_Pick]:
         if not under.any():
             break
         while True:
-            rows, mems, lbs, _ = search.built()
+            rows, mems, lbs, keys = search.listed()
             idx = np.flatnonzero(mems < limit)
             if not len(idx):  # seed: the cell of least floor under the budget
                 cells = np.flatnonzero(under)
                 search.expand(cb[cells[np.argmin(cf[cells])]][None])
                 continue
-            j = _fastest(search, rows, idx, lbs, mems)
+            j = _fastest(search, rows, _bound_order(search, rows, idx, lbs, keys), lbs, mems)
             t = search.tighten(rows[j])
             todo = under & (cf <= t)
             if not search.expand(np.unique(cb[todo][~search.expanded[cb[todo]]])):
