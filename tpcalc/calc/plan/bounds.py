@@ -436,9 +436,9 @@ class StepBounds:
     def group(
         self, shape: Shape, vs: list[Variant], mbs: list[int], per_dp: int, sps: list[bool],
         modes: list[RecomputeMode], distributed: list[bool], zeros: list[int],
-        at: tuple[np.ndarray, ...],
+        at: np.ndarray,
     ) -> np.ndarray:  # fmt: skip
-        """The bound (module docstring) of the candidates ``at`` (index arrays into
+        """The bound (module docstring) of the candidates ``at`` (flat indices into
         [V, Z, M, S, R]) of every variant of ``vs`` at once, taken only where asked (the
         candidates that fit): m·N + bubble + sends + constant + hidden for N at least the
         slowest stage (``splits``), the bubble over the summed F°, B°, W° / p (``_bubble``);
@@ -466,7 +466,11 @@ class StepBounds:
         ov = self.opts.overlap
         const = np.zeros((n_v, n_z))
         mm = m[None, None, :, 0, 0]  # [1, 1, M]
-        iv, iz, im = at[:3]
+        # flat indices of each candidate into [V, Z, M], [V, Z], [V, M, S, R] and [M]
+        n_m, n_sr = len(mbs), len(sps) * len(modes)
+        vzm, sr = np.divmod(at, n_sr)
+        vz, im = np.divmod(vzm, n_m)
+        cell = (vz // n_z * n_m + im) * n_sr + sr
         groups = []
         for expert in (False, True) if self.spec.is_moe else (False,):
             a0, c0, d = (np.empty((n_v, n_z)) for _ in range(3))
@@ -506,12 +510,12 @@ class StepBounds:
                 gc[..., None], mm * gathers[..., None] - gather[..., None], c0[..., None]
             )
             dc = np.where(gc[..., None], mm, d[..., None])  # each [V, Z, M]
-            groups.append(tuple(x[iv, iz, im] for x in (a_z, da, c_z, dc)))
-        iv, iz, im, i_s, ir = at
-        cell = (iv, 0, im, i_s, ir)
-        slowest, f0, total0 = (x[cell] for x in self.splits(shape, vs, mbs, sps, modes))
-        hidden = _least_exposed(m[im, 0, 0], slowest, f0, total0, groups)
-        return hidden + const[iv, iz] + (sends + bubble)[iv, im, i_s, ir]
+            groups.append((a_z.ravel()[vzm], da.ravel()[vzm], c_z.ravel()[vzm], dc.ravel()[vzm]))
+        slowest, f0, total0 = (
+            x.ravel()[cell] for x in self.splits(shape, vs, mbs, sps, modes)
+        )  # fmt: skip
+        hidden = _least_exposed(m.ravel()[im], slowest, f0, total0, groups)
+        return hidden + const.ravel()[vz] + (sends + bubble).ravel()[cell]
 
     def splits(
         self, shape: Shape, vs: list[Variant], mbs: list[int], sps: list[bool],

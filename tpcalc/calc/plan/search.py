@@ -312,14 +312,14 @@ class _Search:
                 continue
             fits = fits[:, :, used]
             mem = mem[:, :, used]
-            at = np.nonzero(fits)
+            at = np.flatnonzero(fits)
             lb = self.bounds.group(
                 grp.shape, grp.variants, [grp.mbs[i] for i in used], grp.per_dp, grp.sps,
                 self.d.recompute, distributed, zeros, at,
             )  # fmt: skip
-            grp.bounds = (used, np.ravel_multi_index(at, fits.shape), lb)
+            grp.bounds = (used, at, lb)
             full = np.full(fits.shape, math.inf)
-            full[at] = lb
+            full.ravel()[at] = lb
             floor = full.min(axis=1)
             least = np.where(fits, mem, math.inf).min(axis=1)
             ids = np.array(grp.blocks)
