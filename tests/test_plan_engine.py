@@ -238,10 +238,13 @@ EXHAUSTIVE = {
 }  # fmt: skip
 
 
+@pytest.mark.parametrize("eager", [S.EAGER_BOUNDS, 0])
 @pytest.mark.parametrize("model", list(EXHAUSTIVE))
-def test_branch_and_bound_equals_exhaustive(model, h100):
+def test_branch_and_bound_equals_exhaustive(model, h100, eager, monkeypatch):
     """On a space small enough to time every candidate, branch-and-bound's top 10 are the
-    exhaustive top 10 and no candidate beats a Pareto point at its memory or less."""
+    exhaustive top 10 and no candidate beats a Pareto point at its memory or less; with every
+    group's bounds taken up front (small groups) and taken only when listed (eager 0)."""
+    monkeypatch.setattr(S, "EAGER_BOUNDS", eager)
     req = _request(model, h100, pins=EXHAUSTIVE[model])
     s, picks, mems, lbs = _search(req)
     assert 50 < len(picks) < 2500

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -88,6 +89,17 @@ class ShardWork:
     kind_forward_by_name: tuple[dict[str, float], ...]
     first_end: tuple[float, float, float]  # F, B, W
     last_end: tuple[float, float, float]
+
+
+class GroupTerms(NamedTuple):
+    """The parts of ``StepBounds.group``'s bound that need no stage split: micro-batch counts
+    [M, 1, 1], bubble + sends [V, M, S, R], the constant of stage 0's tail [V, Z] and each
+    parameter group's hinges (A, d_a, C, d_c), each [V, Z, M]."""
+
+    m: np.ndarray
+    rest: np.ndarray
+    const: np.ndarray
+    hinges: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
 
 
 class StepBounds:
@@ -451,6 +463,55 @@ class StepBounds:
         (``step._dp_exposed``): m·buckets·(collective) − the first bucket, under m passes.
         The terms read the variant through its vpp and schedule only, so each is taken once
         per vpp (or schedule) and shared."""
+        t = self.terms(shape, vs, mbs, per_dp, sps, modes, distributed, zeros)
+        # flat indices of each candidate into [V, Z, M], [V, Z], [V, M, S, R] and [M]
+        n_z, n_m, n_sr = len(zeros), len(mbs), len(sps) * len(modes)
+        vzm, sr = np.divmod(at, n_sr)
+        vz, im = np.divmod(vzm, n_m)
+        cell = (vz // n_z * n_m + im) * n_sr + sr
+        hinges = [(a.ravel()[vzm], da.ravel()[vzm], c.ravel()[vzm], dc.ravel()[vzm])
+                  for a, da, c, dc in t.hinges]  # fmt: skip
+        slowest, f0, total0 = (x.ravel()[cell] for x in self.splits(shape, vs, mbs, sps, modes))
+        hidden = _least_exposed(t.m.ravel()[im], slowest, f0, total0, hinges)
+        return hidden + t.const.ravel()[vz] + t.rest.ravel()[cell]
+
+    def floors(
+        self, shape: Shape, vs: list[Variant], mbs: list[int], per_dp: int, sps: list[bool],
+        modes: list[RecomputeMode], distributed: list[bool], zeros: list[int],
+        fit_z: np.ndarray, cells: np.ndarray,
+    ) -> np.ndarray:  # fmt: skip
+        """A lower bound on ``group``'s bound of every ZeRO stage of each cell ``cells``
+        (flat indices into [V, M, S, R]) that fits, with no term per stage: ``group``'s terms
+        with each hinge's offsets (A, C) the least and its passes (d) the most of any stage
+        that fits some cell of the (variant, micro-batch), ``fit_z`` [V, Z, M], and the least
+        constant of those. What a hinge leaves exposed, max(0, A − d·(N − stage 0's pass)),
+        only grows with A and falls with d (N ≥ the slowest stage ≥ stage 0's passes), and a
+        superset of stages only lowers the least."""
+        t = self.terms(shape, vs, mbs, per_dp, sps, modes, distributed, zeros)
+        n_m, n_sr = len(mbs), len(sps) * len(modes)
+        vm = cells // n_sr
+        im = vm % n_m
+        inf = math.inf
+        hinges = [
+            (
+                np.where(fit_z, a, inf).min(axis=1).ravel()[vm],
+                np.where(fit_z, da, -inf).max(axis=1).ravel()[vm],
+                np.where(fit_z, c, inf).min(axis=1).ravel()[vm],
+                np.where(fit_z, dc, -inf).max(axis=1).ravel()[vm],
+            )
+            for a, da, c, dc in t.hinges
+        ]  # fmt: skip
+        const = np.where(fit_z, t.const[:, :, None], inf).min(axis=1).ravel()[vm]
+        slowest, f0, total0 = (x.ravel()[cells] for x in self.splits(shape, vs, mbs, sps, modes))
+        hidden = _least_exposed(t.m.ravel()[im], slowest, f0, total0, hinges)
+        return hidden + const + t.rest.ravel()[cells]
+
+    def terms(
+        self, shape: Shape, vs: list[Variant], mbs: list[int], per_dp: int, sps: list[bool],
+        modes: list[RecomputeMode], distributed: list[bool], zeros: list[int],
+    ) -> GroupTerms:  # fmt: skip
+        """``group``'s terms that need no stage split (``GroupTerms``)."""
+
         f, bi, w, sends, m = self.sums(shape, mbs, per_dp, sps, modes)
         p, n_v, n_z = shape.pp, len(vs), len(zeros)
         fp, bp, wp = f / p, bi / p, w / p
@@ -466,11 +527,6 @@ class StepBounds:
         ov = self.opts.overlap
         const = np.zeros((n_v, n_z))
         mm = m[None, None, :, 0, 0]  # [1, 1, M]
-        # flat indices of each candidate into [V, Z, M], [V, Z], [V, M, S, R] and [M]
-        n_m, n_sr = len(mbs), len(sps) * len(modes)
-        vzm, sr = np.divmod(at, n_sr)
-        vz, im = np.divmod(vzm, n_m)
-        cell = (vz // n_z * n_m + im) * n_sr + sr
         groups = []
         for expert in (False, True) if self.spec.is_moe else (False,):
             a0, c0, d = (np.empty((n_v, n_z)) for _ in range(3))
@@ -510,12 +566,8 @@ class StepBounds:
                 gc[..., None], mm * gathers[..., None] - gather[..., None], c0[..., None]
             )
             dc = np.where(gc[..., None], mm, d[..., None])  # each [V, Z, M]
-            groups.append((a_z.ravel()[vzm], da.ravel()[vzm], c_z.ravel()[vzm], dc.ravel()[vzm]))
-        slowest, f0, total0 = (
-            x.ravel()[cell] for x in self.splits(shape, vs, mbs, sps, modes)
-        )  # fmt: skip
-        hidden = _least_exposed(m.ravel()[im], slowest, f0, total0, groups)
-        return hidden + const.ravel()[vz] + (sends + bubble).ravel()[cell]
+            groups.append((a_z, da, c_z, dc))
+        return GroupTerms(m, sends + bubble, const, groups)
 
     def splits(
         self, shape: Shape, vs: list[Variant], mbs: list[int], sps: list[bool],
