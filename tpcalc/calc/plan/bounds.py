@@ -139,6 +139,7 @@ class StepBounds:
         self._mode_key = ModeKeys()
         self._floors: dict[tuple, tuple[np.ndarray, ...]] = {}
         self._bucket_times: dict[tuple, tuple[float, float]] = {}
+        self._moe_ops: dict[tuple, tuple] = {}
 
     def work(self, shape: Shape, b: int, sp: bool) -> ShardWork:
         sp = sp and shape.tp > 1
@@ -205,7 +206,14 @@ class StepBounds:
             if got is None:
                 got = self._layer_ops[key] = _op_sums(layer_ops(self.spec, shard, first), self.r)
             return got
-        experts = moe_ops(self.spec, shard)
+        # moe_ops reads the tokens, tp, sp, ep and etp of the shard (and its dtypes, fixed per
+        # search): shards with the same s·b/cp share them
+        mkey = (shard.tokens, shard.tp, shard.sp, shard.ep, shard.etp)
+        cached = self._moe_ops.get(mkey)
+        if cached is None:
+            ops_e = moe_ops(self.spec, shard)
+            cached = self._moe_ops[mkey] = (ops_e, _op_sums(ops_e, self.r))
+        experts, own = cached
         rest = self._layer_ops.get(key)
         if rest is None:
             ops = layer_ops(self.spec, shard, first)
@@ -213,7 +221,6 @@ class StepBounds:
             if ops[cut:] != experts:  # not the mixer followed by moe_ops: no sharing
                 return _op_sums(ops, self.r)
             rest = self._layer_ops[key] = _op_sums(ops[:cut], self.r)
-        own = _op_sums(experts, self.r)
         names = dict(rest[5])
         for n, t in own[5].items():
             names[n] = names.get(n, 0.0) + t
