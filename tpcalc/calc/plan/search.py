@@ -4,8 +4,9 @@ provable branch-and-bound (``bounds``) in two tiers: a lower bound of every cand
 taken per shape in one numpy pass (``prepare``, ``StepBounds.group``), and the exact
 ``calc.time.step.step_time`` (through ``time.bulk.StepCache``, bit for bit), run only on a
 candidate whose bound is still below every other candidate's exact time. The search lists a
-block's candidates (``expand``) only when its least bound can still win: a block's floor per
-(micro-batch, sp, mode) cell is the least bound over its ZeRO stages. The first ``top_k``
+block's candidates (``expand``) only when a floor of its bounds can still win (per (micro-batch,
+sp, mode) cell: the least bound over its ZeRO stages, or for a large group a looser floor with
+no term per stage, ``StepBounds.floors``). The first ``top_k``
 candidates that come out exact are the top k of exhaustive exact evaluation (a bound never
 exceeds the exact time); each point of the Pareto front likewise (``_top_built``,
 ``_pareto_built``).
@@ -285,10 +286,12 @@ class _Search:
     # ---- candidates and bounds ----
 
     def prepare(self) -> None:
-        """The bound of every timed candidate that fits (``StepBounds.group``, kept per group),
-        and per block and (micro-batch, sp, mode) cell the least memory and the least bound
-        (the floor) over its ZeRO stages. A block's candidates are listed only when a search
-        needs them (``expand``)."""
+        """Per block and (micro-batch, sp, mode) cell: the least memory over its ZeRO stages
+        that fit, and a floor of their bounds. A group with at most ``EAGER_BOUNDS``
+        candidates that fit gets every bound now (``StepBounds.group``, kept with the group)
+        and its floors are their least per cell; a larger one gets ``StepBounds.floors`` and
+        its bounds when a block is first listed (``_bound_group``). A block's candidates are
+        listed only when a search needs them (``expand``)."""
         self.zi = np.array([self.zeros.index(z) for z in self.timed_zeros], dtype=np.int64)
         n = len(self.blocks)
         self.floors = np.full(n, math.inf)
