@@ -238,10 +238,13 @@ EXHAUSTIVE = {
 }  # fmt: skip
 
 
+@pytest.mark.parametrize("eager", [S.EAGER_BOUNDS, 0])
 @pytest.mark.parametrize("model", list(EXHAUSTIVE))
-def test_branch_and_bound_equals_exhaustive(model, h100):
+def test_branch_and_bound_equals_exhaustive(model, h100, eager, monkeypatch):
     """On a space small enough to time every candidate, branch-and-bound's top 10 are the
-    exhaustive top 10 and no candidate beats a Pareto point at its memory or less."""
+    exhaustive top 10 and no candidate beats a Pareto point at its memory or less; with every
+    group's bounds taken up front (small groups) and taken only when listed (eager 0)."""
+    monkeypatch.setattr(S, "EAGER_BOUNDS", eager)
     req = _request(model, h100, pins=EXHAUSTIVE[model])
     s, picks, mems, lbs = _search(req)
     assert 50 < len(picks) < 2500
@@ -268,7 +271,8 @@ def test_branch_and_bound_equals_exhaustive(model, h100):
 
 
 def test_floors_never_exceed_bounds(small, moe):
-    """``StepBounds.floor`` (no stage split) is at most every bound of its block's cells."""
+    """A block's floor (the least bound of its cells over ZeRO stages) is at most every bound
+    of its cells."""
     for _, s, picks, _, lbs in (small, moe):
         cell = {}
         for row, lb in zip(picks, lbs, strict=True):
@@ -517,3 +521,56 @@ def test_dense_layer_ops_do_not_read_the_expert_grid():
                 head_ops(spec, shard, spec.vocab_size))  # fmt: skip
 
     assert ops(1, 1) == ops(8, 1) == ops(32, 2)
+
+
+def test_step_cache_is_step_time_bit_for_bit(small, moe):
+    """``time.bulk.StepCache`` (the planner's exact tier) returns ``step_time``'s StepTime,
+    every field equal, for sampled candidates, after other layouts filled its cache."""
+    from tpcalc.calc.time.step import step_time
+
+    for req, s, picks, _, _ in (small, moe):
+        rng = random.Random(11)
+        for j in rng.sample(range(len(picks)), min(150, len(picks))):
+            layout, run = s.layout_run(_pick(picks[j]))
+            assert s.steps.step_time(layout, run) == step_time(
+                req.spec, req.hw, layout, run, s.opts
+            )
+
+
+@pytest.mark.parametrize(
+    ("schedule", "pp", "vpp", "mtp"),
+    [(Schedule.dualpipe, 8, 1, True), (Schedule.interleaved, 4, 2, False),
+     (Schedule.one_f_one_b, 16, 1, True), (Schedule.zb_h1, 2, 1, False)],
+)  # fmt: skip
+def test_step_cache_deep_pipelines_and_layer_kinds(h100, schedule, pp, vpp, mtp):
+    """DeepSeek-V3 (3 dense layers, then MoE; MTP on the last stage): stages sharing their
+    layer kinds are computed once, ZeRO stages and micro-batch counts reuse them, and every
+    StepTime equals ``step_time``'s."""
+    from tpcalc.calc.time.bulk import StepCache
+    from tpcalc.calc.time.step import Overlap, step_time
+
+    spec = load_model("deepseek-v3")
+    opts = TimeOptions(overlap=Overlap(ep_a2a=True, tp_comm=True))
+    cache = StepCache(spec, h100, opts)
+    for zero, m, recompute in itertools.product((0, 1, 3), (pp, 4 * pp), ("selective", "full")):
+        layout = ParallelLayout(gpus_per_node=8, tp=2, pp=pp, dp=8, ep=8, zero=zero)
+        run = LayoutRun(
+            seq=4096, microbatches=m, schedule=schedule, vpp=vpp, recompute=Recompute(recompute),
+            memory=MemoryTechniques(mtp=mtp),
+        )  # fmt: skip
+        assert cache.step_time(layout, run) == step_time(spec, h100, layout, run, opts)
+
+
+@pytest.mark.parametrize("model", ["deepseek-v3", "llama3-405b"])
+def test_screen_rank_params_match_pp_rank_params(model, h100):
+    """``MemoryScreen.rank_params`` (per-layer counts taken once) is ``pp_rank_params``."""
+    from tpcalc.calc.layout.memory import pp_rank_params
+
+    spec = load_model(model)
+    for mtp in (True, False):
+        req = build_request(spec, h100, gpus=64, seq=4096, global_batch=64,
+                            memory=MemoryTechniques(mtp=mtp))  # fmt: skip
+        screen = S._Search(req, 64).screen
+        for p, v, sched in [(1, 1, Schedule.one_f_one_b), (4, 2, Schedule.interleaved),
+                            (8, 1, Schedule.dualpipe), (16, 3, Schedule.interleaved)]:  # fmt: skip
+            assert screen.rank_params(p, v, sched) == pp_rank_params(spec, p, v, sched, mtp=mtp)

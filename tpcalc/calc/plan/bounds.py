@@ -27,6 +27,7 @@ over the dense shard (``step._optimizer_s``).
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 from msgspec import Struct
@@ -46,7 +47,7 @@ from tpcalc.calc.params.counts import (
     routed_layer_params,
     shared_expert_intermediate,
 )
-from tpcalc.calc.pipeline.schedule import DUALPIPE_DIRECTIONS, StageTimes, bubble_time_s
+from tpcalc.calc.pipeline.schedule import DUALPIPE_DIRECTIONS
 from tpcalc.calc.plan.space import ModeKeys, RecomputeMode, Shape, Variant
 from tpcalc.calc.time.ops import (
     Pass,
@@ -89,17 +90,15 @@ class ShardWork(Struct, frozen=True):
     last_end: tuple[float, float, float]
 
 
-class StageBound(Struct, frozen=True):
-    """Per stage lower bounds for one shard and recompute mode: F°, B°, W° summed over all
-    stages (for the bubble) and the full time of each stage (for the slowest)."""
+class GroupTerms(NamedTuple):
+    """The parts of ``StepBounds.group``'s bound that need no stage split: micro-batch counts
+    [M, 1, 1], bubble + sends [V, M, S, R], the constant of stage 0's tail [V, Z] and each
+    parameter group's hinges (A, d_a, C, d_c), each [V, Z, M]."""
 
-    sums: StageTimes
-    per_kind_s: np.ndarray  # [K]: F + B + W + recompute of one layer of each kind
-    first_end_s: float
-    last_end_s: float
-    per_kind_f_s: np.ndarray  # [K]: F of one layer of each kind
-    first_end_f_s: float
-    last_end_f_s: float
+    m: np.ndarray
+    rest: np.ndarray
+    const: np.ndarray
+    hinges: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
 
 
 class StepBounds:
@@ -112,7 +111,6 @@ class StepBounds:
         self.spec, self.hw, self.node, self.opts = spec, hw, gpus_per_node, opts
         self.dtype, self.seq, self.tech = dtype, seq, techniques
         self._work: dict[tuple, ShardWork] = {}
-        self._times: dict[tuple, StageBound] = {}
         self._rest: dict[tuple, tuple[float, float, float]] = {}
         self._dp_parts: dict[tuple, tuple[float, float, int]] = {}
         self._first_params: dict[tuple, int] = {}
@@ -138,9 +136,9 @@ class StepBounds:
         self._sends: dict[tuple, float] = {}
         self.shards = 0
         self._mode_key = ModeKeys()
-        self._pipe_arrays: dict[tuple, tuple[np.ndarray, ...]] = {}
-        self._splits: dict[tuple, tuple] = {}
         self._floors: dict[tuple, tuple[np.ndarray, ...]] = {}
+        self._bucket_times: dict[tuple, tuple[float, float]] = {}
+        self._moe_ops: dict[tuple, tuple] = {}
 
     def work(self, shape: Shape, b: int, sp: bool) -> ShardWork:
         sp = sp and shape.tp > 1
@@ -207,7 +205,14 @@ class StepBounds:
             if got is None:
                 got = self._layer_ops[key] = _op_sums(layer_ops(self.spec, shard, first), self.r)
             return got
-        experts = moe_ops(self.spec, shard)
+        # moe_ops reads the tokens, tp, sp, ep and etp of the shard (and its dtypes, fixed per
+        # search): shards with the same s·b/cp share them
+        mkey = (shard.tokens, shard.tp, shard.sp, shard.ep, shard.etp)
+        cached = self._moe_ops.get(mkey)
+        if cached is None:
+            ops_e = moe_ops(self.spec, shard)
+            cached = self._moe_ops[mkey] = (ops_e, _op_sums(ops_e, self.r))
+        experts, own = cached
         rest = self._layer_ops.get(key)
         if rest is None:
             ops = layer_ops(self.spec, shard, first)
@@ -215,7 +220,6 @@ class StepBounds:
             if ops[cut:] != experts:  # not the mixer followed by moe_ops: no sharing
                 return _op_sums(ops, self.r)
             rest = self._layer_ops[key] = _op_sums(ops[:cut], self.r)
-        own = _op_sums(experts, self.r)
         names = dict(rest[5])
         for n, t in own[5].items():
             names[n] = names.get(n, 0.0) + t
@@ -253,32 +257,6 @@ class StepBounds:
         msg = routed * self.spec.hidden_size * shard.dtype.bytes * self.opts.comm_scale
         return A2A_PER_PASS * collective_time_s(self.r, Collective.all_to_all, msg, ep, nodes)
 
-    def stage(self, shape: Shape, b: int, sp: bool, mode: RecomputeMode) -> StageBound:
-        """F°, B° (with the recomputed forward), W° summed over the model, and per layer kind."""
-        key = (shape.tp, shape.cp, shape.ep, shape.etp, sp and shape.tp > 1, b, mode)
-        if key in self._times:
-            return self._times[key]
-        wk = self.work(shape, b, sp)
-        if mode.recompute is Recompute.full:
-            rec = wk.kind_f
-        else:
-            default = ("core_attn",) if mode.recompute is Recompute.selective else ()
-            names = {n for m in (mode.modules or default) for n in RECOMPUTE_MODULE_OPS[m]}
-            rec = np.array([sum(d.get(n, 0.0) for n in names) for d in wk.kind_forward_by_name])
-        counts = self.kind_counts
-        fe, le = wk.first_end, wk.last_end
-        sums = StageTimes(
-            float(counts @ wk.kind_f) + fe[0] + le[0],
-            float(counts @ (wk.kind_b + rec)) + fe[1] + le[1],
-            float(counts @ wk.kind_w) + fe[2] + le[2],
-        )
-        out = StageBound(
-            sums, wk.kind_f + wk.kind_b + wk.kind_w + rec, sum(fe), sum(le), wk.kind_f, fe[0],
-            le[0],
-        )  # fmt: skip
-        self._times[key] = out
-        return out
-
     def stage_counts(self, pp: int, vpp: int) -> np.ndarray:
         """Layers of each kind on each pipeline stage, as step.stage_layers splits them."""
         key = (pp, vpp)
@@ -289,13 +267,6 @@ class StepBounds:
                     out[r, self.kind_index[i]] += 1
             self._stage_counts[key] = out
         return self._stage_counts[key]
-
-    def slowest(self, shape: Shape, v: Variant, t: StageBound) -> float:
-        """A lower bound on the slowest stage's F + B + W: each stage's own layers and ends."""
-        per = self.stage_counts(shape.pp, v.vpp) @ t.per_kind_s
-        per[0] += t.first_end_s
-        per[-1] += t.last_end_s
-        return float(per.max())
 
     def first_stage_dense(self, shape: Shape, v: Variant) -> int:
         """Dense parameters one rank of stage 0 holds, as ``step._stage_params`` counts them."""
@@ -315,19 +286,10 @@ class StepBounds:
             self._first_params[key] = dense // shape.tp
         return self._first_params[key]
 
-    def rest(
-        self, shape: Shape, v: Variant, b: int, sp: bool, distributed: bool
-    ) -> tuple[float, float, float]:
-        """(constant, A, C): the step is at least m·N + constant + max(0, A − d·N) +
-        max(0, C − d·N) for the slowest stage's time N and d = 1 + (p−1)/vpp (module
-        docstring): the constant holds the least pipeline sends, stage 0's Adam step and the
-        first bucket of its gradient reduction and parameter gather; A and C are what remains
-        of each to hide under stage 0's backward and forward (at most N each) over the drain."""
-        const, a, c = self.dp_tail(shape, v, distributed)
-        return const + self.pp_sends(shape, b, sp), a, c
-
     def dp_tail(self, shape: Shape, v: Variant, distributed: bool) -> tuple[float, float, float]:
-        """``rest`` without the pipeline sends (it does not depend on the micro-batch)."""
+        """(constant, A, C) of stage 0's dense parameters over the data-parallel group: the
+        first bucket of the gradient reduction and parameter gather, exposed whatever the
+        overlap, plus the Adam step (constant), and what is left of each to hide (``group``)."""
         key = (shape.tp, shape.cp, shape.pp, shape.dp, v.vpp, distributed)
         if key in self._rest:
             return self._rest[key]
@@ -387,14 +349,21 @@ class StepBounds:
         cap = max(DDP_BUCKET_MIN_PARAMS, DDP_BUCKET_PARAMS_PER_DP_RANK * dp)
         bucket = min(params, cap)
         buckets = math.ceil(params / bucket)
-        grad = bucket * opts.grad_reduce_dtype.bytes * opts.comm_scale
-        gather = 0.0
-        if distributed:
-            one = collective_time_s(r, Collective.reduce_scatter, grad, size, nodes)
-            param = bucket * Dtype.bf16.bytes * opts.comm_scale
-            gather = collective_time_s(r, Collective.all_gather, param, size, nodes)
-        else:
-            one = collective_time_s(r, Collective.all_reduce, grad, size, nodes)
+        # one bucket's collectives: the same for every stage split whose bucket is the cap
+        ckey = (bucket, size, nodes, distributed)
+        got = self._bucket_times.get(ckey)
+        if got is None:
+            grad = bucket * opts.grad_reduce_dtype.bytes * opts.comm_scale
+            if distributed:
+                param = bucket * Dtype.bf16.bytes * opts.comm_scale
+                got = (
+                    collective_time_s(r, Collective.reduce_scatter, grad, size, nodes),
+                    collective_time_s(r, Collective.all_gather, param, size, nodes),
+                )
+            else:
+                got = (collective_time_s(r, Collective.all_reduce, grad, size, nodes), 0.0)
+            self._bucket_times[ckey] = got
+        one, gather = got
         if ov.dp_grad_reduce:
             const, a = const + one, buckets * one - one
         else:
@@ -404,36 +373,6 @@ class StepBounds:
         else:
             const += buckets * gather
         return const, a, c, (one, gather, buckets) if distributed else None
-
-    def sharded_terms(
-        self, shape: Shape, v: Variant, zero: int, m: np.ndarray, a: float, c: float,
-        expert: tuple[float, float, int] | None | bool = False,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
-        """(A, D_a, C, D_c) of ``block``'s hidden terms for one ZeRO stage: what stage 0's
-        collectives leave to hide and the passes they hide under. ZeRO-2 reduce-scatters every
-        micro-batch's gradients under its own backward, ZeRO-3 also gathers before every forward
-        and backward (``step._dp_exposed``): m·buckets·(collective) − first bucket under m
-        passes. Stages 0-1, or no overlap, keep ZeRO-1's terms under the drain (the exact time
-        of a higher stage is never less). ``expert``: the expert group's per-bucket collectives
-        (``expert_tail``) in place of the dense group's (False)."""
-        d = 1 + (shape.pp - 1) / v.vpp
-        ov = self.opts.overlap
-        key = (shape.tp, shape.cp, shape.pp, shape.dp, v.vpp, True)
-        if expert is False:
-            parts = self._dp_parts.get(key) if zero >= 2 else None
-        else:
-            parts = expert if zero >= 2 and not isinstance(expert, bool) else None
-        full = np.ones_like(m)
-        a_z, da, c_z, dc = a * full, d * full, c * full, d * full
-        if parts is None:
-            return a_z, da, c_z, dc
-        one, gather, buckets = parts
-        if ov.dp_grad_reduce:
-            per_pass = buckets * (one + (gather if zero >= 3 else 0.0))
-            a_z, da = m * per_pass - one, m
-        if zero >= 3 and ov.dp_param_gather:
-            c_z, dc = m * buckets * gather - gather, m
-        return a_z, da, c_z, dc
 
     def links(self, shape: Shape) -> dict:
         """The pp and dp groups (they do not depend on ep, etp)."""
@@ -459,22 +398,6 @@ class StepBounds:
             one = collective_time_s(self.r, Collective.p2p, msg, 2, nodes)
             self._sends[key] = P2P_PASSES * (shape.pp - 1) * one
         return self._sends[key]
-
-    def with_rest(
-        self, shape: Shape, v: Variant, b: int, m: int, sp: bool, distributed: bool,
-        slowest: np.ndarray, first_f: np.ndarray, first_bwd: np.ndarray,
-    ) -> np.ndarray:  # fmt: skip
-        """min over N ≥ ``slowest`` of m·N + rest (``rest``), where stage 0's backward is at
-        most N − its least forward ``first_f`` and its forward at most N − its least backward
-        ``first_bwd``: a convex piecewise-linear function of N, least at ``slowest`` or at a
-        break point above it."""
-        const, a, c = self.rest(shape, v, b, sp, distributed)
-        d = 1 + (shape.pp - 1) / v.vpp
-        a2, c2 = a + d * first_f, c + d * first_bwd  # arrays; -inf stays -inf
-
-        n = np.stack([slowest, np.maximum(slowest, a2 / d), np.maximum(slowest, c2 / d)])
-        h = m * n + np.maximum(0.0, a2 - d * n) + np.maximum(0.0, c2 - d * n)
-        return h.min(axis=0) + const
 
     def stacked(
         self, shape: Shape, b: int, sp: bool, modes: list[RecomputeMode] | tuple[RecomputeMode, ...]
@@ -528,77 +451,73 @@ class StepBounds:
             got = self._rows[key] = (pick, full)
         return got
 
-    def pipe_arrays(
-        self, shape: Shape, vpp: int, mbs: list[int], sps: list[bool], modes: list[RecomputeMode]
-    ) -> tuple[np.ndarray, ...]:
-        """What the bound of a block takes from its shard and stage split, for every
-        (micro-batch, sp, mode) at once, each [M, S, R]: the slowest stage's F + B + W, stage
-        0's F and total, the summed F, B, W; and the least pipeline sends [M, S, 1]. It does
-        not depend on the schedule or ZeRO, so blocks that differ only in those share it (and
-        ``stage_split`` is shared across dp too)."""
-        token = self._mode_key(modes)
-        key = (shape.tp, shape.cp, shape.pp, shape.dp, shape.ep, shape.etp, vpp, tuple(mbs),
-               tuple(sps), token)  # fmt: skip
-        got = self._pipe_arrays.get(key)
-        if got is not None:
-            return got
-        r = len(modes)
-        out = tuple(np.empty((len(mbs), len(sps), r)) for _ in range(6)) + (
-            np.empty((len(mbs), len(sps), 1)),
-        )
-        for i, b in enumerate(mbs):
-            for j, sp in enumerate(sps):
-                for x, arr in zip(out[:6], self.stage_split(shape, vpp, b, sp, modes), strict=True):
-                    x[i, j] = arr
-                out[6][i, j] = self.pp_sends(shape, b, sp)
-        self._pipe_arrays[key] = out
-        return out
-
-    def stage_split(
-        self, shape: Shape, vpp: int, b: int, sp: bool, modes: list[RecomputeMode]
-    ) -> tuple[np.ndarray, ...]:
-        """``pipe_arrays`` of one (micro-batch, sp) but the sends, each [R]: shared by every dp
-        and schedule with this shard and stage split."""
-        key = (shape.tp, shape.cp, shape.pp, shape.ep, shape.etp, vpp, b, sp and shape.tp > 1,
-               self._mode_key(modes))  # fmt: skip
-        got = self._splits.get(key)
-        if got is None:
-            counts = self.stage_counts(shape.pp, vpp)
-            kind, kind_f, first, last, first_f, f, bi, w = self.stacked(shape, b, sp, modes)
-            per = kind @ counts.T  # [R, stages]
-            per[:, 0] += first
-            per[:, -1] += last
-            f0 = kind_f @ counts[0] + first_f
-            got = (per.max(axis=1), f0, per[:, 0], f, bi, w)
-            self._splits[key] = got
-        return got
-
-    def floor(
-        self, shape: Shape, v: Variant, mbs: list[int], per_dp: int, sps: list[bool],
+    def group(
+        self, shape: Shape, vs: list[Variant], mbs: list[int], per_dp: int, sps: list[bool],
         modes: list[RecomputeMode], distributed: list[bool], zeros: list[int],
+        at: np.ndarray,
     ) -> np.ndarray:  # fmt: skip
-        """A lower bound on ``block`` [Z, M, S, R] that needs no stage split: ``block``'s terms
-        with the mean stage F° + B° + W° over p in place of the slowest stage (the stages'
-        sums add up to F° + B° + W°, so the slowest is at least the mean) and stage 0's
-        forward and backward taken as 0 in what the drain hides (the hidden terms only grow
-        with them). It needs only the summed op times of each (micro-batch, sp, mode), shared
-        by every pp, dp, schedule and vpp of the shard, so a whole block is ranked, and
-        skipped, before its own bounds are built."""
-        f, bi, w, sends, m = self.sums(shape, mbs, per_dp, sps, modes)
-        zero = np.zeros_like(f)
-        mean = (f + bi + w) / shape.pp
-        return self._assemble(shape, v, m, mean, zero, zero, f, bi, w, sends, distributed, zeros)
+        """The bound (module docstring) of the candidates ``at`` (flat indices into
+        [V, Z, M, S, R]) of every variant of ``vs`` at once, taken only where asked (the
+        candidates that fit): m·N + bubble + sends + constant + hidden for N at least the
+        slowest stage (``splits``), the bubble over the summed F°, B°, W° / p (``_bubble``);
+        the constant holds stage 0's Adam step and the first bucket of its gradient reduction
+        and parameter gather (``dp_tail``; the routed experts' over their own group,
+        ``expert_tail``), and ``_least_exposed`` what is left of them to hide under stage 0's
+        backward and forward. ZeRO-0/1 (or no overlap) hide them over the drain, d = 1 +
+        (p−1)/vpp passes; ZeRO-2 reduce-scatters every micro-batch's gradients under its own
+        backward and ZeRO-3 also gathers before every forward and backward
+        (``step._dp_exposed``): m·buckets·(collective) − the first bucket, under m passes.
+        The terms read the variant through its vpp and schedule only, so each is taken once
+        per vpp (or schedule) and shared."""
+        t = self.terms(shape, vs, mbs, per_dp, sps, modes, distributed, zeros)
+        # flat indices of each candidate into [V, Z, M], [V, Z], [V, M, S, R] and [M]
+        n_z, n_m, n_sr = len(zeros), len(mbs), len(sps) * len(modes)
+        vzm, sr = np.divmod(at, n_sr)
+        vz, im = np.divmod(vzm, n_m)
+        cell = (vz // n_z * n_m + im) * n_sr + sr
+        hinges = [(a.ravel()[vzm], da.ravel()[vzm], c.ravel()[vzm], dc.ravel()[vzm])
+                  for a, da, c, dc in t.hinges]  # fmt: skip
+        slowest, f0, total0 = (x.ravel()[cell] for x in self.splits(shape, vs, mbs, sps, modes))
+        hidden = _least_exposed(t.m.ravel()[im], slowest, f0, total0, hinges)
+        return hidden + t.const.ravel()[vz] + t.rest.ravel()[cell]
 
     def floors(
         self, shape: Shape, vs: list[Variant], mbs: list[int], per_dp: int, sps: list[bool],
         modes: list[RecomputeMode], distributed: list[bool], zeros: list[int],
-    ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
-        """Two cheaper lower bounds than ``floor`` for every variant of ``vs`` at once: per
-        cell [V, M, S, R], ``floor`` without the hidden terms and with the least constant of
-        any ZeRO stage; per (variant, ZeRO stage, micro-batch) [V, Z, M], ``floor`` at the
-        least mean stage, sends and bubble of any (sp, mode) (``floor`` grows with each). A
-        candidate's bound is at least both (``sharded_terms`` and ``_bubble`` taken over
-        arrays of variants)."""
+        fit_z: np.ndarray, cells: np.ndarray,
+    ) -> np.ndarray:  # fmt: skip
+        """A lower bound on ``group``'s bound of every ZeRO stage of each cell ``cells``
+        (flat indices into [V, M, S, R]) that fits, with no term per stage: ``group``'s terms
+        with each hinge's offsets (A, C) the least and its passes (d) the most of any stage
+        that fits some cell of the (variant, micro-batch), ``fit_z`` [V, Z, M], and the least
+        constant of those. What a hinge leaves exposed, max(0, A − d·(N − stage 0's pass)),
+        only grows with A and falls with d (N ≥ the slowest stage ≥ stage 0's passes), and a
+        superset of stages only lowers the least."""
+        t = self.terms(shape, vs, mbs, per_dp, sps, modes, distributed, zeros)
+        n_m, n_sr = len(mbs), len(sps) * len(modes)
+        vm = cells // n_sr
+        im = vm % n_m
+        inf = math.inf
+        hinges = [
+            (
+                np.where(fit_z, a, inf).min(axis=1).ravel()[vm],
+                np.where(fit_z, da, -inf).max(axis=1).ravel()[vm],
+                np.where(fit_z, c, inf).min(axis=1).ravel()[vm],
+                np.where(fit_z, dc, -inf).max(axis=1).ravel()[vm],
+            )
+            for a, da, c, dc in t.hinges
+        ]  # fmt: skip
+        const = np.where(fit_z, t.const[:, :, None], inf).min(axis=1).ravel()[vm]
+        slowest, f0, total0 = (x.ravel()[cells] for x in self.splits(shape, vs, mbs, sps, modes))
+        hidden = _least_exposed(t.m.ravel()[im], slowest, f0, total0, hinges)
+        return hidden + const + t.rest.ravel()[cells]
+
+    def terms(
+        self, shape: Shape, vs: list[Variant], mbs: list[int], per_dp: int, sps: list[bool],
+        modes: list[RecomputeMode], distributed: list[bool], zeros: list[int],
+    ) -> GroupTerms:  # fmt: skip
+        """``group``'s terms that need no stage split (``GroupTerms``)."""
+
         f, bi, w, sends, m = self.sums(shape, mbs, per_dp, sps, modes)
         p, n_v, n_z = shape.pp, len(vs), len(zeros)
         fp, bp, wp = f / p, bi / p, w / p
@@ -615,25 +534,34 @@ class StepBounds:
         const = np.zeros((n_v, n_z))
         mm = m[None, None, :, 0, 0]  # [1, 1, M]
         groups = []
-        for expert in (False, True):
+        for expert in (False, True) if self.spec.is_moe else (False,):
             a0, c0, d = (np.empty((n_v, n_z)) for _ in range(3))
             ga, gc = np.zeros((n_v, n_z), bool), np.zeros((n_v, n_z), bool)
             per_pass, one, gathers, gather = (np.zeros((n_v, n_z)) for _ in range(4))
+            row: dict[int, int] = {}  # the terms read the variant's vpp only
             for i, v in enumerate(vs):
+                if v.vpp in row:
+                    same = row[v.vpp]
+                    for x in (const, a0, c0, d, ga, gc, per_pass, one, gathers, gather):
+                        x[i] = x[same]
+                    continue
+                row[v.vpp] = i
                 dv = 1 + (p - 1) / v.vpp
                 key = (shape.tp, shape.cp, shape.pp, shape.dp, v.vpp, True)
+                tails: dict[bool, tuple] = {}  # the tails read the stage only as ZeRO >= 1
                 for j, (z, dist) in enumerate(zip(zeros, distributed, strict=True)):
-                    if expert:
-                        k, a0[i, j], c0[i, j], parts = self.expert_tail(shape, v, dist)
-                    else:
-                        k, a0[i, j], c0[i, j] = self.dp_tail(shape, v, dist)
-                        parts = self._dp_parts.get(key)
+                    if dist not in tails:
+                        if expert:
+                            tails[dist] = self.expert_tail(shape, v, dist)
+                        else:
+                            tails[dist] = (*self.dp_tail(shape, v, dist), self._dp_parts.get(key))
+                    k, a0[i, j], c0[i, j], parts = tails[dist]
                     const[i, j] += k
                     d[i, j] = dv
                     if z < 2 or parts is None:
                         continue
                     o, g, buckets = parts
-                    if ov.dp_grad_reduce:  # as sharded_terms
+                    if ov.dp_grad_reduce:  # ZeRO-2/3: per micro-batch (docstring)
                         ga[i, j], one[i, j] = True, o
                         per_pass[i, j] = buckets * (o + (g if z >= 3 else 0.0))
                     if z >= 3 and ov.dp_param_gather:
@@ -645,100 +573,73 @@ class StepBounds:
             )
             dc = np.where(gc[..., None], mm, d[..., None])  # each [V, Z, M]
             groups.append((a_z, da, c_z, dc))
-        # per cell: the mean stage, bubble, sends and the least constant of any stage
-        rest = sends + bubble  # [V, M, S, R]
-        cells = m * mean + rest + const.min(axis=1)[:, None, None, None]
-        # per (variant, stage, micro-batch): the hidden terms at the least mean of any cell,
-        # stage 0's passes taken as 0 (the hidden terms only grow with them)
-        x = np.broadcast_to(mean.min(axis=(1, 2))[None, None, :], groups[0][0].shape)
-        zero = np.zeros_like(x)
-        best = _least_exposed(np.broadcast_to(mm, x.shape), x, zero, zero, groups)
-        coarse = best + const[:, :, None] + rest.min(axis=(2, 3))[:, None, :]
-        return cells, coarse
+        return GroupTerms(m, sends + bubble, const, groups)
+
+    def splits(
+        self, shape: Shape, vs: list[Variant], mbs: list[int], sps: list[bool],
+        modes: list[RecomputeMode],
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+        """The slowest stage's F° + B° + W°, stage 0's F° and stage 0's total of every
+        variant at once, each [V, 1, M, S, R]: the per-kind sums of every (micro-batch, sp,
+        mode) times each vpp's layers per stage (``stage_counts``, as ``step.stage_layers``
+        splits them), the ends on the first and last stage."""
+        kind, kind_f, first, last, first_f = self.kind_arrays(shape, mbs, sps, modes)
+        n_v = len(vs)
+        out = (
+            np.empty((n_v, 1, *first.shape)),
+            np.empty((n_v, 1, *first.shape)),
+            np.empty((n_v, 1, *first.shape)),
+        )
+        done: dict[int, int] = {}
+        for i, v in enumerate(vs):
+            if v.vpp in done:
+                for x in out:
+                    x[i] = x[done[v.vpp]]
+                continue
+            done[v.vpp] = i
+            counts = self.stage_counts(shape.pp, v.vpp)  # [stages, K]
+            per = kind @ counts.T  # [M, S, R, stages]
+            per[..., 0] += first
+            per[..., -1] += last
+            out[0][i, 0] = per.max(axis=-1)
+            out[1][i, 0] = kind_f @ counts[0] + first_f
+            out[2][i, 0] = per[..., 0]
+        return out
+
+    def kind_arrays(
+        self, shape: Shape, mbs: list[int], sps: list[bool], modes: list[RecomputeMode]
+    ) -> tuple[np.ndarray, ...]:
+        """``stacked``'s per-kind totals and forwards [M, S, R, K] and ends [M, S, R] (first,
+        last, first stage's forward) of every (micro-batch, sp)."""
+        return self._stacked_rows(shape, mbs, sps, modes)[:5]
+
+    def _stacked_rows(
+        self, shape: Shape, mbs: list[int], sps: list[bool], modes: list[RecomputeMode]
+    ) -> tuple[np.ndarray, ...]:
+        """Every array of ``stacked`` over (micro-batch, sp): [M, S, ...]."""
+        key = (shape, tuple(mbs), tuple(sps), self._mode_key(modes), "stacked")
+        got = self._floors.get(key)
+        if got is None:
+            rows = [[self.stacked(shape, b, sp, modes) for sp in sps] for b in mbs]
+            got = tuple(np.array([[x[t] for x in row] for row in rows]) for t in range(8))
+            self._floors[key] = got
+        return got
 
     def sums(
         self, shape: Shape, mbs: list[int], per_dp: int, sps: list[bool],
         modes: list[RecomputeMode],
     ) -> tuple[np.ndarray, ...]:  # fmt: skip
         """Summed F°, B°, W° [M, S, R], the least pipeline sends [M, S, 1] and the micro-batch
-        counts [M, 1, 1] of a shape (``floor``)."""
+        counts [M, 1, 1] of a shape (``group``)."""
         key = (shape, tuple(mbs), tuple(sps), self._mode_key(modes))
         got = self._floors.get(key)
         if got is None:
-            r = len(modes)
-            f, bi, w = (np.empty((len(mbs), len(sps), r)) for _ in range(3))
-            sends = np.empty((len(mbs), len(sps), 1))
-            for i, b in enumerate(mbs):
-                for j, sp in enumerate(sps):
-                    *_, f[i, j], bi[i, j], w[i, j] = self.stacked(shape, b, sp, modes)
-                    sends[i, j] = self.pp_sends(shape, b, sp)
+            f, bi, w = self._stacked_rows(shape, mbs, sps, modes)[5:]
+            sends = np.array([[[self.pp_sends(shape, b, sp)] for sp in sps] for b in mbs])
             m = np.array([per_dp // b for b in mbs], dtype=np.float64)[:, None, None]
             got = (f, bi, w, sends, m)
             self._floors[key] = got
         return got
-
-    def block(
-        self, shape: Shape, v: Variant, mbs: list[int], per_dp: int, sps: list[bool],
-        modes: list[RecomputeMode], distributed: list[bool], zeros: list[int] | None = None,
-    ) -> np.ndarray:  # fmt: skip
-        """``lower`` of every (zero, micro-batch, sp, mode) of a block: [Z, M, S, R], in one
-        numpy pass over the block (the same terms ``lower`` adds, broadcast)."""
-        slowest, f0, total0, f, bi, w, sends = self.pipe_arrays(shape, v.vpp, mbs, sps, modes)
-        m = np.array([per_dp // b for b in mbs], dtype=np.float64)[:, None, None]  # [M, 1, 1]
-        stage = zeros if zeros is not None else [int(dist) for dist in distributed]
-        return self._assemble(shape, v, m, slowest, f0, total0, f, bi, w, sends, distributed, stage)
-
-    def _assemble(
-        self, shape: Shape, v: Variant, m: np.ndarray, slowest: np.ndarray, f0: np.ndarray,
-        total0: np.ndarray, f: np.ndarray, bi: np.ndarray, w: np.ndarray, sends: np.ndarray,
-        distributed: list[bool], stage: list[int],
-    ) -> np.ndarray:  # fmt: skip
-        """``block`` from its stage arrays [M, S, R]: [Z, M, S, R]."""
-        p = shape.pp
-        bubble = _bubble(v, p, f / p, bi / p, w / p, (f + bi + w) / p)  # [M, S, R]
-        tails = [self.dp_tail(shape, v, dist) for dist in distributed]
-        experts = [self.expert_tail(shape, v, dist) for dist in distributed]
-        zs = (len(distributed), 1, 1, 1)
-        const = np.array([t[0] + e[0] for t, e in zip(tails, experts, strict=True)]).reshape(zs)
-        hinges = []
-        for group in (False, True):
-            terms = [
-                self.sharded_terms(
-                    shape,
-                    v,
-                    z,
-                    m,
-                    *((e[1], e[2], e[3]) if group else (t[1], t[2])),
-                )
-                for z, t, e in zip(stage, tails, experts, strict=True)
-            ]
-            a_z, da, c_z, dc = (np.stack([t[i] for t in terms]) for i in range(4))  # [Z, M, 1, 1]
-            hinges.append((a_z, da, c_z, dc))
-        return (
-            _least_exposed(m, slowest, f0, total0, hinges)
-            + const + sends + bubble
-        )  # fmt: skip
-
-    def lower(
-        self, shape: Shape, v: Variant, b: int, m: int, sp: bool, mode: RecomputeMode,
-        distributed: bool,
-    ) -> float:  # fmt: skip
-        """A lower bound on the step time (module docstring); ``distributed``: ZeRO >= 1."""
-        t = self.stage(shape, b, sp, mode)
-        p = shape.pp
-        s = t.sums
-        mean = StageTimes(s.forward_s / p, s.backward_input_s / p, s.backward_weight_s / p)
-        bubble = bubble_time_s(v.schedule, p, m, mean, v.vpp) if p > 1 else 0.0
-        counts = self.stage_counts(p, v.vpp)
-        f0 = float(counts[0] @ t.per_kind_f_s) + t.first_end_f_s
-        total0 = float(counts[0] @ t.per_kind_s) + t.first_end_s
-        if p == 1:
-            f0, total0 = f0 + t.last_end_f_s, total0 + t.last_end_s
-        slowest = np.array([self.slowest(shape, v, t)])
-        rest = self.with_rest(
-            shape, v, b, m, sp, distributed, slowest, np.array([f0]), np.array([total0 - f0])
-        )
-        return float(rest[0]) + bubble
 
 
 def _op_sums(ops: tuple, r: Rates) -> tuple[float, float, float, float, float, dict[str, float]]:
@@ -785,7 +686,7 @@ def _least_exposed(
     """A lower bound on min over N ≥ ``slowest`` of m·N plus what each group's gradient
     reduction (A, hidden under stage 0's backward, at most N − its forward ``f0``, times d_a)
     and parameter gather (C, under its forward, at most N − its backward) leave exposed,
-    groups (``sharded_terms``: dense, experts) adding up as ``step._dp_exposed`` adds them.
+    groups (``group``: dense, experts) adding up as ``step._dp_exposed`` adds them.
     Each group's two also hide under passes adding up to at most N, so they leave at least
     A + C − max(d_a, d_c)·N (the joint term). The bound is the larger of the least with the
     terms apart and the least with the joint terms (each a lower bound on the step)."""

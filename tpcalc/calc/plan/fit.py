@@ -20,7 +20,7 @@ takes it, so the screen and rank_memory agree to the last bit (tests compare the
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from msgspec import Struct
@@ -33,11 +33,25 @@ from tpcalc.calc.layout.memory import (
     activation_options,
     buffer_bytes,
     layer_activation_bytes,
-    pp_rank_params,
     rank_layers,
 )
+from tpcalc.calc.params.counts import (
+    embedding_params,
+    final_norm_params,
+    layer_params,
+    lm_head_params,
+    mtp_params,
+    routed_layer_params,
+    tp_replicated_layer_params,
+    tp_replicated_mtp_params,
+)
 from tpcalc.calc.params.states import recipe_bytes
-from tpcalc.calc.pipeline.schedule import chunk_layer_counts, in_flight_chunks, rank_chunks
+from tpcalc.calc.pipeline.schedule import (
+    chunk_layer_counts,
+    in_flight_chunks,
+    rank_chunks,
+    rank_params,
+)
 from tpcalc.calc.plan.space import ModeKeys, RecomputeMode, Shape, Variant
 from tpcalc.choices import ActivationModel, Recompute, Schedule, StateRecipe
 from tpcalc.specs import ModelSpec
@@ -54,6 +68,20 @@ class Pipe(Struct, frozen=True):
     factors: tuple[np.ndarray, ...]  # each [ranks]: in-flight chunks / v (DualPipe: p−r, r+1)
     last: np.ndarray  # [ranks] bool: holds the last chunk (logits buffer)
     offload_share: np.ndarray  # [ranks]: share of the rank's activations offloaded
+
+
+class _PipeRows(NamedTuple):
+    """``pipe`` of many variants over many micro-batch counts: the one-direction variants
+    stacked (their indices, layer counts per rank transposed [V1, K, ranks], in-flight factors
+    [V1, M, ranks], offloaded shares [V1, ranks]), the DualPipe ones apart (index, counts and
+    factors per direction, share), and which ranks hold the last chunk [V, ranks]."""
+
+    one: np.ndarray
+    counts_t: np.ndarray
+    factors: np.ndarray
+    share: np.ndarray
+    dual: list[tuple[int, tuple[np.ndarray, ...], tuple[np.ndarray, ...], np.ndarray]]
+    last: np.ndarray
 
 
 class MemoryScreen:
@@ -80,11 +108,16 @@ class MemoryScreen:
         self._mode_key = ModeKeys()
         self._modes_seen: tuple[list | None, tuple] = (None, ())
         self._pipes: dict[tuple, Pipe] = {}
+        self._pipe_rows: dict[tuple, _PipeRows] = {}
+        self._rank_rows: dict[tuple, tuple] = {}
+        self._kept: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._params: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._buffers: dict[tuple, float] = {}
         self._rank_params: dict[tuple, list] = {}
+        self._layer_params: tuple = ()
         self._buffer_rows: dict[tuple, np.ndarray] = {}
-        self._factors: dict[tuple, float] = {}
+        self._state_factors: dict[tuple, float] = {}
+        self._factors: dict[tuple, tuple[np.ndarray, ...]] = {}
         none = np.zeros(0)
         self._last_act: tuple[Any, Any, Any] = (
             None, (none, none), (none, none, none),
@@ -164,9 +197,51 @@ class MemoryScreen:
         key = (tp, cp, sps, token, b)
         if key not in self._mode_bytes:
             self._mode_bytes[key] = np.array(
-                [[self.kind_bytes(tp, cp, sp, mode, b) for mode in modes] for sp in sps]
+                [self._modes_bytes(tp, cp, sp, modes, b) for sp in sps]
             )
         return self._mode_bytes[key]
+
+    def _modes_bytes(
+        self, tp: int, cp: int, sp: bool, modes: tuple[RecomputeMode, ...], b: int
+    ) -> np.ndarray:
+        """``kind_bytes`` of every mode, [R', K]: under the exact model, per inventory (one per
+        granularity) the kept tensors of every mode at once, summed per kind as whole numbers
+        (int64, exact), as ``kind_bytes`` sums them."""
+        if self.model is ActivationModel.paper:
+            return np.array([self.kind_bytes(tp, cp, sp, mode, b) for mode in modes])
+        at_one, slope = self._kept_sums(tp, cp, sp and tp > 1, modes)
+        return (at_one + (b - 1) * slope).astype(np.float64)  # affine in b, int64: exact
+
+    def _kept_sums(
+        self, tp: int, cp: int, sp: bool, modes: tuple[RecomputeMode, ...]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per mode and kind [R', K], the bytes of the tensors it keeps at b = 1 and their
+        growth per sequence (int64), from the inventory of its granularity (Megatron:
+        recompute_modules replace selective's default, as ``kind_bytes``): ``kind_bytes`` =
+        at_one + (b − 1) · slope."""
+        key = (tp, cp, sp, self._mode_key(modes))
+        got = self._kept.get(key)
+        if got is None:
+            at_one = np.empty((len(modes), len(self.kinds)), dtype=np.int64)
+            slope = np.empty_like(at_one)
+            by_grain: dict[Recompute, list[int]] = {}
+            for i, mode in enumerate(modes):
+                grain = Recompute.none if mode.modules else mode.recompute
+                by_grain.setdefault(grain, []).append(i)
+            for grain, ix in by_grain.items():
+                rows, drops, names = self._module_inventory(tp, cp, sp, grain)
+                masks = np.array(
+                    [sum(1 << names.index(m) for m in modes[i].modules) for i in ix],
+                    dtype=np.int64,
+                )
+                kept = (drops[None, :] & masks[:, None]) == 0  # [R_g, T]
+                one, two = rows[:, 1], rows[:, 2]
+                onehot = np.zeros((len(rows), len(self.kinds)), dtype=np.int64)
+                onehot[np.arange(len(rows)), rows[:, 0]] = 1
+                at_one[ix] = (kept * one) @ onehot
+                slope[ix] = (kept * (two - one)) @ onehot
+            got = self._kept[key] = (at_one, slope)
+        return got
 
     def _techniques(self, mode: RecomputeMode) -> MemoryTechniques:
         return MemoryTechniques(
@@ -187,6 +262,38 @@ class MemoryScreen:
         key = (pp, v, m)
         if key in self._pipes:
             return self._pipes[key]
+        counts, last, share = self._ranks(pp, v)
+        out = Pipe(counts, self._factors_of(pp, v, m), last, share)
+        self._pipes[key] = out
+        return out
+
+    def _factors_of(self, pp: int, v: Variant, m: int) -> tuple[np.ndarray, ...]:
+        """In-flight chunks / v of each rank (DualPipe: p − r and r + 1 per direction)."""
+        key = (pp, v, m)
+        got = self._factors.get(key)
+        if got is not None:
+            return got
+        if v.schedule is Schedule.dualpipe:
+            got = (
+                np.array([pp - r for r in range(pp)], dtype=np.float64),
+                np.array([r + 1 for r in range(pp)], dtype=np.float64),
+            )
+        else:
+            got = (
+                np.array(
+                    [in_flight_chunks(v.schedule, pp, m, v.vpp, r) / v.vpp for r in range(pp)]
+                ),
+            )
+        self._factors[key] = got
+        return got
+
+    def _ranks(self, pp: int, v: Variant) -> tuple[tuple[np.ndarray, ...], np.ndarray, np.ndarray]:
+        """``pipe``'s parts that do not depend on the micro-batch count: the layers of each
+        kind per rank (per direction), which ranks hold the last chunk, the offloaded share."""
+        key = (pp, v)
+        got = self._rank_rows.get(key)
+        if got is not None:
+            return got
         n, k = self.spec.num_hidden_layers, len(self.kinds)
         chunks = chunk_layer_counts(n, pp * v.vpp)
         per_chunk = np.zeros((len(chunks), k), dtype=np.int64)
@@ -197,22 +304,12 @@ class MemoryScreen:
             start += size
         per_chunk[-1, self.kind_of[n - 1]] += self.mtp
         counts: tuple[np.ndarray, ...]
-        factors: tuple[np.ndarray, ...]
         if v.schedule is Schedule.dualpipe:
             counts = (per_chunk[:pp], per_chunk[::-1][:pp])
-            factors = (
-                np.array([pp - r for r in range(pp)], dtype=np.float64),
-                np.array([r + 1 for r in range(pp)], dtype=np.float64),
-            )
             last = np.array([r in (0, pp - 1) for r in range(pp)])
         else:
             counts = (
                 np.array([per_chunk[rank_chunks(pp, v.vpp, r)].sum(axis=0) for r in range(pp)]),
-            )
-            factors = (
-                np.array(
-                    [in_flight_chunks(v.schedule, pp, m, v.vpp, r) / v.vpp for r in range(pp)]
-                ),
             )
             last = np.array([(pp * v.vpp - 1) in rank_chunks(pp, v.vpp, r) for r in range(pp)])
         share = np.zeros(pp)
@@ -220,9 +317,37 @@ class MemoryScreen:
             for r, layers in enumerate(rank_layers(n, pp, v.vpp)):
                 if layers:
                     share[r] = min(self.tech.offload_layers, len(layers)) / len(layers)
-        out = Pipe(counts, factors, last, share)
-        self._pipes[key] = out
-        return out
+        got = self._rank_rows[key] = (counts, last, share)
+        return got
+
+    def _pipes_of(self, pp: int, vs: list[Variant], ms: tuple[int, ...]) -> _PipeRows:
+        """``pipe`` of every variant over the micro-batch counts ``ms`` (``_PipeRows``); shared
+        by every shape with this pp and these counts."""
+        key = (pp, tuple(vs), ms)
+        got = self._pipe_rows.get(key)
+        if got is None:
+            one, dual, counts_t, factors, shares = [], [], [], [], []
+            last = np.empty((len(vs), pp), dtype=bool)
+            for i, v in enumerate(vs):
+                counts, last[i], share = self._ranks(pp, v)
+                row = [self._factors_of(pp, v, m) for m in ms]
+                f = tuple(np.array([x[t] for x in row]) for t in range(len(row[0])))
+                if len(counts) == 1:
+                    one.append(i)
+                    counts_t.append(counts[0].T.astype(np.float64))
+                    factors.append(f[0])
+                    shares.append(share)
+                else:
+                    dual.append((i, counts, f, share))
+            n_k, n_m = len(self.kinds), len(ms)
+            got = _PipeRows(
+                np.array(one, dtype=np.int64),
+                np.array(counts_t).reshape(len(one), n_k, pp),
+                np.array(factors).reshape(len(one), n_m, pp),
+                np.array(shares).reshape(len(one), pp), dual, last,
+            )  # fmt: skip
+            self._pipe_rows[key] = got
+        return got
 
     # ---- parameters and states ----
 
@@ -233,9 +358,7 @@ class MemoryScreen:
             sched = Schedule.dualpipe if key[2] else Schedule.one_f_one_b
             rkey = (shape.pp, v.vpp, key[2])  # the split before TP and EP: shared by all
             if rkey not in self._rank_params:
-                self._rank_params[rkey] = pp_rank_params(
-                    self.spec, shape.pp, v.vpp, sched, mtp=self.tech.mtp
-                )
+                self._rank_params[rkey] = self.rank_params(shape.pp, v.vpp, sched)
             ranks = self._rank_params[rkey]
             d = np.array([-(-dense // shape.tp) + whole for dense, whole, _ in ranks], np.float64)
             e = np.array([-(-x // (shape.etp * shape.ep)) for _, _, x in ranks], np.float64)
@@ -243,14 +366,48 @@ class MemoryScreen:
         d, e, _ = self._params[key]
         return d, e
 
+    def rank_params(self, p: int, v: int, schedule: Schedule) -> list[tuple[int, int, int]]:
+        """``layout.memory.pp_rank_params(spec, p, v, schedule, mtp=...)`` with the per-layer
+        counts taken once per model instead of once per call (the same sums of the same whole
+        numbers: tests compare them)."""
+        if not self._layer_params:
+            spec, n = self.spec, self.spec.num_hidden_layers
+            routed = [routed_layer_params(spec, i) for i in range(n)]
+            mtp = self.tech.mtp
+            norm = final_norm_params(spec)
+            self._layer_params = (
+                (routed, 0, 0, (spec.mtp_layers if mtp else 0) * routed[-1]),
+                (
+                    [tp_replicated_layer_params(spec, i) for i in range(n)], 0, 0,
+                    norm + (tp_replicated_mtp_params(spec) if mtp else 0),
+                ),
+                (
+                    [layer_params(spec, i) for i in range(n)], embedding_params(spec),
+                    lm_head_params(spec), norm + (mtp_params(spec) if mtp else 0),
+                ),
+            )  # fmt: skip
+        experts, whole, everything = (
+            rank_params(
+                layers,
+                p,
+                v,
+                embedding_params=emb,
+                lm_head_params=head,
+                other_params=other,
+                schedule=schedule,
+            )  # fmt: skip
+            for layers, emb, head, other in self._layer_params
+        )
+        return [(a - e - r, r, e) for a, r, e in zip(everything, whole, experts, strict=True)]
+
     def state_factor(self, zero: ZeroStage, n: int) -> float:
         """Bytes of model states per parameter at ``zero`` over n ranks (zero_states_bytes)."""
         key = (zero, n)
-        if key not in self._factors:
+        if key not in self._state_factors:
             dw, dg, do = state_divisors(zero, n)
             w, g, o = self._rb
-            self._factors[key] = w / dw + g / dg + o / do
-        return self._factors[key]
+            self._state_factors[key] = w / dw + g / dg + o / do
+        return self._state_factors[key]
 
     def buffer(self, shape: Shape, b: int, last: bool) -> float:
         key = (shape.tp, shape.cp, shape.ep, b, last)
@@ -311,11 +468,12 @@ class MemoryScreen:
         pp, n_v, n_m = shape.pp, len(vs), len(mbs)
         grad = shape.dp * shape.cp
         expert_dp = shape.dp * shape.cp * shape.tp // (shape.ep * shape.etp)
-        states = np.empty((n_v, len(zeros), pp))
-        for i, v in enumerate(vs):
-            d, e = self.params(shape, v)
-            for j, z in enumerate(zeros):
-                states[i, j] = d * self.state_factor(z, grad) + e * self.state_factor(z, expert_dp)
+        de = [self.params(shape, v) for v in vs]
+        d = np.array([x[0] for x in de])[:, None, :]  # [V, 1, ranks]
+        e = np.array([x[1] for x in de])[:, None, :]
+        fd = np.array([self.state_factor(z, grad) for z in zeros])[None, :, None]  # [1, Z, 1]
+        fe = np.array([self.state_factor(z, expert_dp) for z in zeros])[None, :, None]
+        states = d * fd + e * fe  # [V, Z, ranks], each element as block takes it
         act, last = self._group_act(shape, vs, mbs, per_dp, sps, modes)  # [V, M, S·R, ranks]
         n_m, n_sr = act.shape[1:3]
         rows = {b: (self.buffer(shape, b, True), self.buffer(shape, b, False)) for b in mbs}
@@ -376,18 +534,20 @@ class MemoryScreen:
         n_m, n_s, n_r, n_k = kb.shape
         kb = kb.reshape(n_m, n_s * n_r, n_k)  # [M, S·R, K]
         act = np.empty((len(vs), n_m, n_s * n_r, pp))
-        last = np.empty((len(vs), pp), dtype=bool)
-        for i, v in enumerate(vs):
-            row = [self.pipe(pp, v, per_dp // b) for b in mbs]
-            counts = row[0].counts  # the layers per rank do not depend on the micro-batches
-            factors = np.array([x.factors[0] for x in row])  # [M, ranks]
-            a = factors[:, None, :] * (kb @ counts[0].T)
-            for t in range(1, len(counts)):  # DualPipe's second direction
-                a = a + np.array([x.factors[t] for x in row])[:, None, :] * (kb @ counts[t].T)
+        rows = self._pipes_of(pp, vs, tuple(per_dp // b for b in mbs))
+        last = rows.last
+        if len(rows.one):  # every one-direction variant in one product (whole bytes: exact)
+            a = rows.factors[:, :, None, :] * np.matmul(kb[None], rows.counts_t[:, None])
             if self.tech.offload_layers:
-                a = a - a * row[0].offload_share
+                a = a - a * rows.share[:, None, None, :]
+            act[rows.one] = a
+        for i, counts, factors, share in rows.dual:
+            a = factors[0][:, None, :] * (kb @ counts[0].T)
+            for t in range(1, len(counts)):  # DualPipe's second direction
+                a = a + factors[t][:, None, :] * (kb @ counts[t].T)
+            if self.tech.offload_layers:
+                a = a - a * share
             act[i] = a
-            last[i] = row[0].last
         top = act.sum(axis=(1, 2)).argmax(axis=1)  # [V]: the rank with the most activations
         below_top = (act <= act[np.arange(len(vs)), :, :, top][..., None]).all(axis=(1, 2))
         below_prev = (act[..., 1:] <= act[..., :-1]).all(axis=(1, 2))

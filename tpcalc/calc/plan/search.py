@@ -1,11 +1,15 @@
 """The search: enumerate the space (``space``), drop what does not divide, screen memory for every
 remaining candidate at once (``fit``, one numpy pass per shape), then rank by step time with a
-provable branch-and-bound (``bounds``) in three tiers: a floor per block cell (``prepare``,
-``StepBounds.floors``), the block's own bounds (built by ``expand`` only while some floor can
-still win), and the exact ``calc.time.step.step_time``, run only on a candidate whose bound is
-still below every other candidate's. The first ``top_k`` candidates that come out exact are the
-top k of exhaustive exact evaluation (a floor never exceeds a bound, a bound never the exact
-time); each point of the Pareto front likewise (``_top_built``, ``_pareto_built``).
+provable branch-and-bound (``bounds``) in two tiers: a lower bound of every candidate that fits,
+taken per shape in one numpy pass (``prepare``, ``StepBounds.group``), and the exact
+``calc.time.step.step_time`` (through ``time.bulk.StepCache``, bit for bit), run only on a
+candidate whose bound is still below every other candidate's exact time. The search lists a
+block's candidates (``expand``) only when a floor of its bounds can still win (per (micro-batch,
+sp, mode) cell: the least bound over its ZeRO stages, or for a large group a looser floor with
+no term per stage, ``StepBounds.floors``). The first ``top_k``
+candidates that come out exact are the top k of exhaustive exact evaluation (a bound never
+exceeds the exact time); each point of the Pareto front likewise (``_top_built``,
+``_pareto_built``).
 
 Reported numbers come from the exact model: every candidate in the result is re-priced by
 ``calc.layout.memory.rank_memory`` and ``step_time`` with the inputs ``tpcalc layout`` would
@@ -14,10 +18,10 @@ give them.
 ZeRO: every allowed stage is timed. States shrink with every stage (``dp.zero.state_divisors``)
 but ZeRO-2 reduce-scatters every micro-batch's gradients and ZeRO-3 also re-gathers the
 parameters for every forward and backward (``step._dp_exposed``), so no stage dominates another.
-The bounds price stages >= 1 with ZeRO-1's collectives, which never exceed ZeRO-2's or ZeRO-3's
-exposed time: with c one pass's collective and t the pass it runs under, ZeRO-1 exposes
-max(0, c - drain·t) with drain >= 1 and ZeRO-2/3 at least m·max(0, c - t), so they stay lower
-bounds.
+The bounds price ZeRO-2/3's per-micro-batch collectives when they overlap (``StepBounds.group``)
+and otherwise ZeRO-1's, which never exceed ZeRO-2's or ZeRO-3's exposed time: with c one pass's
+collective and t the pass it runs under, ZeRO-1 exposes max(0, c - drain·t) with drain >= 1 and
+ZeRO-2/3 at least m·max(0, c - t), so they stay lower bounds.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 import numpy as np
-from msgspec import Struct
+from msgspec import Struct, field
 from msgspec.structs import replace
 
 from tpcalc.calc.dp.zero import ZeroStage
@@ -47,7 +51,8 @@ from tpcalc.calc.plan.types import (
     PlanResult,
     ProgressCallback,
 )
-from tpcalc.calc.time.step import STEP_PARTS, StepTime, TimeOptions, step_time
+from tpcalc.calc.time.bulk import StepCache
+from tpcalc.calc.time.step import STEP_PARTS, StepTime, TimeOptions
 
 BATCH = "batch: dp does not divide the global batch"
 NO_MICRO_BATCH = "batch: no allowed micro-batch splits global batch / dp"
@@ -67,6 +72,10 @@ class _Group(Struct):
     memory: np.ndarray
     allowed: np.ndarray
     blocks: list[int]  # the block index of each variant
+    # the micro-batches where something fits (prepare), and the flat indices of the timed
+    # candidates that fit in [V, Z', those micro-batches, S, R] with their bounds
+    bounds: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    used: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
 
 class _Block(Struct):
@@ -85,6 +94,35 @@ class _Block(Struct):
     def memory(self) -> np.ndarray:
         """[Z, M, S, R]"""
         return self.group.memory[self.v][:, self.take]
+
+
+class _Listed:
+    """Growing arrays of listed picks (rows, memory, bound, key), doubled when full so that
+    listing n picks costs O(n) in all."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.arrays: tuple[np.ndarray, ...] = (
+            np.zeros((0, 5), np.int32), np.zeros(0), np.zeros(0), np.zeros(0, np.int64),
+        )  # fmt: skip
+
+    def add(self, *parts: np.ndarray) -> None:
+        k = len(parts[0])
+        if self.n + k > len(self.arrays[0]):
+            cap = max(2 * len(self.arrays[0]), self.n + k, 1024)
+            grown = []
+            for a in self.arrays:
+                b = np.empty((cap, *a.shape[1:]), a.dtype)
+                b[: self.n] = a[: self.n]
+                grown.append(b)
+            self.arrays = tuple(grown)
+        for a, x in zip(self.arrays, parts, strict=True):
+            a[self.n : self.n + k] = x
+        self.n += k
+
+    def view(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        rows, mems, lbs, keys = self.arrays
+        return rows[: self.n], mems[: self.n], lbs[: self.n], keys[: self.n]
 
 
 class _Pick(Struct, frozen=True):
@@ -125,6 +163,7 @@ class _Search:
         self.enumerated = 0
         self.fitting = 0  # candidates that divide and fit, counted as the blocks are screened
         self.timed = 0
+        self.steps = StepCache(req.spec, req.hw, self.opts)  # step_time, bit for bit
         self._exact: dict[_Pick, tuple[StepTime, ParallelLayout, LayoutRun]] = {}
         # every allowed stage is timed (module docstring)
         self.zeros = self.d.zero
@@ -245,14 +284,18 @@ class _Search:
     # ---- candidates and bounds ----
 
     def prepare(self) -> None:
-        """Per block and (micro-batch, sp, mode) cell: the least memory among its timed
-        candidates that fit, and ``StepBounds.floor`` (a lower bound on each of their bounds).
-        The blocks' own bounds are built only when a search needs them (``expand``)."""
+        """Per block and (micro-batch, sp, mode) cell: the least memory over its ZeRO stages
+        that fit, and a floor of their bounds. A group with at most ``EAGER_BOUNDS``
+        candidates that fit gets every bound now (``StepBounds.group``, kept with the group)
+        and its floors are their least per cell; a larger one gets ``StepBounds.floors`` and
+        its bounds when a block is first listed (``_bound_group``). A block's candidates are
+        listed only when a search needs them (``expand``)."""
         self.zi = np.array([self.zeros.index(z) for z in self.timed_zeros], dtype=np.int64)
         n = len(self.blocks)
         self.floors = np.full(n, math.inf)
         self.expanded = np.zeros(n, dtype=bool)
-        self._chunks: list[tuple[np.ndarray, ...]] = []
+        self._list = _Listed()
+        self._order = np.zeros(0, np.int64)  # the listed picks by (bound, key)
         self._sorted: tuple[np.ndarray, ...] | None = None
         distributed = [zero >= 1 for zero in self.timed_zeros]
         zeros = [int(z) for z in self.timed_zeros]
@@ -269,18 +312,31 @@ class _Search:
                 continue
             fits = fits[:, :, used]
             mem = mem[:, :, used]
-            cells, coarse = self.bounds.floors(
-                grp.shape, grp.variants, [grp.mbs[i] for i in used], grp.per_dp, grp.sps,
-                self.d.recompute, distributed, zeros,
-            )  # fmt: skip
-            by_zero = np.where(fits, coarse[..., None, None], math.inf).min(axis=1)
-            floor = np.where(np.isfinite(by_zero), np.maximum(cells, by_zero), math.inf)
-            least = np.where(fits, mem, math.inf).min(axis=1)
+            grp.used = used
+            mbs = [grp.mbs[i] for i in used]
+            least = np.where(fits, mem, math.inf).min(axis=1)  # [V, M, S, R]
+            at = np.flatnonzero(fits)
+            if len(at) <= EAGER_BOUNDS:  # every candidate's bound now, the floors from them
+                lb = self.bounds.group(
+                    grp.shape, grp.variants, mbs, grp.per_dp, grp.sps, self.d.recompute,
+                    distributed, zeros, at,
+                )  # fmt: skip
+                grp.bounds = (used, at, lb)
+                full = np.full(fits.shape, math.inf)
+                full.ravel()[at] = lb
+                floor = full.min(axis=1)
+                where = np.flatnonzero(np.isfinite(floor))
+                floor = floor.ravel()[where]
+            else:  # the floors without a term per ZeRO stage; the bounds when listed
+                where = np.flatnonzero(np.isfinite(least))
+                floor = self.bounds.floors(
+                    grp.shape, grp.variants, mbs, grp.per_dp, grp.sps, self.d.recompute,
+                    distributed, zeros, fits.any(axis=(3, 4)), where,
+                )  # fmt: skip
             ids = np.array(grp.blocks)
-            where = np.nonzero(np.isfinite(floor))
-            cell_block.append(ids[where[0]])
-            cell_mem.append(least[where])
-            cell_floor.append(floor[where] * (1 - 2 * BOUND_MARGIN))
+            cell_block.append(ids[where // (least.size // len(ids))])
+            cell_mem.append(least.ravel()[where])
+            cell_floor.append(floor * (1 - 2 * BOUND_MARGIN))
         if cell_block:
             self.cell_block = np.concatenate(cell_block)
             self.cell_mem = np.concatenate(cell_mem)
@@ -292,7 +348,8 @@ class _Search:
         self.progress("bounds", 1.0)
 
     def expand(self, ks: Iterable[int] | np.ndarray) -> int:
-        """Build the bounds of blocks ``ks`` (those not built yet); the number built."""
+        """Add the candidates of blocks ``ks`` (those not added yet) with their bounds (taken
+        by ``prepare`` for the whole group); the number added."""
         built = 0
         for k in ks:
             k = int(k)
@@ -300,39 +357,62 @@ class _Search:
                 continue
             self.expanded[k] = True
             blk = self.blocks[k]
+            grp = blk.group
+            if grp.bounds is None:
+                self._bound_group(grp)
+            used, flat, lb = grp.bounds  # type: ignore[misc]
+            n_z = len(self.zi)
+            shape = (len(grp.variants), n_z, len(used), len(blk.sps), len(self.d.recompute))
+            per_v = math.prod(shape[1:])
+            lo, hi = np.searchsorted(flat, [blk.v * per_v, (blk.v + 1) * per_v])
+            _, z, mu, s, r = np.unravel_index(flat[lo:hi], shape)
+            inv = np.full(len(grp.mbs), -1, dtype=np.int64)
+            inv[blk.take] = np.arange(len(blk.take))
+            i = inv[used[mu]]  # the block's micro-batch index of each candidate
             mem = blk.memory[self.zi]  # [Z', M, S, R]
-            flat = np.flatnonzero(mem <= self.capacity)
-            z, i, s, r = np.unravel_index(flat, mem.shape)
-            used = np.unique(i)  # the micro-batches where something fits: only those priced
-            at = np.zeros(len(blk.mbs), dtype=np.int64)
-            at[used] = np.arange(len(used))
-            lb = self.bounds.block(
-                blk.shape, blk.variant, [blk.mbs[x] for x in used], blk.per_dp, blk.sps,
-                self.d.recompute, [zero >= 1 for zero in self.timed_zeros],
-                [int(z) for z in self.timed_zeros],
-            )[z, at[i], s, r]  # fmt: skip
+            own = np.ravel_multi_index((z, i, s, r), mem.shape)
             rows = np.stack([np.full_like(z, k), self.zi[z], i, s, r], axis=1).astype(np.int32)
             # the order of the exhaustive list: block, then zero, micro-batch, sp, mode
-            keys = (np.int64(k) << KEY_SHIFT) | flat.astype(np.int64)
-            self._chunks.append((rows, mem.ravel()[flat], lb * (1 - BOUND_MARGIN), keys))
-            built += 1
-        if built:
+            keys = (np.int64(k) << KEY_SHIFT) | own.astype(np.int64)
+            self._list.add(rows, mem.ravel()[own], lb[lo:hi] * (1 - BOUND_MARGIN), keys)
             self._sorted = None
+            built += 1
         return built
 
+    def _bound_group(self, grp: _Group) -> None:
+        """The bound of every timed candidate of ``grp`` that fits (``StepBounds.group``),
+        taken when the first of its blocks is listed (large groups, ``prepare``)."""
+        used = grp.used
+        mem = grp.memory[:, self.zi]
+        fits = ((mem <= self.capacity) & grp.allowed[:, None, :, None, None])[:, :, used]
+        at = np.flatnonzero(fits)
+        lb = self.bounds.group(
+            grp.shape, grp.variants, [grp.mbs[i] for i in used], grp.per_dp, grp.sps,
+            self.d.recompute, [zero >= 1 for zero in self.timed_zeros],
+            [int(z) for z in self.timed_zeros], at,
+        )  # fmt: skip
+        grp.bounds = (used, at, lb)
+
+    def listed(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Every pick of the expanded blocks, in the order listed: rows (block, zero,
+        micro-batch, sp, mode), memory, bound and order key."""
+        return self._list.view()
+
     def built(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Every pick of the expanded blocks: rows (block, zero, micro-batch, sp, mode), memory,
-        bound and order key, sorted by (bound, key): the order of a stable sort by bound of the
-        exhaustive list, restricted to these picks."""
+        """``listed`` sorted by (bound, key): the order of a stable sort by bound of the
+        exhaustive list, restricted to these picks. Picks listed since the last call are
+        sorted alone and merged in (keys are unique, so (bound, key) orders them totally)."""
         if self._sorted is None:
-            if not self._chunks:
-                empty = np.zeros(0)
-                self._sorted = (np.zeros((0, 5), np.int32), empty, empty, empty.astype(np.int64))
-            else:
-                rows, mems, lbs, keys = (np.concatenate(c) for c in zip(*self._chunks, strict=True))
-                self._chunks = [(rows, mems, lbs, keys)]
-                order = np.lexsort((keys, lbs))
-                self._sorted = (rows[order], mems[order], lbs[order], keys[order])
+            rows, mems, lbs, keys = self._list.view()
+            n_old = len(self._order)
+            new = n_old + np.lexsort((keys[n_old:], lbs[n_old:]))
+            old = self._order
+            at = np.searchsorted(lbs[old], lbs[new], "left")
+            right = np.searchsorted(lbs[old], lbs[new], "right")
+            for j in np.flatnonzero(right > at):  # equal bounds: by key among them
+                at[j] += np.searchsorted(keys[old[at[j] : right[j]]], keys[new[j]])
+            self._order = order = np.insert(old, at, new)
+            self._sorted = (rows[order], mems[order], lbs[order], keys[order])
         return self._sorted  # type: ignore[return-value]
 
     def picks(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -354,8 +434,7 @@ class _Search:
         if p not in self._exact:
             layout, run = self.layout_run(p)
             self.timed += 1
-            self._exact[p] = (step_time(self.req.spec, self.req.hw, layout, run, self.opts),
-                              layout, run)  # fmt: skip
+            self._exact[p] = (self.steps.step_time(layout, run), layout, run)
         return self._exact[p][0]
 
     def layout_run(self, p: _Pick) -> tuple[ParallelLayout, LayoutRun]:
@@ -397,6 +476,15 @@ class _Search:
         )  # fmt: skip
 
 
+# A group whose candidates that fit are at most this many gets every bound in ``prepare`` and
+# floors that are their least per cell; a larger one gets floors with no term per ZeRO stage
+# (``StepBounds.floors``, looser, cheaper) and its bounds when one of its blocks is listed.
+# Measured (2026-12-01): eager bounds list the fewest blocks (Llama 3 405B on 16,384 H100: its
+# largest group has 23,048; with the looser floors everywhere the top 10 listed 840 blocks
+# instead of 121), while DeepSeek-V3 on 2,048 H800 has 112 M candidates that fit, mostly in
+# groups where pricing every one costs more than the blocks the looser floors add.
+EAGER_BOUNDS = 25_000
+
 # A pick's order key: block index above this many bits, its flat index in the block below.
 KEY_SHIFT = 32
 
@@ -437,7 +525,7 @@ def _top_built(search: _Search, want: int) -> list[tuple[float, _Pick]]:
     blocks in order of their floor until ``want`` picks are built, then, as long as some block
     not built has a floor at most the ``want``-th best exact time so far, those blocks too. A
     block left out has every pick's exact time above that time, so it holds none of the best
-    ``want`` (the floors are lower bounds on the bounds, ``StepBounds.floor``)."""
+    ``want`` (a floor is the least bound of its cell, ``prepare``)."""
     if want <= 0:
         return []
     by_floor = np.argsort(search.floors, kind="stable")
@@ -508,6 +596,19 @@ def _fastest(
     return best_j
 
 
+def _bound_order(
+    search: _Search, rows: np.ndarray, idx: np.ndarray, lbs: np.ndarray, keys: np.ndarray
+) -> np.ndarray:
+    """The picks ``idx`` that ``_fastest`` visits, in its order: by (bound, key), only those
+    with a bound at most the exact time t0 of the first (``_fastest`` stops at the first
+    bound above its best time, which is at most t0), so only they are sorted."""
+    low = idx[lbs[idx] == lbs[idx].min()]
+    first = low[np.argmin(keys[low])]
+    t0 = search.tighten(rows[first])
+    near = idx[lbs[idx] <= t0]
+    return near[np.lexsort((keys[near], lbs[near]))]
+
+
 def _pareto(search: _Search, picks: np.ndarray, mems: np.ndarray, lbs: np.ndarray) -> list[int]:
     """Picks on the memory-versus-time front, memory ascending: the fastest of all, then the
     fastest with PARETO_MEMORY_STEP less memory than that, and so on (each found by
@@ -555,13 +656,13 @@ def _pareto_built(search: _Search) -> list[_Pick]:
         if not under.any():
             break
         while True:
-            rows, mems, lbs, _ = search.built()
+            rows, mems, lbs, keys = search.listed()
             idx = np.flatnonzero(mems < limit)
             if not len(idx):  # seed: the cell of least floor under the budget
                 cells = np.flatnonzero(under)
                 search.expand(cb[cells[np.argmin(cf[cells])]][None])
                 continue
-            j = _fastest(search, rows, idx, lbs, mems)
+            j = _fastest(search, rows, _bound_order(search, rows, idx, lbs, keys), lbs, mems)
             t = search.tighten(rows[j])
             todo = under & (cf <= t)
             if not search.expand(np.unique(cb[todo][~search.expanded[cb[todo]]])):

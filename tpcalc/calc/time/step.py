@@ -664,22 +664,31 @@ def _bubble_s(stages: tuple[StageWork, ...], run: LayoutRun, p: int) -> float:
 
 
 def _tail(
-    ctx: _Ctx, stages: tuple[StageWork, ...], neck: StageWork, vpp: int
-) -> tuple[float, float, float]:
+    ctx: _Ctx, stages: tuple[StageWork, ...], neck: StageWork, vpp: int,
+    costs: list[tuple[float, float, float]] | None = None,
+) -> tuple[float, float, float]:  # fmt: skip
     """(exposed DP, optimizer, total DP) seconds after the last backward. The stage that
     finishes last decides: in 1F1B stage s finishes its last backward s backward-steps before
-    stage 0, so its tail starts that much earlier."""
-    zero = ctx.layout.zero
+    stage 0, so its tail starts that much earlier. ``costs``: each stage's ``_stage_tail``,
+    when the caller has them."""
     step_back = neck.times.backward_input_s + neck.times.backward_weight_s
     best = (-1.0, 0.0, 0.0)
-    for st in stages:
-        dp_exp, dp_total = _dp_exposed(ctx, st, zero, vpp, ctx.microbatches)
-        tail = max(0.0, dp_exp + _optimizer_s(ctx, st, zero) - st.stage * step_back)
+    for i, st in enumerate(stages):
+        dp_exp, dp_total, opt = costs[i] if costs is not None else _stage_tail(ctx, st, vpp)
+        tail = max(0.0, dp_exp + opt - st.stage * step_back)
         if tail > best[0]:
             best = (tail, dp_exp, dp_total)
     tail, dp_exp, dp_total = best
     optimizer = max(0.0, tail - dp_exp)
     return tail - optimizer, optimizer, dp_total
+
+
+def _stage_tail(ctx: _Ctx, st: StageWork, vpp: int) -> tuple[float, float, float]:
+    """(exposed DP, total DP, optimizer) seconds of one stage (``_dp_exposed``,
+    ``_optimizer_s``): they read the stage's work and parameters, not its index."""
+    zero = ctx.layout.zero
+    dp_exp, dp_total = _dp_exposed(ctx, st, zero, vpp, ctx.microbatches)
+    return dp_exp, dp_total, _optimizer_s(ctx, st, zero)
 
 
 def step_time(
@@ -702,10 +711,22 @@ def step_time(
         *(_stage_work(ctx, s, layers, run, padded) for s, layers in enumerate(split)),
         strict=True,
     )
+    return _step_of_stages(ctx, run, stages, details)
+
+
+def _step_of_stages(
+    ctx: _Ctx, run: LayoutRun, stages: tuple[StageWork, ...], details: tuple[list[OpTime], ...],
+    costs: list[tuple[float, float, float]] | None = None, bubble_s: float | None = None,
+    hardware_flop: float | None = None,
+) -> StepTime:  # fmt: skip
+    """``step_time`` from its stages' work and details; ``costs`` (each stage's
+    ``_stage_tail``), ``bubble_s`` (``_bubble_s``) and ``hardware_flop`` (``_hardware_flop``)
+    when the caller has them (``time.bulk``)."""
+    spec, layout, opts = ctx.spec, ctx.layout, ctx.opts
     m = run.microbatches
     neck = max(stages, key=lambda st: st.total_s)
     pp_s, pp_total = _pp_exposed(ctx, m, run.vpp, run.schedule)
-    dp_s, opt_s, dp_total = _tail(ctx, stages, neck, run.vpp)
+    dp_s, opt_s, dp_total = _tail(ctx, stages, neck, run.vpp, costs)
     work, rec = neck.work.scaled(m), neck.recompute.scaled(m)
     parts = {
         "gemm_time_s": work.gemm_s, "attention_time_s": work.attention_s,
@@ -714,7 +735,7 @@ def step_time(
         "recompute_time_s": rec.gemm_s + rec.attention_s + rec.memory_s,
         "tp_exposed_time_s": work.tp_s + rec.tp_s, "cp_exposed_time_s": work.cp_s + rec.cp_s,
         "ep_exposed_time_s": work.ep_s + rec.ep_s,
-        "bubble_time_s": _bubble_s(stages, run, layout.pp),
+        "bubble_time_s": _bubble_s(stages, run, layout.pp) if bubble_s is None else bubble_s,
         "pp_exposed_time_s": pp_s, "dp_exposed_time_s": dp_s, "optimizer_time_s": opt_s,
     }  # fmt: skip
     step_s = sum(parts.values())
@@ -723,7 +744,9 @@ def step_time(
     model_flop = model_flop_per_token(spec, run.seq, opts.causal_model_flops) * tokens
     r = ctx.r
     peak = r.fp8_peak_flop_per_s if run.dtype is Dtype.fp8 else r.bf16_peak_flop_per_s
-    hw_flop = _hardware_flop(details) * m * layout.dp * layout.cp * layout.tp
+    if hardware_flop is None:
+        hardware_flop = _hardware_flop(details)
+    hw_flop = hardware_flop * m * layout.dp * layout.cp * layout.tp
     return StepTime(
         **parts,
         step_time_s=step_s,
