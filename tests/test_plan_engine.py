@@ -585,12 +585,14 @@ def _forks(monkeypatch) -> list[int]:
     """Count the forks the search makes (the real fork still runs)."""
     import os
 
-    calls: list[int] = []
+    calls: list[int] = []  # the child's pid, per fork
     real = os.fork
 
     def fork() -> int:
-        calls.append(1)
-        return real()
+        pid = real()
+        if pid:
+            calls.append(pid)
+        return pid
 
     monkeypatch.setattr(os, "fork", fork)
     return calls
@@ -657,3 +659,29 @@ def test_a_small_search_runs_in_one_process(h100, monkeypatch):
     monkeypatch.setattr(os, "fork", no_fork)
     req = _request("llama3-8b", h100, gpus=64, seq=8192, global_batch=256, top_k=5)
     assert S.plan(req).best is not None
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="no fork on this platform")
+def test_an_error_in_the_parent_still_reaps_the_child(h100, monkeypatch):
+    """An error in this process's share propagates, and the child is waited for (no zombie)."""
+    import os
+
+    req = _request("llama3-8b", h100, gpus=64, global_batch=128, top_k=5)
+    monkeypatch.setattr(S, "WORKERS", 2)
+    monkeypatch.setattr(S, "FORK_MIN_SHAPES", 1)
+    monkeypatch.setattr(S, "_cores", lambda: 2)
+    forks = _forks(monkeypatch)
+    real = S._Search._chunk
+    parent = os.getpid()
+
+    def failing(self, tp, cp):
+        if os.getpid() == parent:
+            raise RuntimeError("the parent fails")
+        return real(self, tp, cp)
+
+    monkeypatch.setattr(S._Search, "_chunk", failing)
+    with pytest.raises(RuntimeError, match="the parent fails"):
+        S.plan(req)
+    assert len(forks) == 1
+    with pytest.raises(ChildProcessError):
+        os.waitpid(forks[0], os.WNOHANG)  # already reaped

@@ -239,12 +239,15 @@ class _Search:
                 os._exit(code)
         os.close(write)
         done: dict[int, _Chunk] = {}
-        for n, i in enumerate(mine):
-            self.progress("screen", n / len(units))
-            done[i] = self._chunk(*units[i])
-        with os.fdopen(read, "rb") as pipe:
-            got = _receive(pipe)
-        _, status = os.waitpid(pid, 0)
+        source = os.fdopen(read, "rb")
+        try:
+            for n, i in enumerate(mine):
+                self.progress("screen", n / len(units))
+                done[i] = self._chunk(*units[i])
+            got = _receive(source)
+        finally:  # on an error here too: the child, its pipe closed, stops when it writes
+            source.close()
+            _, status = os.waitpid(pid, 0)
         if status != 0 or got is None or len(got) != len(theirs):
             got = [self._chunk(*units[i]) for i in theirs]
         done.update(zip(theirs, got, strict=True))
