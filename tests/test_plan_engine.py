@@ -576,6 +576,12 @@ def test_screen_rank_params_match_pp_rank_params(model, h100):
             assert screen.rank_params(p, v, sched) == pp_rank_params(spec, p, v, sched, mtp=mtp)
 
 
+# the search forks its second worker on Linux only (search._Search._split)
+LINUX_ONLY = pytest.mark.skipif(
+    not __import__("sys").platform.startswith("linux"), reason="forks on Linux only"
+)
+
+
 def _result_fields(r) -> tuple:
     return (r.top, r.pareto, r.enumerated, r.feasible, r.timed_exactly, r.rejections,
             r.why_best, r.why)  # fmt: skip
@@ -598,7 +604,7 @@ def _forks(monkeypatch) -> list[int]:
     return calls
 
 
-@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="no fork on this platform")
+@LINUX_ONLY
 def test_two_workers_give_the_one_process_search_bit_for_bit(h100, monkeypatch):
     """Forced to fork (threshold 1 shape), the search deals its units (tp, cp) to a child and
     puts them back in order: the cells, blocks and the whole result are those of the search in
@@ -629,7 +635,7 @@ def test_two_workers_give_the_one_process_search_bit_for_bit(h100, monkeypatch):
     assert len(forks) == 2
 
 
-@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="no fork on this platform")
+@LINUX_ONLY
 def test_a_failed_child_leaves_the_result_unchanged(h100, monkeypatch):
     """If the child cannot send its chunks, the search runs them itself: same result."""
     req = _request("llama3-8b", h100, gpus=64, global_batch=128, top_k=5)
@@ -661,7 +667,7 @@ def test_a_small_search_runs_in_one_process(h100, monkeypatch):
     assert S.plan(req).best is not None
 
 
-@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="no fork on this platform")
+@LINUX_ONLY
 def test_an_error_in_the_parent_still_reaps_the_child(h100, monkeypatch):
     """An error in this process's share propagates, and the child is waited for (no zombie)."""
     import os

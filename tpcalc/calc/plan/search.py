@@ -35,6 +35,7 @@ import io
 import math
 import os
 import pickle
+import sys
 from collections import Counter
 from collections.abc import Iterable
 from typing import NamedTuple
@@ -255,10 +256,12 @@ class _Search:
 
     def _split(self, units: list[tuple[int, int]]) -> tuple[list[int], list[int]] | None:
         """The units dealt to two workers (this process, a forked child), or None to run them
-        all here: when there is no fork or one core, or the search is too small for a second
-        process to pay for its start (``FORK_MIN_SHAPES``). Each unit costs about its number of
-        shapes that divide; units go, largest first, to the worker with less so far."""
-        if WORKERS < 2 or not hasattr(os, "fork") or _cores() < 2:
+        all here: off Linux (macOS's system libraries are not safe to use in a forked child,
+        which is why ``multiprocessing`` spawns there; Windows has no fork), with one core, or
+        when the search is too small for a second process to pay for its start
+        (``FORK_MIN_SHAPES``). Each unit costs about its number of shapes that divide; units
+        go, largest first, to the worker with less so far."""
+        if WORKERS < 2 or not sys.platform.startswith("linux") or _cores() < 2:
             return None
         cost = [
             sum(self.gpus % (tp * cp * pp) == 0 for pp in self.d.pp) * len(self.d.ep)
