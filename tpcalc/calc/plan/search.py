@@ -35,7 +35,7 @@ import io
 import math
 import os
 import pickle
-import sys
+import platform
 from collections import Counter
 from collections.abc import Iterable
 from typing import NamedTuple
@@ -261,7 +261,7 @@ class _Search:
         when the search is too small for a second process to pay for its start
         (``FORK_MIN_SHAPES``). Each unit costs about its number of shapes that divide; units
         go, largest first, to the worker with less so far."""
-        if WORKERS < 2 or not sys.platform.startswith("linux") or _cores() < 2:
+        if WORKERS < 2 or platform.system() != "Linux" or _cores() < 2:
             return None
         cost = [
             sum(self.gpus % (tp * cp * pp) == 0 for pp in self.d.pp) * len(self.d.ep)
