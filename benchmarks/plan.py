@@ -10,15 +10,18 @@ Cases: issue 11's two targets, then the cost as the GPU count and the model dept
 
 Specs are loaded and the request is built outside the timer. Each line prints the layouts
 enumerated, the feasible ones, the exact step-time evaluations, layouts per second
-(enumerated / wall time), the process CPU time (the machine is shared: wall time includes
-waiting), and the CPU time of each phase, on a second search: enumerate + divisibility +
-memory screen, the bounds of every candidate that fits (``StepBounds.group``), the top-k
-branch-and-bound, the Pareto front (these two list a block's candidates only when its floor,
-the least bound of a cell, can still win), and pricing the reported candidates; then how many
-blocks were listed.
+(enumerated / wall time), the CPU time of this process and of the forked second worker (a
+large search runs part of its units (tp, cp) in a child, ``search.WORKERS``; the machine is
+shared: wall time includes waiting), and each phase on a second search: enumerate +
+divisibility + memory screen + the bounds of every candidate that fits
+(``StepBounds.group``), unit by unit (wall, CPU here and in the child), then in CPU time:
+the floors put together, the top-k branch-and-bound, the Pareto front (these two list a
+block's candidates only when its floor, the least bound of a cell, can still win), and
+pricing the reported candidates; then how many blocks were listed.
 
     python benchmarks/plan.py            # every case, once
     python benchmarks/plan.py --quick    # the two targets only
+    python benchmarks/plan.py --workers 1 --only 405b  # one process, the 405B cases only
 
 Wall-clock figures are noisy: run on a quiet machine and never gate a unit test on them
 (benchmarks/README.md).
@@ -27,6 +30,7 @@ Wall-clock figures are noisy: run on a quiet machine and never gate a unit test 
 from __future__ import annotations
 
 import argparse
+import resource
 import time
 
 from tpcalc.calc.plan import search as S
@@ -47,6 +51,12 @@ GROWTH = [
 ]
 
 
+def _child_cpu() -> float:
+    """CPU time (user + system) of the waited-for children so far: the forked workers."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
 def run_case(model: str, hardware: str, gpus: int, seq: int, batch: int) -> dict[str, float]:
     """One full search, phase by phase, as ``search.plan`` runs it."""
     req = build_request(
@@ -54,15 +64,17 @@ def run_case(model: str, hardware: str, gpus: int, seq: int, batch: int) -> dict
         top_k=TOP_K,
     )  # fmt: skip
     clock = time.perf_counter
-    t0, c0 = clock(), time.process_time()
+    t0, c0, k0 = clock(), time.process_time(), _child_cpu()
     result = S.plan(req)
-    total, cpu = clock() - t0, time.process_time() - c0
-    # the phases, on a fresh search (the same work plan() does, timed apart, CPU time)
+    total, cpu, child = clock() - t0, time.process_time() - c0, _child_cpu() - k0
+    # the phases, on a fresh search (the same work plan() does, timed apart)
+    w0, k0 = clock(), _child_cpu()
     clock = time.process_time
     t0 = clock()
     s = S._Search(req, gpus)
     s.enumerate()
     t1 = clock()
+    screen_wall, screen_child = time.perf_counter() - w0, _child_cpu() - k0
     s.prepare()
     t2 = clock()
     ranked = S._top_built(s, TOP_K)
@@ -74,8 +86,9 @@ def run_case(model: str, hardware: str, gpus: int, seq: int, batch: int) -> dict
         s.candidate(p)
     t5 = clock()
     return {
-        "total_s": total, "cpu_s": cpu, "enumerated": result.enumerated,
+        "total_s": total, "cpu_s": cpu, "child_s": child, "enumerated": result.enumerated,
         "feasible": result.feasible, "timed": result.timed_exactly, "screen_s": t1 - t0,
+        "screen_wall_s": screen_wall, "screen_child_s": screen_child,
         "floors_s": t2 - t1, "topk_s": t3 - t2, "pareto_s": t4 - t3, "price_s": t5 - t4,
         "blocks": len(s.blocks), "built_top": top_blocks, "built": int(s.expanded.sum()),
         "best_s": result.best.step_time_s if result.best else float("nan"),
@@ -85,21 +98,29 @@ def run_case(model: str, hardware: str, gpus: int, seq: int, batch: int) -> dict
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the two targets only")
+    parser.add_argument("--only", default="", help="the cases whose model name has this")
+    parser.add_argument(
+        "--workers", type=int, default=S.WORKERS, help="processes (search.WORKERS; 1: no fork)"
+    )
     args = parser.parse_args()
+    S.WORKERS = args.workers
     cases = TARGETS if args.quick else TARGETS + GROWTH
     for model, hw, gpus, seq, batch, target in cases:
+        if args.only not in model:
+            continue
         r = run_case(model, hw, gpus, seq, batch)
         goal = f" (target {target:g} s)" if target else ""
         print(
             f"{model} on {gpus:,} × {hw}, seq {seq}, batch {batch}: {r['total_s']:.2f} s "
-            f"(CPU {r['cpu_s']:.2f} s){goal}; "
+            f"(CPU {r['cpu_s']:.2f} s + {r['child_s']:.2f} s in the child){goal}; "
             f"{r['enumerated']:,.0f} layouts ({r['enumerated'] / r['total_s']:,.0f}/s), "
             f"{r['feasible']:,.0f} feasible, {r['timed']:.0f} timed exactly; best step "
             f"{r['best_s']:.3f} s"
         )
         print(
-            f"    phases (CPU): enumerate+screen {r['screen_s']:.2f} s, "
-            f"bounds {r['floors_s']:.2f} s, top-{TOP_K} {r['topk_s']:.2f} s, "
+            f"    phases: enumerate+screen+bounds {r['screen_wall_s']:.2f} s wall (CPU "
+            f"{r['screen_s']:.2f} s + {r['screen_child_s']:.2f} s in the child); CPU: "
+            f"floors {r['floors_s']:.2f} s, top-{TOP_K} {r['topk_s']:.2f} s, "
             f"Pareto {r['pareto_s']:.2f} s, "
             f"pricing {r['price_s']:.2f} s; blocks listed {r['built_top']:,} for the "
             f"top {TOP_K}, {r['built']:,} in all, of {r['blocks']:,}"

@@ -574,3 +574,120 @@ def test_screen_rank_params_match_pp_rank_params(model, h100):
         for p, v, sched in [(1, 1, Schedule.one_f_one_b), (4, 2, Schedule.interleaved),
                             (8, 1, Schedule.dualpipe), (16, 3, Schedule.interleaved)]:  # fmt: skip
             assert screen.rank_params(p, v, sched) == pp_rank_params(spec, p, v, sched, mtp=mtp)
+
+
+# the search forks its second worker on Linux only (search._Search._split)
+LINUX_ONLY = pytest.mark.skipif(
+    __import__("platform").system() != "Linux", reason="forks on Linux only"
+)
+
+
+def _result_fields(r) -> tuple:
+    return (r.top, r.pareto, r.enumerated, r.feasible, r.timed_exactly, r.rejections,
+            r.why_best, r.why)  # fmt: skip
+
+
+def _forks(monkeypatch) -> list[int]:
+    """Count the forks the search makes (the real fork still runs)."""
+    import os
+
+    calls: list[int] = []  # the child's pid, per fork
+    real = os.fork
+
+    def fork() -> int:
+        pid = real()
+        if pid:
+            calls.append(pid)
+        return pid
+
+    monkeypatch.setattr(os, "fork", fork)
+    return calls
+
+
+@LINUX_ONLY
+def test_two_workers_give_the_one_process_search_bit_for_bit(h100, monkeypatch):
+    """Forced to fork (threshold 1 shape), the search deals its units (tp, cp) to a child and
+    puts them back in order: the cells, blocks and the whole result are those of the search in
+    one process, bit for bit."""
+    req = _request("llama3-8b", h100, gpus=64, global_batch=128, top_k=5)
+    monkeypatch.setattr(S, "WORKERS", 1)
+    one = S._Search(req, req.gpus)
+    one.enumerate()
+    one.prepare()
+    alone = S.plan(req)
+    monkeypatch.setattr(S, "WORKERS", 2)
+    monkeypatch.setattr(S, "FORK_MIN_SHAPES", 1)
+    monkeypatch.setattr(S, "_cores", lambda: 2)
+    forks = _forks(monkeypatch)
+    two = S._Search(req, req.gpus)
+    two.enumerate()
+    two.prepare()
+    assert len(forks) == 1
+    for name in ("cell_block", "cell_mem", "cell_floor", "floors"):
+        assert np.array_equal(getattr(one, name), getattr(two, name)), name
+    assert [(b.shape, b.variant, b.mbs) for b in one.blocks] == [
+        (b.shape, b.variant, b.mbs) for b in two.blocks
+    ]
+    assert (one.rejections, one.enumerated, one.fitting) == (
+        two.rejections, two.enumerated, two.fitting,
+    )  # fmt: skip
+    assert _result_fields(S.plan(req)) == _result_fields(alone)
+    assert len(forks) == 2
+
+
+@LINUX_ONLY
+def test_a_failed_child_leaves_the_result_unchanged(h100, monkeypatch):
+    """If the child cannot send its chunks, the search runs them itself: same result."""
+    req = _request("llama3-8b", h100, gpus=64, global_batch=128, top_k=5)
+    monkeypatch.setattr(S, "WORKERS", 1)
+    alone = S.plan(req)
+    monkeypatch.setattr(S, "WORKERS", 2)
+    monkeypatch.setattr(S, "FORK_MIN_SHAPES", 1)
+    monkeypatch.setattr(S, "_cores", lambda: 2)
+
+    def broken(pipe, chunks):
+        raise RuntimeError("the child fails")
+
+    monkeypatch.setattr(S, "_send", broken)
+    forks = _forks(monkeypatch)
+    assert _result_fields(S.plan(req)) == _result_fields(alone)
+    assert len(forks) == 1
+
+
+def test_a_small_search_runs_in_one_process(h100, monkeypatch):
+    """Llama 3 8B on 64 H100 (benchmarks/plan.py's small case) has fewer shapes than
+    FORK_MIN_SHAPES: it never forks."""
+    import os
+
+    def no_fork() -> int:
+        raise AssertionError("forked")
+
+    monkeypatch.setattr(os, "fork", no_fork)
+    req = _request("llama3-8b", h100, gpus=64, seq=8192, global_batch=256, top_k=5)
+    assert S.plan(req).best is not None
+
+
+@LINUX_ONLY
+def test_an_error_in_the_parent_still_reaps_the_child(h100, monkeypatch):
+    """An error in this process's share propagates, and the child is waited for (no zombie)."""
+    import os
+
+    req = _request("llama3-8b", h100, gpus=64, global_batch=128, top_k=5)
+    monkeypatch.setattr(S, "WORKERS", 2)
+    monkeypatch.setattr(S, "FORK_MIN_SHAPES", 1)
+    monkeypatch.setattr(S, "_cores", lambda: 2)
+    forks = _forks(monkeypatch)
+    real = S._Search._chunk
+    parent = os.getpid()
+
+    def failing(self, tp, cp):
+        if os.getpid() == parent:
+            raise RuntimeError("the parent fails")
+        return real(self, tp, cp)
+
+    monkeypatch.setattr(S._Search, "_chunk", failing)
+    with pytest.raises(RuntimeError, match="the parent fails"):
+        S.plan(req)
+    assert len(forks) == 1
+    with pytest.raises(ChildProcessError):
+        os.waitpid(forks[0], os.WNOHANG)  # already reaped

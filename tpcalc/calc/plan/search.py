@@ -1,7 +1,7 @@
 """The search: enumerate the space (``space``), drop what does not divide, screen memory for every
 remaining candidate at once (``fit``, one numpy pass per shape), then rank by step time with a
 provable branch-and-bound (``bounds``) in two tiers: a lower bound of every candidate that fits,
-taken per shape in one numpy pass (``prepare``, ``StepBounds.group``), and the exact
+taken per shape in one numpy pass (``_cells``, ``StepBounds.group``), and the exact
 ``calc.time.step.step_time`` (through ``time.bulk.StepCache``, bit for bit), run only on a
 candidate whose bound is still below every other candidate's exact time. The search lists a
 block's candidates (``expand``) only when a floor of its bounds can still win (per (micro-batch,
@@ -10,6 +10,10 @@ no term per stage, ``StepBounds.floors``). The first ``top_k``
 candidates that come out exact are the top k of exhaustive exact evaluation (a bound never
 exceeds the exact time); each point of the Pareto front likewise (``_top_built``,
 ``_pareto_built``).
+
+The screen and the bounds go unit (tp, cp) by unit; a large search forks one child that runs
+part of the units and pipes their arrays back (``_Search._chunks``, ``WORKERS``), and the
+units are put together in order, so the result is that of one process, bit for bit.
 
 Reported numbers come from the exact model: every candidate in the result is re-priced by
 ``calc.layout.memory.rank_memory`` and ``step_time`` with the inputs ``tpcalc layout`` would
@@ -27,9 +31,14 @@ ZeRO-2/3 at least m·max(0, c - t), so they stay lower bounds.
 from __future__ import annotations
 
 import heapq
+import io
 import math
+import os
+import pickle
+import platform
 from collections import Counter
 from collections.abc import Iterable
+from typing import NamedTuple
 
 import numpy as np
 from msgspec import Struct, field
@@ -76,6 +85,9 @@ class _Group(Struct):
     # candidates that fit in [V, Z', those micro-batches, S, R] with their bounds
     bounds: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
     used: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    # its (micro-batch, sp, mode) cells where something fits (``_Search._cells``): the variant
+    # index, the least memory over the ZeRO stages and the floor of their bounds
+    cells: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
 
 class _Block(Struct):
@@ -135,6 +147,17 @@ class _Pick(Struct, frozen=True):
     r: int
 
 
+class _Chunk(NamedTuple):
+    """What one unit (tp, cp) of the enumeration adds: its blocks (numbered from 0), its
+    groups (their cells taken), what it rejected, and its counts."""
+
+    blocks: list[_Block]
+    groups: list[_Group]
+    rejections: Counter[str]
+    enumerated: int
+    fitting: int
+
+
 def _quiet(phase: str, done: float) -> None:
     """The default progress callback: nothing."""
 
@@ -168,31 +191,126 @@ class _Search:
         # every allowed stage is timed (module docstring)
         self.zeros = self.d.zero
         self.timed_zeros = sorted(self.zeros)
+        self.zi = np.array([self.zeros.index(z) for z in self.timed_zeros], dtype=np.int64)
 
     # ---- enumerate, check, fit ----
 
     def enumerate(self) -> None:
+        """Every unit (tp, cp): its shapes checked and screened (``_shape``), then the cells of
+        its groups (``_cells``); a large search runs part of the units in a second process
+        (``_chunks``). The units are put together in their order, so the blocks, groups and
+        counts are those of one pass in order, whoever ran each unit."""
+        units = [(tp, cp) for tp in self.d.tp for cp in self.d.cp]
+        chunks = self._chunks(units)
+        self.blocks, self.groups, self.rejections = [], [], Counter()
+        self.enumerated = self.fitting = 0
+        for c in chunks:
+            offset = len(self.blocks)
+            for grp in c.groups:
+                grp.blocks = [k + offset if k >= 0 else -1 for k in grp.blocks]
+            self.blocks += c.blocks
+            self.groups += c.groups
+            self.rejections.update(c.rejections)
+            self.enumerated += c.enumerated
+            self.fitting += c.fitting
+
+    def _chunks(self, units: list[tuple[int, int]]) -> list[_Chunk]:
+        """The chunk of every unit, in order. When ``_split`` deals the units to two workers,
+        a forked child runs the second share and sends its chunks back through a pipe (pickled:
+        the same arrays, bit for bit); if the child fails, this process runs its share too."""
+        split = self._split(units)
+        if split is None:
+            out = []
+            for i, unit in enumerate(units):
+                self.progress("screen", i / len(units))
+                out.append(self._chunk(*unit))
+            return out
+        mine, theirs = split
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: its share, pickled to the pipe, then exit without returning
+            code = 1
+            try:
+                os.close(read)
+                self.progress = _quiet
+                with os.fdopen(write, "wb") as pipe:
+                    _send(pipe, [self._chunk(*units[i]) for i in theirs])
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(write)
+        done: dict[int, _Chunk] = {}
+        source = os.fdopen(read, "rb")
+        try:
+            for n, i in enumerate(mine):
+                self.progress("screen", n / len(units))
+                done[i] = self._chunk(*units[i])
+            got = _receive(source)
+        finally:  # on an error here too: the child, its pipe closed, stops when it writes
+            source.close()
+            _, status = os.waitpid(pid, 0)
+        if status != 0 or got is None or len(got) != len(theirs):
+            got = [self._chunk(*units[i]) for i in theirs]
+        done.update(zip(theirs, got, strict=True))
+        return [done[i] for i in range(len(units))]
+
+    def _split(self, units: list[tuple[int, int]]) -> tuple[list[int], list[int]] | None:
+        """The units dealt to two workers (this process, a forked child), or None to run them
+        all here: off Linux (macOS's system libraries are not safe to use in a forked child,
+        which is why ``multiprocessing`` spawns there; Windows has no fork), with one core, or
+        when the search is too small for a second process to pay for its start
+        (``FORK_MIN_SHAPES``). Each unit costs about its number of shapes that divide; units
+        go, largest first, to the worker with less so far."""
+        if WORKERS < 2 or platform.system() != "Linux" or _cores() < 2:
+            return None
+        cost = [
+            sum(self.gpus % (tp * cp * pp) == 0 for pp in self.d.pp) * len(self.d.ep)
+            * len(self.d.etp) if space.tp_rule(self.req.spec, tp) is None else 0
+            for tp, cp in units
+        ]  # fmt: skip
+        if sum(cost) < FORK_MIN_SHAPES:
+            return None
+        # the units of one tp share the screen's and the bounds' caches (per tp): dealt
+        # together, unless one tp has nearly all the work
+        by_tp: dict[int, list[int]] = {}
+        for i, (tp, _) in enumerate(units):
+            by_tp.setdefault(tp, []).append(i)
+        lots = list(by_tp.values())
+        if max(sum(cost[i] for i in lot) for lot in lots) > sum(cost) * (1 - MIN_SHARE):
+            lots = [[i] for i in range(len(units))]
+        shares: tuple[list[int], list[int]] = ([], [])
+        load = [0, 0]
+        for lot in sorted(lots, key=lambda lot: -sum(cost[i] for i in lot)):
+            w = 0 if load[0] <= load[1] else 1
+            shares[w].extend(lot)
+            load[w] += sum(cost[i] for i in lot)
+        return sorted(shares[0]), sorted(shares[1])
+
+    def _chunk(self, tp: int, cp: int) -> _Chunk:
+        """Unit (tp, cp): every pp, ep and etp, with the cells of the groups it adds."""
+        self.blocks, self.groups, self.rejections = [], [], Counter()
+        self.enumerated = self.fitting = 0
         req, d, spec = self.req, self.d, self.req.spec
         modes = d.recompute
         inner = len(self.zeros) * len(modes)
-        for n_tp, tp in enumerate(d.tp):
-            self.progress("screen", n_tp / len(d.tp))
-            tp_reason = space.tp_rule(spec, tp)
-            sps_tp = d.sp if tp > 1 else ([False] if False in d.sp else d.sp[:1])  # no SP at tp 1
-            for cp in d.cp:
-                for pp in d.pp:
-                    if self.gpus % (tp * cp * pp):
-                        continue
-                    dp = self.gpus // (tp * cp * pp)
-                    if dp not in req.pins.get("dp", (dp,)) or dp > req.bounds.get("dp", dp):
-                        continue  # dp follows from the others; a pin or bound on it filters
-                    per_dp = req.global_batch // dp if req.global_batch % dp == 0 else 0
-                    mbs = space.micro_batches(d, per_dp) if per_dp else []
-                    vs = space.variants(d, req, pp)
-                    for ep in d.ep:
-                        for etp in d.etp:
-                            shape = Shape(tp, cp, pp, dp, ep, etp)
-                            self._shape(shape, tp_reason, sps_tp, vs, per_dp, mbs, modes, inner)
+        tp_reason = space.tp_rule(spec, tp)
+        sps_tp = d.sp if tp > 1 else ([False] if False in d.sp else d.sp[:1])  # no SP at tp 1
+        for pp in d.pp:
+            if self.gpus % (tp * cp * pp):
+                continue
+            dp = self.gpus // (tp * cp * pp)
+            if dp not in req.pins.get("dp", (dp,)) or dp > req.bounds.get("dp", dp):
+                continue  # dp follows from the others; a pin or bound on it filters
+            per_dp = req.global_batch // dp if req.global_batch % dp == 0 else 0
+            mbs = space.micro_batches(d, per_dp) if per_dp else []
+            vs = space.variants(d, req, pp)
+            for ep in d.ep:
+                for etp in d.etp:
+                    shape = Shape(tp, cp, pp, dp, ep, etp)
+                    self._shape(shape, tp_reason, sps_tp, vs, per_dp, mbs, modes, inner)
+        for grp in self.groups:
+            self._cells(grp)
+        return _Chunk(self.blocks, self.groups, self.rejections, self.enumerated, self.fitting)
 
     def _shape(
         self, shape: Shape, tp_reason: str | None, sps: list[bool], vs: list[Variant],
@@ -284,59 +402,25 @@ class _Search:
     # ---- candidates and bounds ----
 
     def prepare(self) -> None:
-        """Per block and (micro-batch, sp, mode) cell: the least memory over its ZeRO stages
-        that fit, and a floor of their bounds. A group with at most ``EAGER_BOUNDS``
-        candidates that fit gets every bound now (``StepBounds.group``, kept with the group)
-        and its floors are their least per cell; a larger one gets ``StepBounds.floors`` and
-        its bounds when a block is first listed (``_bound_group``). A block's candidates are
-        listed only when a search needs them (``expand``)."""
-        self.zi = np.array([self.zeros.index(z) for z in self.timed_zeros], dtype=np.int64)
+        """Every group's cells (``_cells``, taken as its unit was enumerated) put together: per
+        block, the floor of its bounds; the candidates of a block are listed only when a search
+        needs them (``expand``)."""
         n = len(self.blocks)
         self.floors = np.full(n, math.inf)
         self.expanded = np.zeros(n, dtype=bool)
         self._list = _Listed()
         self._order = np.zeros(0, np.int64)  # the listed picks by (bound, key)
         self._sorted: tuple[np.ndarray, ...] | None = None
-        distributed = [zero >= 1 for zero in self.timed_zeros]
-        zeros = [int(z) for z in self.timed_zeros]
         cell_block, cell_mem, cell_floor = [], [], []
         for g, grp in enumerate(self.groups):
             if g % PROGRESS_EVERY == 0:
                 self.progress("bounds", g / max(1, len(self.groups)))
-            mem = grp.memory[:, self.zi]  # [V, Z', M, S, R]
-            fits = (mem <= self.capacity) & grp.allowed[:, None, :, None, None]
-            # floors only for the micro-batches where something fits (the shards of the others
-            # are never priced)
-            used = np.flatnonzero(fits.any(axis=(0, 1, 3, 4)))
-            if not len(used):
+            if grp.cells is None:
                 continue
-            fits = fits[:, :, used]
-            mem = mem[:, :, used]
-            grp.used = used
-            mbs = [grp.mbs[i] for i in used]
-            least = np.where(fits, mem, math.inf).min(axis=1)  # [V, M, S, R]
-            at = np.flatnonzero(fits)
-            if len(at) <= EAGER_BOUNDS:  # every candidate's bound now, the floors from them
-                lb = self.bounds.group(
-                    grp.shape, grp.variants, mbs, grp.per_dp, grp.sps, self.d.recompute,
-                    distributed, zeros, at,
-                )  # fmt: skip
-                grp.bounds = (used, at, lb)
-                full = np.full(fits.shape, math.inf)
-                full.ravel()[at] = lb
-                floor = full.min(axis=1)
-                where = np.flatnonzero(np.isfinite(floor))
-                floor = floor.ravel()[where]
-            else:  # the floors without a term per ZeRO stage; the bounds when listed
-                where = np.flatnonzero(np.isfinite(least))
-                floor = self.bounds.floors(
-                    grp.shape, grp.variants, mbs, grp.per_dp, grp.sps, self.d.recompute,
-                    distributed, zeros, fits.any(axis=(3, 4)), where,
-                )  # fmt: skip
-            ids = np.array(grp.blocks)
-            cell_block.append(ids[where // (least.size // len(ids))])
-            cell_mem.append(least.ravel()[where])
-            cell_floor.append(floor * (1 - 2 * BOUND_MARGIN))
+            vi, least, floor = grp.cells
+            cell_block.append(np.array(grp.blocks)[vi])
+            cell_mem.append(least)
+            cell_floor.append(floor)
         if cell_block:
             self.cell_block = np.concatenate(cell_block)
             self.cell_mem = np.concatenate(cell_mem)
@@ -346,6 +430,48 @@ class _Search:
         else:
             self.cell_block, self.cell_mem, self.cell_floor = (np.zeros(0) for _ in range(3))
         self.progress("bounds", 1.0)
+
+    def _cells(self, grp: _Group) -> None:
+        """Per (variant, micro-batch, sp, mode) cell of ``grp``: the least memory over its
+        ZeRO stages that fit, and a floor of their bounds (``grp.cells``). A group with at most
+        ``EAGER_BOUNDS`` candidates that fit gets every bound now (``StepBounds.group``, kept
+        with the group) and its floors are their least per cell; a larger one gets
+        ``StepBounds.floors`` and its bounds when a block is first listed
+        (``_bound_group``)."""
+        distributed = [zero >= 1 for zero in self.timed_zeros]
+        zeros = [int(z) for z in self.timed_zeros]
+        mem = grp.memory[:, self.zi]  # [V, Z', M, S, R]
+        fits = (mem <= self.capacity) & grp.allowed[:, None, :, None, None]
+        # floors only for the micro-batches where something fits (the shards of the others
+        # are never priced)
+        used = np.flatnonzero(fits.any(axis=(0, 1, 3, 4)))
+        if not len(used):
+            return
+        fits = fits[:, :, used]
+        mem = mem[:, :, used]
+        grp.used = used
+        mbs = [grp.mbs[i] for i in used]
+        least = np.where(fits, mem, math.inf).min(axis=1)  # [V, M, S, R]
+        at = np.flatnonzero(fits)
+        if len(at) <= EAGER_BOUNDS:  # every candidate's bound now, the floors from them
+            lb = self.bounds.group(
+                grp.shape, grp.variants, mbs, grp.per_dp, grp.sps, self.d.recompute,
+                distributed, zeros, at,
+            )  # fmt: skip
+            grp.bounds = (used, at, lb)
+            full = np.full(fits.shape, math.inf)
+            full.ravel()[at] = lb
+            floor = full.min(axis=1)
+            where = np.flatnonzero(np.isfinite(floor))
+            floor = floor.ravel()[where]
+        else:  # the floors without a term per ZeRO stage; the bounds when listed
+            where = np.flatnonzero(np.isfinite(least))
+            floor = self.bounds.floors(
+                grp.shape, grp.variants, mbs, grp.per_dp, grp.sps, self.d.recompute,
+                distributed, zeros, fits.any(axis=(3, 4)), where,
+            )  # fmt: skip
+        vi = where // (least.size // len(grp.variants))
+        grp.cells = (vi, least.ravel()[where], floor * (1 - 2 * BOUND_MARGIN))
 
     def expand(self, ks: Iterable[int] | np.ndarray) -> int:
         """Add the candidates of blocks ``ks`` (those not added yet) with their bounds (taken
@@ -419,7 +545,7 @@ class _Search:
         """Every timed candidate that fits as rows (block, zero, micro-batch, sp, mode) of
         indices, its memory, and its bound, in the exhaustive order (block, zero, micro-batch,
         sp, mode): every block expanded."""
-        if not hasattr(self, "zi"):
+        if not hasattr(self, "floors"):
             self.prepare()
         self.expand(range(len(self.blocks)))
         rows, mems, lbs, keys = self.built()
@@ -574,6 +700,61 @@ def _why(best: Candidate, other: Candidate) -> tuple[str, BestMargin]:
 # if it is PARETO_MIN_GAIN faster than the shown point with the next lower memory.
 PARETO_MEMORY_STEP = 0.05
 PARETO_MIN_GAIN = 0.01
+
+
+# Processes a large search runs its units (tp, cp) on: issue 11 §2 times the planner on 2 cores.
+# 2 forks one child for part of the units (``_Search._chunks``); 1 runs them all in this one.
+WORKERS = 2
+
+# A search forks its second worker only with at least this many shapes (tp, cp, pp, ep, etp
+# that divide the GPUs). Measured (2026-12-01, 2 vCPUs shared with other sessions): Llama 3 405B
+# on 16,384 H100 (394 shapes) screens and bounds in about 0.92 s CPU in one process, or 0.50 s
+# here and 0.63 s in the child (each builds its own caches), sending and receiving the child's
+# chunks costing about 0.03 s; Llama 3 8B on 64 H100 (74 shapes) searches in about 0.24 s in
+# all, too little for the second process to pay for itself.
+FORK_MIN_SHAPES = 150
+
+
+def _send(pipe: io.BufferedWriter, chunks: list[_Chunk]) -> None:
+    """Write ``chunks`` for ``_receive``: pickled with their arrays' buffers out of band (no
+    copy into the pickle), as the part count, the part sizes, the pickle, then each buffer."""
+    buffers: list[pickle.PickleBuffer] = []
+    head = pickle.dumps(chunks, protocol=5, buffer_callback=buffers.append)
+    parts = [memoryview(head)] + [b.raw() for b in buffers]
+    sizes = np.array([len(parts)] + [v.nbytes for v in parts], dtype=np.int64)
+    pipe.write(sizes.tobytes())
+    for v in parts:
+        pipe.write(v)
+
+
+def _receive(pipe: io.BufferedReader) -> list[_Chunk] | None:
+    """The chunks ``_send`` wrote (bit for bit: the same bytes), or None if the stream is
+    short."""
+    size = np.dtype(np.int64).itemsize  # the part count and sizes are int64
+    first = pipe.read(size)
+    if len(first) != size:
+        return None
+    n = int(np.frombuffer(first, dtype=np.int64)[0])
+    raw = pipe.read(size * n)
+    if len(raw) != size * n:
+        return None
+    parts = [bytearray(int(k)) for k in np.frombuffer(raw, dtype=np.int64)]
+    for part in parts:
+        if pipe.readinto(part) != len(part):
+            return None
+    chunks: list[_Chunk] = pickle.loads(parts[0], buffers=parts[1:])  # written by our own child
+    return chunks
+
+
+# When one tp has more than 1 - MIN_SHARE of the shapes, the units are dealt one by one.
+MIN_SHARE = 0.25
+
+
+def _cores() -> int:
+    """The cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 # Blocks between two progress calls while bounding.
