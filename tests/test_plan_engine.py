@@ -141,6 +141,32 @@ def test_memory_screen_dualpipe_mtp_offload():
                 assert got == pytest.approx(max(m.total_bytes for m in want), rel=REL)
 
 
+@pytest.mark.parametrize("model", ["deepseek-v3", "llama3-8b"])
+def test_memory_screen_group_is_block_bit_for_bit(model):
+    """``MemoryScreen.group`` (every variant at once, the most loaded rank taken as a running
+    maximum over the ranks no other rank dominates) equals ``block`` (one variant, the maximum
+    over every rank) exactly, element by element: the screen's verdicts and the reported
+    memory cannot depend on which of the two a search used."""
+    from tpcalc.calc.dp.zero import ZeroStage
+
+    spec, hw = load_model(model), load_hardware("h800")
+    req = build_request(spec, hw, gpus=256, seq=4096, global_batch=512)
+    s = S._Search(req, req.gpus)
+    modes = [RecomputeMode(Recompute.none), RecomputeMode(Recompute.selective),
+             RecomputeMode(Recompute.selective, ("layernorm",)),
+             RecomputeMode(Recompute.full)]  # fmt: skip
+    zeros, sps, mbs, per_dp = list(ZeroStage), [True, False], [1, 2, 4], 32
+    ep = 16 if spec.is_moe else 1
+    vs = [Variant(Schedule.one_f_one_b, 1), Variant(Schedule.interleaved, 2),
+          Variant(Schedule.zb_h1, 1), Variant(Schedule.dualpipe, 1)]  # fmt: skip
+    for tp, pp in ((1, 4), (2, 8), (4, 2)):
+        shape = S.Shape(tp=tp, cp=1, pp=pp, dp=256 // (tp * pp), ep=ep, etp=1)
+        got = s.screen.group(shape, vs, mbs, per_dp, sps, modes, zeros)
+        for i, v in enumerate(vs):
+            want = s.screen.block(shape, v, mbs, per_dp, sps, modes, zeros)
+            assert np.array_equal(got[i], want), (shape, v)
+
+
 # ---- the rules against layout_problems ----
 
 

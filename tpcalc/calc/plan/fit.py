@@ -504,15 +504,22 @@ class MemoryScreen:
             # each variant's kept ranks, padded with its top rank (a repeat leaves the max)
             order = np.argsort(~keep, axis=1, kind="stable")[:, :width]
             ix = np.where(np.take_along_axis(keep, order, axis=1), order, top[:, None])
-            states = np.take_along_axis(states, ix[:, None, :], axis=2)
-            act = np.take_along_axis(act, ix[:, None, None, :], axis=3)
-            buf = np.take_along_axis(buf, ix[:, None, :], axis=2)
-        total = (
-            states[:, :, None, None, :]
-            + act.reshape(n_v, 1, n_m, n_sr, act.shape[-1])
-            + buf[:, None, :, None, :]
-        )
-        return total.max(axis=-1).reshape(n_v, len(zeros), n_m, len(sps), len(modes))
+        else:
+            ix = np.broadcast_to(np.arange(pp), (n_v, pp))
+        # The most loaded rank, one kept rank at a time: a running maximum over [V, Z, M, S·R]
+        # instead of one [V, Z, M, S·R, ranks] sum reduced over its short last axis (many
+        # times slower). Each element is still (states + activations) + buffers, as the
+        # broadcast sum took it, and a maximum is exact: the same value, bit for bit.
+        out = np.empty((n_v, len(zeros), n_m, n_sr))
+        tmp = np.empty_like(out)
+        for j in range(width):
+            r = ix[:, j]
+            dst = out if j == 0 else tmp
+            np.add(states[v_ix, :, r][:, :, None, None], act[v_ix, :, :, r][:, None], out=dst)
+            np.add(dst, buf[v_ix, :, r][:, None, :, None], out=dst)
+            if j:
+                np.maximum(out, tmp, out=out)
+        return out.reshape(n_v, len(zeros), n_m, len(sps), len(modes))
 
     def _group_act(
         self, shape: Shape, vs: list[Variant], mbs: list[int], per_dp: int, sps: list[bool],
