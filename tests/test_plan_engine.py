@@ -167,6 +167,44 @@ def test_memory_screen_group_is_block_bit_for_bit(model):
             assert np.array_equal(got[i], want), (shape, v)
 
 
+@pytest.mark.parametrize("mtp", [True, False])
+def test_bounds_ends_are_the_whole_tuple_bit_for_bit(mtp):
+    """The bounds' stage ends (``StepBounds._end_passes``: the op times of the head and the MTP
+    module's non-expert ops taken once per (tp, cp, sp, micro-batch), its routed experts' per
+    (ep, etp)) equal ``_passes`` over the whole tuple of ops as ``time.ops`` builds it, for
+    every (ep, etp) of a DeepSeek-V3 (MoE MTP module) search, exactly."""
+    from tpcalc.calc.time.ops import Shard, embedding_ops, head_ops, mtp_ops
+    from tpcalc.calc.tp.rules import padded_vocab
+
+    spec = load_model("deepseek-v3")
+    req = build_request(
+        spec, load_hardware("h800"), gpus=256, seq=4096, global_batch=512,
+        memory=MemoryTechniques(mtp=mtp),
+    )  # fmt: skip
+    bounds = S._Search(req, req.gpus).bounds
+    opts = bounds.opts
+    seen = set()
+    for tp, ep, etp, b, sp in itertools.product((1, 2), (1, 8, 32), (1, 2), (1, 2), (True, False)):
+        shape = S.Shape(tp=tp, cp=1, pp=4, dp=256 // (4 * tp), ep=ep, etp=etp)
+        work = bounds.work(shape, b, sp)
+        shard = Shard(
+            seq=4096, micro_batch=b, tp=tp, cp=1, ep=ep, etp=etp, sp=sp and tp > 1,
+            dtype=Dtype.bf16, gemm_dtype=bounds.dtype, causal=opts.causal,
+            fused_sinks=opts.fused_sinks,
+        )  # fmt: skip
+        padded = padded_vocab(spec.vocab_size, tp, opts.vocab_pad_multiple)
+        last = head_ops(spec, shard, padded)
+        for _ in range(spec.mtp_layers if mtp else 0):
+            last += mtp_ops(spec, shard, padded)
+        assert work.first_end == bounds._passes(embedding_ops(spec, shard))
+        assert work.last_end == bounds._passes(last), shape
+        seen.add(work.last_end)
+    # at most one sum per (tp, micro-batch, sp) without MTP; with it, the routed experts'
+    # share also differs with ep and etp
+    per_shard = 2 * 2 * 2
+    assert len(seen) > per_shard if mtp else len(seen) <= per_shard
+
+
 # ---- the rules against layout_problems ----
 
 

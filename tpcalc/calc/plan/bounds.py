@@ -120,6 +120,8 @@ class StepBounds:
         self._rows: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._layer_ops: dict[tuple, tuple] = {}
         self._ends: dict[tuple, tuple] = {}
+        self._end_parts: dict[tuple, tuple] = {}
+        self._expert_times: dict[tuple, tuple[tuple[int, float], ...]] = {}
         self.r = rates(hw, dtype, efficiency_scale=opts.efficiency_scale)
         kinds: dict[tuple[str, bool], list[int]] = {}
         for i in range(spec.num_hidden_layers):
@@ -145,7 +147,7 @@ class StepBounds:
         key = (shape.tp, shape.cp, shape.ep, shape.etp, sp, b)
         if key in self._work:
             return self._work[key]
-        spec, r, opts = self.spec, self.r, self.opts
+        r, opts = self.r, self.opts
         shard = Shard(
             seq=self.seq, micro_batch=b, tp=shape.tp, cp=shape.cp, ep=shape.ep, etp=shape.etp,
             sp=sp, dtype=Dtype.bf16, gemm_dtype=self.dtype, causal=opts.causal,
@@ -179,14 +181,7 @@ class StepBounds:
         ends_key = (shape.tp, shape.cp, sp, b) + ((shape.ep, shape.etp) if self.tech.mtp else ())
         ends = self._ends.get(ends_key)
         if ends is None:
-            padded = padded_vocab(spec.vocab_size, shape.tp, opts.vocab_pad_multiple)
-            last = head_ops(spec, shard, padded)
-            if self.tech.mtp:
-                for _ in range(spec.mtp_layers):
-                    last += mtp_ops(spec, shard, padded)
-            ends = self._ends[ends_key] = (
-                self._passes(embedding_ops(spec, shard)), self._passes(last)
-            )  # fmt: skip
+            ends = self._ends[ends_key] = self._end_passes(shard)
         out = ShardWork(np.array(fs), np.array(bs), np.array(ws), tuple(names), *ends)
         self.shards += 1
         self._work[key] = out
@@ -224,6 +219,57 @@ class StepBounds:
         for n, t in own[5].items():
             names[n] = names.get(n, 0.0) + t
         return (*(x + y for x, y in zip(rest[:5], own[:5], strict=True)), names)
+
+    def _end_passes(
+        self, shard: Shard
+    ) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
+        """The first stage's ends (embedding) and the last stage's (final norm, head, loss and
+        the MTP modules) by pass. Only the routed-expert ops of an MTP module's MoE layer read
+        ep and etp (``time.ops.mtp_ops``: its ops before ``moe_ops``', then ``moe_ops``', then
+        the head's), so the op times of the rest are taken once per (tp, cp, sp, micro-batch)
+        and of the experts once per ``_kind_ops`` key, and the sums are folded over the same
+        op times in the same order as ``_passes`` over the whole tuple: the same floats."""
+        spec, opts = self.spec, self.opts
+        key = (shard.tp, shard.cp, shard.sp, shard.micro_batch)
+        parts = self._end_parts.get(key)
+        if parts is None:
+            padded = padded_vocab(spec.vocab_size, shard.tp, opts.vocab_pad_multiple)
+            head = head_ops(spec, shard, padded)
+            mtp = mtp_ops(spec, shard, padded) if self.tech.mtp and spec.mtp_layers else ()
+            experts = moe_ops(spec, shard) if mtp and spec.is_moe else ()
+            cut = len(mtp) - len(head) - len(experts)
+            split = bool(experts) and cut >= 0 and mtp[cut:] == (*experts, *head)
+            pre = self._timed(mtp[:cut]) if split else ()
+            parts = self._end_parts[key] = (
+                self._passes(embedding_ops(spec, shard)), self._timed(head), pre, split
+            )  # fmt: skip
+        first, head_t, pre_t, split = parts
+        if not self.tech.mtp or not spec.mtp_layers:
+            return first, _fold((0.0, 0.0, 0.0), head_t)
+        if not split:  # not the mixer, moe_ops and the head: time the whole tuple
+            padded = padded_vocab(spec.vocab_size, shard.tp, opts.vocab_pad_multiple)
+            last = head_ops(spec, shard, padded)
+            for _ in range(spec.mtp_layers):
+                last += mtp_ops(spec, shard, padded)
+            return first, self._passes(last)
+        ekey = (shard.tokens, shard.tp, shard.sp, shard.ep, shard.etp)
+        experts_t = self._expert_times.get(ekey)
+        if experts_t is None:
+            experts_t = self._expert_times[ekey] = self._timed(moe_ops(spec, shard))
+        acc = _fold((0.0, 0.0, 0.0), head_t)
+        for _ in range(spec.mtp_layers):
+            acc = _fold(_fold(_fold(acc, pre_t), experts_t), head_t)
+        return first, acc
+
+    def _timed(self, ops: tuple) -> tuple[tuple[int, float], ...]:
+        """Each op's pass (0 forward, 1 backward-input, 2 weight-gradient, as ``_passes``
+        sorts them) and time."""
+        out = []
+        for op in ops:
+            t = op_time_s(op, self.r)
+            out.append((0 if op.phase is Pass.forward else
+                        1 if op.phase is Pass.backward_input else 2, t))  # fmt: skip
+        return tuple(out)
 
     def _passes(self, ops: tuple) -> tuple[float, float, float]:
         f = b = w = 0.0
@@ -640,6 +686,17 @@ class StepBounds:
             got = (f, bi, w, sends, m)
             self._floors[key] = got
         return got
+
+
+def _fold(
+    acc: tuple[float, float, float], timed: tuple[tuple[int, float], ...]
+) -> tuple[float, float, float]:
+    """``StepBounds._passes`` continued over more ops (``_timed``): each pass's sum takes its
+    ops' times one after another, in order."""
+    sums = list(acc)
+    for phase, t in timed:
+        sums[phase] += t
+    return sums[0], sums[1], sums[2]
 
 
 def _op_sums(ops: tuple, r: Rates) -> tuple[float, float, float, float, float, dict[str, float]]:
