@@ -16,10 +16,10 @@ from tpcalc.calc.layout.groups import (
     layout_problems,
     place_groups,
 )
-from tpcalc.calc.layout.memory import rank_layers
 from tpcalc.calc.layout.summary import DIM_ORDER
 from tpcalc.calc.links.link import Link
 from tpcalc.calc.params.counts import layer_params, total_params
+from tpcalc.calc.pipeline.schedule import rank_layers
 from tpcalc.catalog import load_hardware, load_model
 from tpcalc.choices import Schedule, TimeModel
 from tpcalc.errors import InputError

@@ -84,7 +84,7 @@ def rank_flops(
     """Per pipeline rank: 6·active·s·b/(tp·cp) + attention/(tp·cp) + recompute (see module)."""
     # Here, not at the top: the step model imports this module for active_matmul_params alone,
     # and the memory model's imports would add to every command's start-up.
-    from tpcalc.calc.layout.memory import rank_layers
+    from tpcalc.calc.pipeline.schedule import rank_layers
 
     shard = layout.tp * layout.cp
     tokens = seq * micro_batch

@@ -35,6 +35,7 @@ from tpcalc.calc.pipeline.schedule import (
     chunk_layer_counts,
     in_flight_chunks,
     rank_chunks,
+    rank_layers,
     rank_params,
 )
 from tpcalc.choices import ActivationModel, Recompute, RouterDtype, Schedule, StateRecipe
@@ -68,19 +69,6 @@ SRC_ACT = {
         f"validated against PyTorch) with s/cp tokens; {SRC_INFLIGHT}"
     ),
 }
-
-
-def rank_layers(
-    num_layers: int, p: int, v: int = 1, counts: Sequence[int] | None = None
-) -> list[list[int]]:
-    """Decoder layer indices held by each of the p ranks (its v chunks, in order); ``counts``:
-    the layers of each chunk when set by hand (``pipeline.stage_split``), else even."""
-    counts = counts if counts is not None else chunk_layer_counts(num_layers, p * v)
-    starts = [sum(counts[:c]) for c in range(len(counts))]
-    return [
-        [i for c in rank_chunks(p, v, r) for i in range(starts[c], starts[c] + counts[c])]
-        for r in range(p)
-    ]
 
 
 def rank_activation_bytes(

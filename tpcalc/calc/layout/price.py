@@ -23,7 +23,7 @@ from tpcalc.calc.layout.groups import (
     place_groups,
     placement_warnings,
 )
-from tpcalc.calc.layout.memory import LayoutMemory, layout_memory, rank_layers, rank_memory
+from tpcalc.calc.layout.memory import LayoutMemory, layout_memory, rank_memory
 from tpcalc.calc.layout.summary import Cited, FixedStepSummary, fixed_step_summary
 from tpcalc.calc.layout.timed import (
     RooflineSummary,
@@ -31,7 +31,7 @@ from tpcalc.calc.layout.timed import (
     roofline_summary,
     with_overlap,
 )
-from tpcalc.calc.pipeline.schedule import bubble_time_s
+from tpcalc.calc.pipeline.schedule import bubble_time_s, rank_layers
 from tpcalc.calc.time.step import TimeOptions, hand_split, step_time
 from tpcalc.choices import TimeModel
 from tpcalc.specs import HardwareSpec, ModelSpec

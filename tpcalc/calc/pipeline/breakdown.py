@@ -16,7 +16,7 @@ from tpcalc.calc.dp.gradients import (
     BACKWARD_WEIGHT_FLOP_PER_PARAM_TOKEN,
     FORWARD_FLOP_PER_PARAM_TOKEN,
 )
-from tpcalc.calc.layout.memory import rank_activation_bytes, rank_layers
+from tpcalc.calc.layout.memory import rank_activation_bytes
 from tpcalc.calc.links.collectives import Collective
 from tpcalc.calc.links.link import LatencySteps, Link, link_nodes, ring_steps, steps_time_s
 from tpcalc.calc.params.counts import (
@@ -30,7 +30,7 @@ from tpcalc.calc.params.counts import (
     mtp_params,
 )
 from tpcalc.calc.pipeline import schedule as pp
-from tpcalc.calc.pipeline.schedule import StageTimes
+from tpcalc.calc.pipeline.schedule import StageTimes, rank_layers
 from tpcalc.choices import Schedule
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.units import Dtype

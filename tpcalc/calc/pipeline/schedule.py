@@ -107,6 +107,19 @@ def chunk_layer_counts(num_layers: int, chunks: int) -> tuple[int, ...]:
     return tuple(counts)
 
 
+def rank_layers(
+    num_layers: int, p: int, v: int = 1, counts: Sequence[int] | None = None
+) -> list[list[int]]:
+    """Decoder layer indices held by each of the p ranks (its v chunks, in order); ``counts``:
+    the layers of each chunk when set by hand (``pipeline.stage_split``), else even."""
+    counts = counts if counts is not None else chunk_layer_counts(num_layers, p * v)
+    starts = [sum(counts[:c]) for c in range(len(counts))]
+    return [
+        [i for c in rank_chunks(p, v, r) for i in range(starts[c], starts[c] + counts[c])]
+        for r in range(p)
+    ]
+
+
 def stage_split(
     num_layers: int,
     pp: int,

@@ -33,7 +33,6 @@ from tpcalc.calc.layout.memory import (
     activation_options,
     buffer_bytes,
     layer_activation_bytes,
-    rank_layers,
 )
 from tpcalc.calc.params.counts import (
     embedding_params,
@@ -50,6 +49,7 @@ from tpcalc.calc.pipeline.schedule import (
     chunk_layer_counts,
     in_flight_chunks,
     rank_chunks,
+    rank_layers,
     rank_params,
 )
 from tpcalc.calc.plan.space import ModeKeys, RecomputeMode, Shape, Variant

@@ -57,7 +57,12 @@ from tpcalc.calc.params.counts import (
     lm_head_params,
     routed_layer_params,
 )
-from tpcalc.calc.pipeline.schedule import StageTimes, bubble_time_s, rank_chunks, stage_split
+from tpcalc.calc.pipeline.schedule import (
+    StageTimes,
+    bubble_time_s,
+    rank_layers,
+    stage_split,
+)
 from tpcalc.calc.time.ops import (
     Op,
     OpKind,
@@ -270,11 +275,7 @@ def stage_layers(
     """Decoder layer indices of each pipeline rank (its v chunks in order), split as
     ``pipeline.stage_split`` says (even by default)."""
     counts = stage_split(num_layers, pp, vpp, first=first, last=last, chunks=chunks)
-    starts = [sum(counts[:c]) for c in range(len(counts))]
-    return [
-        [i for c in rank_chunks(pp, vpp, r) for i in range(starts[c], starts[c] + counts[c])]
-        for r in range(pp)
-    ]
+    return rank_layers(num_layers, pp, vpp, counts)
 
 
 def hand_split(opts: TimeOptions, num_layers: int, pp: int, vpp: int) -> tuple[int, ...] | None:
