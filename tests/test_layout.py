@@ -364,3 +364,49 @@ def test_a_hand_set_split_may_hold_more_chunks_than_layers_minus_one():
             llama, load_hardware("h100-sxm"), lay, run,
             time_options=TimeOptions(chunk_layers=(0, 16, 15, 0)),
         )  # fmt: skip
+
+
+# Megatron-Core account_for_embedding/loss_in_pipeline_split (transformer_block.py
+# get_num_layers_to_build), as Megatron-Bridge's Llama 3.1 405B recipe sets them
+# (recipes/llama/llama3.py llama31_405b_pretrain_config @ cfeddcd, lines 1132-1133): 126 layers
+# + embedding + loss = 128 slots, one per virtual stage of PP16 x VP8, which is the Megatron-Core
+# layout string 'E|(t|)*126L'; both spellings price the same layout to the byte and second.
+def test_accounting_for_embedding_and_loss_prices_the_equivalent_layout_string(cli):
+    import json
+    import shlex
+
+    base = shlex.split(
+        "layout -m llama3-405b --hardware gb200 --tp 4 --pp 16 --vpp 8 --dp 4 --zero 1 "
+        "--schedule interleaved --microbatches 384 --dtype fp8 --recompute none -f json"
+    )
+    flags = cli(
+        *base, "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"
+    )
+    string = cli(*base, "--pipeline-layout", "E|(t|)*126L")
+    even = cli(*base)
+    assert flags.code == 0 and string.code == 0, flags.err + string.err
+    a, b = json.loads(flags.out)[-1], json.loads(string.out)[-1]
+    for key in ("memory_bytes_per_rank", "step_time_s", "memory_fits", "stage_layers"):
+        assert a[key] == b[key], key
+    assert a["stage_layers"] == "0+1×126+0"
+    assert (a["embedding_in_split"], a["loss_in_split"]) == (True, True)
+    assert (b["embedding_in_split"], b["loss_in_split"]) == (False, False)
+    # 174.9 GB of the 186 GB card (printed to 0.1 GB in the published-check table)
+    assert a["memory_bytes_per_rank"] / 1e9 == pytest.approx(174.9, abs=0.05)
+    # the even split cannot place 126 layers on 128 virtual stages and says so
+    assert even.code != 0 and "pp·vpp=128 model chunks" in even.err
+    assert even.err.count("\n") == 1
+
+
+def test_accounted_split_errors_say_what_would_be_valid(cli):
+    import shlex
+
+    base = shlex.split("layout -m llama3-405b --tp 8 --pp 16 --vpp 4 --dp 1 --schedule interleaved")
+    r = cli(*base, "--microbatches", "16", "--account-for-embedding-in-pipeline-split")
+    assert r.code != 0 and r.out == "" and r.err.count("\n") == 1
+    assert "127 slots do not divide by pp=16; valid pp: 1, 127" in r.err
+    r = cli(
+        *base, "--microbatches", "16", "--account-for-loss-in-pipeline-split",
+        "--first-stage-layers", "4",
+    )  # fmt: skip
+    assert r.code != 0 and "cannot be combined with --pipeline-layout" in r.err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 
 import pytest
@@ -250,3 +251,65 @@ def test_pipeline_activations_match_layout_and_name_their_model(cli):
     )  # fmt: skip
     assert rows["exact"]["stage_activation_bytes"] == pytest.approx(ranks[0].activation_bytes)
     assert rows["exact"]["stage_activation_bytes"] != rows["paper"]["stage_activation_bytes"]
+
+
+# --- Megatron-Core's accounted split (account_for_embedding/loss_in_pipeline_split) ----------
+# megatron/core/transformer/transformer_block.py get_num_layers_to_build: layers + 1 per counted
+# end, split evenly over pp and then vpp; the first virtual stage builds one decoder layer fewer
+# for the embedding, the last one fewer for the loss.
+
+
+@pytest.mark.parametrize(
+    ("layers", "pp", "vpp", "embedding", "loss", "expected"),
+    [
+        # Llama 3.1 405B (126 layers), Megatron-Bridge's PP16 x VP8: 128 slots, one each
+        (126, 16, 8, True, True, (0,) + (1,) * 126 + (0,)),
+        # the same on PP16 x VP4: two slots per virtual stage
+        (126, 16, 4, True, True, (1,) + (2,) * 62 + (1,)),
+        # one end counted: 31 + 1 = 32 slots over 4 stages of 8
+        (31, 4, 1, True, False, (7, 8, 8, 8)),
+        (31, 4, 1, False, True, (8, 8, 8, 7)),
+        # a single stage holds both ends and every layer
+        (3, 1, 1, True, True, (3,)),
+    ],
+)
+def test_accounted_split_counts_the_ends_as_layers(layers, pp, vpp, embedding, loss, expected):
+    from tpcalc.calc.pipeline.schedule import accounted_split, stage_split
+
+    got = accounted_split(layers, pp, vpp, embedding=embedding, loss=loss)
+    assert got == expected and sum(got) == layers
+    assert stage_split(layers, pp, vpp, embedding=embedding, loss=loss) == expected
+
+
+def test_accounted_split_on_qwen3_235b_equals_the_even_split_with_heavier_middles():
+    # Qwen3-235B-A22B (94 layers) on PP8 with VP 1-4, as Megatron-Bridge runs it: 96 slots; the
+    # even split gives its extra layers to the middle stages first, which is the same split
+    from tpcalc.calc.pipeline.schedule import accounted_split, chunk_layer_counts
+
+    for vpp in (1, 2, 3, 4):
+        assert accounted_split(94, 8, vpp, embedding=True, loss=True) == chunk_layer_counts(
+            94, 8 * vpp
+        )
+
+
+@pytest.mark.parametrize(
+    ("layers", "pp", "vpp", "embedding", "loss", "message"),
+    [
+        (126, 16, 1, True, False, "126 + 1 = 127 slots do not divide by pp=16; valid pp: 1, 127"),
+        (126, 16, 3, True, True, "8 per pipeline rank, which does not divide by vpp=3; "
+         "valid vpp: 1, 2, 4, 8"),
+    ],
+)  # fmt: skip
+def test_accounted_split_names_the_valid_sizes(layers, pp, vpp, embedding, loss, message):
+    from tpcalc.calc.pipeline.schedule import accounted_split
+
+    with pytest.raises(DivisibilityError, match=re.escape(message)):
+        accounted_split(layers, pp, vpp, embedding=embedding, loss=loss)
+
+
+def test_accounted_split_excludes_the_other_ways_to_set_the_split():
+    from tpcalc.calc.pipeline.schedule import stage_split
+
+    for other in ({"first": 2}, {"last": 2}, {"chunks": (8, 8, 8, 7)}):
+        with pytest.raises(InputError, match="cannot be combined"):
+            stage_split(31, 4, 1, embedding=True, **other)

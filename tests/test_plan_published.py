@@ -79,12 +79,26 @@ def test_nemotron_340b_is_not_feasible_in_tpcalc_and_says_by_how_much():
 
 
 # Megatron-Bridge 26.04.01 performance summary, Llama 3.1 405B on 256 GB200 (MXFP8): PP16 VP8 is
-# 128 model chunks for 126 decoder layers; Megatron-Bridge balances it with a hand-set stage
-# layout counting the embedding and loss as layers, which tpcalc's even split cannot express.
-def test_llama31_405b_vp8_breaks_a_divisibility_rule_tpcalc_states():
-    ch = check(_item("mbridge-26.04.01-llama3-1-405b-gb200-256-mxfp8"), _echo(1.0))
-    assert not ch.feasible
-    assert "pp·vpp=128 model chunks but there are only num_hidden_layers=126" in ch.why()
+# 128 virtual stages for 126 decoder layers. The recipe counts the embedding and the loss as
+# layers (recipes/llama/llama3.py llama31_405b_pretrain_config @ 21d102f, lines 1146-1147,
+# recorded in runs.yaml), one slot per virtual stage, and so does the check: feasible at 174.9 GB
+# of the 186 GB card. Without those two options the even split refuses the layout.
+def test_llama31_405b_vp8_is_feasible_with_the_recipes_accounted_split():
+    from msgspec.structs import replace
+
+    item = _item("mbridge-26.04.01-llama3-1-405b-gb200-256-mxfp8")
+    assert item.case.options.embedding_in_split and item.case.options.loss_in_split
+    ch = check(item, _echo(1.0))
+    assert ch.feasible, ch.why()
+    assert ch.memory_bytes / 1e9 == pytest.approx(174.9, abs=0.05)
+    even = replace(item.case.options, embedding_in_split=False, loss_in_split=False)
+    item_even = replace(
+        item, case=replace(item.case, options=even),
+        memory_case=replace(item.memory_case, options=even),
+    )  # fmt: skip
+    ch_even = check(item_even, _echo(1.0))
+    assert not ch_even.feasible
+    assert "pp·vpp=128 model chunks but there are only num_hidden_layers=126" in ch_even.why()
 
 
 # Megatron-Bridge 26.02.01, Llama 3 70B on 64 GB200 FP8 with Megatron FSDP (fsdp column 64) and

@@ -104,6 +104,29 @@ def test_every_row_echoes_its_dispatch_and_stage_split(cli):
     assert (dsv3["ep_dispatch"], dsv3["stage_layers"]) == ("node-aware", "4×15+1")
     oss = rows["mbridge-26.04.01-gpt-oss-120b-b200-64-bf16"]
     assert (oss["ep_dispatch"], oss["stage_layers"]) == ("all-to-all", "even")
+    # Megatron-Bridge's Qwen3-235B-A22B recipe counts the embedding and the loss as layers
+    # (recipes/qwen/qwen3_moe.py qwen3_235b_a22b_pretrain_config @ 21d102f, lines 166-167):
+    # 94 + 2 = 96 slots over PP8, 12 per stage, the first and last building 11 decoder layers
+    qwen = rows["mbridge-26.04.01-qwen3-235b-a22b-b200-256-mxfp8"]
+    assert qwen["stage_layers"] == "11+12×6+11"
+
+
+def test_recipes_that_count_the_embedding_and_loss_are_read_from_runs_yaml():
+    by_id = {r["id"]: r for r in load_runs()}
+    # Llama 3.1 405B on 1,024 H100, Megatron-Bridge 25.11: the library recipe's recommended
+    # kwargs (recipes/llama/llama3.py llama31_405b_pretrain_config @ 5776a6d, lines 413-414)
+    row = by_id["mbridge-25.11-llama3-1-405b-h100-sxm-1024-fp8-cs"]
+    assert "lines 413-414" in row["recipe"]["pipeline_split"]["source"]
+    c = case_of(row)
+    assert c.options.embedding_in_split and c.options.loss_in_split
+    # a preset that describes another layout than the printed row gives no recipe options
+    # (recipe_options), so its row keeps the even split (Qwen3-235B-A22B, 25.11, 256 GB200)
+    other = by_id["mbridge-25.11-qwen3-235b-a22b-gb200-256-bf16"]
+    assert other["recipe"]["disagrees_with_row"] and other["recipe"]["pipeline_split"]
+    assert not case_of(other).options.embedding_in_split
+    # the GPT-OSS recipe does not set them
+    gpt = case_of(by_id["mbridge-26.04.01-gpt-oss-120b-b200-64-bf16"])
+    assert not gpt.options.embedding_in_split and not gpt.options.loss_in_split
 
 
 def _fit_time_tool():

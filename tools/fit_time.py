@@ -45,7 +45,8 @@ from pathlib import Path
 
 from msgspec.structs import replace
 
-from tpcalc.calc.time.step import stage_layers, step_time
+from tpcalc.calc.pipeline.schedule import rank_layers
+from tpcalc.calc.time.step import split_of, step_time
 from tpcalc.catalog import configs_root, load_hardware, load_model
 from tpcalc.reports.validate_time import Case, case_of, load_runs, recipe_options
 
@@ -162,10 +163,8 @@ def gaps(hardware: str, runs: Path | None = None, *, unfused_sinks: bool = False
         if unfused_sinks and spec.attention_sinks:
             o = replace(o, fused_sinks=False)
         st = step_time(spec, card, c.layout, c.run, o)
-        split = stage_layers(
-            spec.num_hidden_layers, c.layout.pp, c.run.vpp,
-            first=o.first_stage_layers, last=o.last_stage_layers, chunks=o.chunk_layers,
-        )  # fmt: skip
+        n = spec.num_hidden_layers
+        split = rank_layers(n, c.layout.pp, c.run.vpp, split_of(o, n, c.layout.pp, c.run.vpp))
         moe_layers = sum(1 for i in split[st.bottleneck_stage] if spec.is_moe_layer(i))
         last = spec.num_hidden_layers - 1
         if st.bottleneck_stage == c.layout.pp - 1 and c.run.memory.mtp and spec.is_moe_layer(last):

@@ -64,6 +64,8 @@ from tpcalc.cli.picture_options import BarsOpt, MapOpt, SaveSvgOpt, TimelineOpt
 from tpcalc.cli.pictures import draw
 from tpcalc.cli.request import layout_of, workload_of
 from tpcalc.cli.time_options import (
+    AccountEmbeddingOpt,
+    AccountLossOpt,
     AttentionFlopsOpt,
     CpOverlapOpt,
     DpOverlapOpt,
@@ -138,6 +140,8 @@ def layout(
     attention_flops: AttentionFlopsOpt = AttentionFlops.causal,
     fused_sinks: FusedSinksOpt = True,
     pipeline_layout: PipelineLayoutOpt = None,
+    account_for_embedding: AccountEmbeddingOpt = False,
+    account_for_loss: AccountLossOpt = False,
 ) -> None:
     """A combined layout: checks world size and every divisibility, places groups on GPUs (TP
     innermost, PP outermost; a group wider than a node is priced on the inter-node link), and
@@ -171,6 +175,13 @@ def layout(
       tpcalc layout -m deepseek-v3 --hardware gb200 --gpus-per-node 64 --pp 4 --vpp 4 --dp 64
       --ep 64 --zero 1 --schedule interleaved --microbatches 64 --dtype fp8 --recompute none
       --moe-dispatcher flex --pipeline-layout 'Et*4|(t*4|)*14tmL'
+
+    The embedding and the loss counted as layers of the split, as Megatron-Bridge's Llama 3.1
+    405B recipe does (126 layers + 2 over PP16 x VP8, one per virtual stage):
+
+      tpcalc layout -m llama3-405b --hardware gb200 --tp 4 --pp 16 --vpp 8 --dp 4 --zero 1
+      --schedule interleaved --microbatches 384 --dtype fp8 --recompute none
+      --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split
 
     Memory techniques, each explicit (DeepSeek-V3 as published, report §3.2-3.3):
 

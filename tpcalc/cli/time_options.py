@@ -116,11 +116,31 @@ PipelineLayoutOpt = Annotated[
     ),
 ]
 
+AccountEmbeddingOpt = Annotated[
+    bool,
+    typer.Option(
+        "--account-for-embedding-in-pipeline-split",
+        help="Count the embedding as one layer of the pipeline split (Megatron-Core's option of "
+        "the same name): layers + 1 (+ 1 with the loss) slots split evenly over the pp·vpp "
+        "virtual stages, the first building one decoder layer fewer. Example: Llama 3.1 405B "
+        "(126 layers) on --pp 16 --vpp 8 with both options: 128 slots, one per stage.",
+    ),
+]
+AccountLossOpt = Annotated[
+    bool,
+    typer.Option(
+        "--account-for-loss-in-pipeline-split",
+        help="Count the LM head and loss as one layer of the pipeline split (Megatron-Core's "
+        "option of the same name): the last virtual stage builds one decoder layer fewer.",
+    ),
+]
+
 
 def time_options_of(params: Mapping[str, Any]) -> TimeOptions:
     """The step model's options from a command's parsed options (``ctx.params``), as
     ``request.workload_of`` builds the workload: the overlaps, the stage split (first/last
-    stage layers or a pipeline layout string, read against pp · vpp), the MFU convention."""
+    stage layers, a pipeline layout string read against pp · vpp, or the embedding and loss
+    counted as layers), the MFU convention."""
     from tpcalc.calc.time.pipeline_layout import parse_pipeline_layout
     from tpcalc.calc.time.step import Overlap, TimeOptions
 
@@ -139,4 +159,6 @@ def time_options_of(params: Mapping[str, Any]) -> TimeOptions:
         fused_sinks=params["fused_sinks"],
         ep_node_dedup=params["moe_dispatcher"] is MoeDispatcher.flex,
         chunk_layers=chunks,
+        embedding_in_split=params.get("account_for_embedding", False),
+        loss_in_split=params.get("account_for_loss", False),
     )  # fmt: skip

@@ -114,9 +114,12 @@ def _inputs(spec: ModelSpec, hw: HardwareSpec, lay: ParallelLayout, run: LayoutR
     }  # fmt: skip
 
 
-def time_inputs(hw: HardwareSpec, opts: TimeOptions) -> dict[str, Scalar]:
-    """Every assumption of the step-time model, as row inputs (table, JSON and CSV)."""
-    from tpcalc.calc.time.pipeline_layout import layers_text
+def time_inputs(
+    hw: HardwareSpec, opts: TimeOptions, split: tuple[int, ...] | None = None
+) -> dict[str, Scalar]:
+    """Every assumption of the step-time model, as row inputs (table, JSON and CSV); ``split``:
+    the layers of each virtual stage when set by hand (``step.hand_split``)."""
+    from tpcalc.calc.time.pipeline_layout import split_text
 
     ov = opts.overlap
     scale = hw.performance.fitted.compute_scale.value if hw.performance else None
@@ -134,7 +137,9 @@ def time_inputs(hw: HardwareSpec, opts: TimeOptions) -> dict[str, Scalar]:
         "last_stage_layers": opts.last_stage_layers,
         "recompute_layers": opts.recompute_layers,
         "ep_dispatch": "node-aware" if opts.ep_node_dedup else "all-to-all",
-        "stage_layers": layers_text(opts.chunk_layers) if opts.chunk_layers else "even",
+        "embedding_in_split": opts.embedding_in_split,
+        "loss_in_split": opts.loss_in_split,
+        "stage_layers": split_text(split),
         "compute_scale": scale,
     }
 
@@ -156,9 +161,11 @@ def price_report(p: LayoutPrice) -> Report:
         timed_by = None
         summary = fixed_summary_terms(p.summary, hw)
     else:
-        from tpcalc.calc.time.step import TimeOptions
+        from tpcalc.calc.time.step import TimeOptions, hand_split
 
-        inputs = {**inputs, **time_inputs(hw, p.time_options or TimeOptions())}
+        opts = p.time_options or TimeOptions()
+        split = hand_split(opts, spec.num_hidden_layers, layout.pp, run.vpp)
+        inputs = {**inputs, **time_inputs(hw, opts, split)}
         timed_by = ROOFLINE_COMM
         summary = roofline_summary_terms(p.summary)
     rows = [

@@ -19,8 +19,8 @@ from msgspec import Struct, field
 
 from tpcalc.calc.dp.zero import ZeroStage
 from tpcalc.calc.layout.groups import LayoutRun, MemoryTechniques, ParallelLayout
-from tpcalc.calc.time.pipeline_layout import layers_text, parse_pipeline_layout
-from tpcalc.calc.time.step import Overlap, StepTime, TimeOptions, step_time
+from tpcalc.calc.time.pipeline_layout import parse_pipeline_layout, split_text
+from tpcalc.calc.time.step import Overlap, StepTime, TimeOptions, hand_split, step_time
 from tpcalc.catalog import hardware_names, load_hardware, load_model, model_names
 from tpcalc.choices import Recompute, Schedule
 from tpcalc.configfile import parse, read_text
@@ -141,6 +141,8 @@ def case_of(row: dict[str, Any]) -> Case | str:
         overlap=overlap, recompute_layers=recompute_layers,
         ep_node_dedup=recipe.get("moe_token_dispatcher_type") == "flex",
         chunk_layers=layout_chunk_layers(recipe.get("pipeline_model_parallel_layout"), pp * vp),
+        embedding_in_split=bool(recipe.get("account_for_embedding_in_pipeline_split")),
+        loss_in_split=bool(recipe.get("account_for_loss_in_pipeline_split")),
     )  # fmt: skip
     measured = row["measured"]
     src = row["source"]
@@ -176,16 +178,31 @@ def _trains_mtp(row: dict[str, Any], recipe: dict[str, Any]) -> bool:
     return bool(recipe.get("mtp_num_layers", 1))
 
 
+# Preset fields that set only how many micro-batches a step runs, not what a rank holds or does:
+# the performance launcher takes them from its command line (Megatron-Bridge
+# scripts/performance/argument_parser.py -gb/--global_batch_size; utils/overrides.py
+# `recipe.train.global_batch_size = args.global_batch_size`, lines 223-224 @ 5776a6d) and keeps
+# every other preset option, so a row that differs from its preset there alone ran the
+# preset's per-rank options.
+PER_STEP_FIELDS = frozenset({"global_batch_size"})
+
+
 def recipe_options(row: dict[str, Any]) -> dict[str, Any]:
     """The options a row's performance-recipe preset sets and the table does not print
     (``recipe``: fields, the launcher's derived settings, library defaults), or nothing when
     the preset describes another layout than the printed row (``disagrees_with_row``): the
     measured run then used options the source does not state, and the FRAMEWORK defaults apply.
+    A preset that differs from the row in the global batch alone describes the same layout
+    (``PER_STEP_FIELDS``), so its options apply.
     """
     recipe = row.get("recipe") or {}
-    if recipe.get("disagrees_with_row"):
+    if set(recipe.get("disagrees_with_row") or {}) - PER_STEP_FIELDS:
         return {}
-    return {**recipe.get("defaults", {}), **recipe.get("derived", {}), **recipe.get("fields", {})}
+    split = {k: v for k, v in (recipe.get("pipeline_split") or {}).items() if k != "source"}
+    return {
+        **recipe.get("defaults", {}), **split, **recipe.get("derived", {}),
+        **recipe.get("fields", {}),
+    }  # fmt: skip
 
 
 def predict(case: Case) -> StepTime:
@@ -261,7 +278,9 @@ def _row(o: Outcome) -> Row:
         "id": c.id, "model": c.model, "hardware": c.hardware, "kind": c.kind,
         "dtype": c.dtype.value, "gpus": c.gpus, "seq": c.run.seq, "layout": layout_text(c),
         "ep_dispatch": "node-aware" if c.options.ep_node_dedup else "all-to-all",
-        "stage_layers": layers_text(c.options.chunk_layers) if c.options.chunk_layers else "even",
+        "stage_layers": split_text(
+            hand_split(c.options, load_model(c.model).num_hidden_layers, c.layout.pp, c.run.vpp)
+        ),
     }  # fmt: skip
     terms: list[Term] = [
         term(

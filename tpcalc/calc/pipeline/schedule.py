@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from msgspec import Struct
 
 from tpcalc.choices import Schedule
-from tpcalc.errors import DivisibilityError, InputError, divide
+from tpcalc.errors import DivisibilityError, InputError, divide, divisors
 from tpcalc.units import Dtype
 
 SRC_GPIPE = "Huang et al. 2019 (GPipe) §2.3; Narayanan et al. 2021 §2.2.1: bubble (p-1)/m"
@@ -22,6 +22,14 @@ SRC_ZB = "Qi et al. 2023 (Zero Bubble Pipeline Parallelism) §3.1: ZB-H1 bubble 
 SRC_DUALPIPE = "DeepSeek-V3 report §3.2.1 Table 2: DualPipe bubble (PP/2-1)(F&B+B-3W), 2x params"
 SRC_P2P = "Narayanan et al. 2021 §4.1: s·b·h per micro-batch, /t with the scatter/gather trick"
 SRC_SPLIT = "layers over p·v chunks; extra layers to middle stages (ends hold embedding, LM head)"
+SRC_ACCOUNTED_SPLIT = (
+    "Megatron-Core transformer_block.py get_num_layers_to_build and transformer_config.py "
+    "(account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split): the "
+    "embedding and the loss each count as one layer of the split, and their chunk builds one "
+    "decoder layer fewer"
+)
+# Layers the embedding and the loss each count for in the accounted split (SRC_ACCOUNTED_SPLIT).
+ACCOUNTED_SLOT_LAYERS = 1
 SRC_INFLIGHT = (
     "GPipe m; 1F1B p-r (Narayanan et al. 2021 §2.2.1); interleaved p+(p-1)/v "
     "(Korthikanti et al. 2022 §4.2.3); ZB-H1 p (Qi et al. 2023); DualPipe p+1 (DeepSeek-V3 Table 2)"
@@ -120,6 +128,37 @@ def rank_layers(
     ]
 
 
+def accounted_split(
+    num_layers: int, pp: int, vpp: int = 1, *, embedding: bool = False, loss: bool = False
+) -> tuple[int, ...]:
+    """Decoder layers of each of the pp·vpp virtual stages when the embedding and/or the loss
+    count as layers of the split (SRC_ACCOUNTED_SPLIT): n = layers + embedding + loss slots,
+    every chunk gets n / (pp·vpp) slots, the first chunk builds one decoder layer fewer for
+    the embedding and the last one fewer for the loss. Megatron's rules: n divisible by pp and
+    n / pp by vpp. No chunk goes below zero: each holds n / (pp·vpp) >= 1 slots, and a single
+    chunk holds layers + 2 >= 2."""
+    slots = num_layers + ACCOUNTED_SLOT_LAYERS * (embedding + loss)
+    counted = " and ".join(name for name, on in (("embedding", embedding), ("loss", loss)) if on)
+    what = f"pipeline split counting the {counted} as layers: {num_layers} + {slots - num_layers}"
+    if slots % pp:
+        valid = ", ".join(map(str, divisors(slots)))
+        raise DivisibilityError(
+            f"{what} = {slots} slots do not divide by pp={pp}; valid pp: {valid}"
+        )
+    per_rank = slots // pp
+    if per_rank % vpp:
+        valid = ", ".join(map(str, divisors(per_rank)))
+        raise DivisibilityError(
+            f"{what} = {slots} slots give {per_rank} per pipeline rank, which does not divide "
+            f"by vpp={vpp}; valid vpp: {valid}"
+        )
+    per_chunk = per_rank // vpp
+    counts = [per_chunk] * (pp * vpp)
+    counts[0] -= ACCOUNTED_SLOT_LAYERS * embedding
+    counts[-1] -= ACCOUNTED_SLOT_LAYERS * loss
+    return tuple(counts)
+
+
 def stage_split(
     num_layers: int,
     pp: int,
@@ -128,6 +167,8 @@ def stage_split(
     first: int | None = None,
     last: int | None = None,
     chunks: tuple[int, ...] | None = None,
+    embedding: bool = False,
+    loss: bool = False,
 ) -> tuple[int, ...]:
     """Decoder layers of each of the pp·vpp virtual stages, in stage order.
 
@@ -135,8 +176,18 @@ def stage_split(
     first and last stage and split the rest evenly over the middle (Megatron-LM
     --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers); ``chunks`` gives
     every virtual stage's layers (Megatron-Core --pipeline-model-parallel-layout, whose stage c
-    sits on rank c mod pp: megatron/core/transformer/pipeline_parallel_layer_layout.py).
+    sits on rank c mod pp: megatron/core/transformer/pipeline_parallel_layer_layout.py);
+    ``embedding``/``loss`` count the embedding and the loss as layers (``accounted_split``).
+    Megatron refuses any two of these three ways together, and so does this.
     """
+    if embedding or loss:
+        if chunks is not None or first is not None or last is not None:
+            raise InputError(
+                "--account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-"
+                "split cannot be combined with --pipeline-layout or --first/--last-stage-layers "
+                "(Megatron-Core refuses them together); pick one way to set the split"
+            )
+        return accounted_split(num_layers, pp, vpp, embedding=embedding, loss=loss)
     if chunks is not None:
         if first is not None or last is not None:
             raise InputError("a pipeline layout and --first/--last-stage-layers exclude each other")

@@ -147,6 +147,9 @@ def build_request(
     opts = time_options or TimeOptions()
     fixed = [n for n in ("first_stage_layers", "last_stage_layers", "recompute_layers")
              if getattr(opts, n) is not None]  # fmt: skip
+    fixed += [
+        n for n in ("chunk_layers", "embedding_in_split", "loss_in_split") if getattr(opts, n)
+    ]
     if fixed:
         raise InputError(
             f"time_options {', '.join(fixed)}: the planner splits layers evenly and searches "

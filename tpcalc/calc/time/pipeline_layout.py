@@ -87,3 +87,9 @@ def layers_text(counts: tuple[int, ...]) -> str:
         else:
             parts.append([n, 1])
     return "+".join(f"{n}×{k}" if k > 1 else str(n) for n, k in parts)
+
+
+def split_text(counts: tuple[int, ...] | None) -> str:
+    """The echo of a stage split: "even", or the layers of each virtual stage set by hand
+    (``step.hand_split``) folded by ``layers_text``."""
+    return layers_text(counts) if counts else "even"

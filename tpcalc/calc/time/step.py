@@ -125,6 +125,10 @@ class TimeOptions(Struct, frozen=True, kw_only=True):
     # Megatron-Core --pipeline-model-parallel-layout: the decoder layers of each of the pp·vpp
     # virtual stages in order (stage c on rank c mod pp); None splits evenly.
     chunk_layers: tuple[int, ...] | None = None
+    # Megatron-Core account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split:
+    # the embedding / the loss count as one layer each in the split (pipeline.accounted_split).
+    embedding_in_split: bool = False
+    loss_in_split: bool = False
     grad_reduce_dtype: Dtype = Dtype.bf16
     # Megatron --recompute-granularity full --recompute-method block --recompute-num-layers N:
     # the first N layers of every model chunk recompute their whole forward.
@@ -278,15 +282,27 @@ def stage_layers(
     return rank_layers(num_layers, pp, vpp, counts)
 
 
-def hand_split(opts: TimeOptions, num_layers: int, pp: int, vpp: int) -> tuple[int, ...] | None:
-    """The decoder layers of each virtual stage when ``opts`` set the split by hand (first/last
-    stage layers or a pipeline layout), None for the even split."""
-    if opts.first_stage_layers is None and opts.last_stage_layers is None and not opts.chunk_layers:
-        return None
+def split_of(opts: TimeOptions, num_layers: int, pp: int, vpp: int) -> tuple[int, ...]:
+    """The decoder layers of each virtual stage under ``opts``: even, or set by hand (first/last
+    stage layers, a pipeline layout, the embedding and loss counted as layers)."""
     return stage_split(
         num_layers, pp, vpp, first=opts.first_stage_layers, last=opts.last_stage_layers,
-        chunks=opts.chunk_layers,
+        chunks=opts.chunk_layers, embedding=opts.embedding_in_split, loss=opts.loss_in_split,
     )  # fmt: skip
+
+
+def split_by_hand(opts: TimeOptions) -> bool:
+    """Whether ``opts`` set the stage split by hand rather than leaving it even."""
+    return (
+        opts.first_stage_layers is not None or opts.last_stage_layers is not None
+        or bool(opts.chunk_layers) or opts.embedding_in_split or opts.loss_in_split
+    )  # fmt: skip
+
+
+def hand_split(opts: TimeOptions, num_layers: int, pp: int, vpp: int) -> tuple[int, ...] | None:
+    """The decoder layers of each virtual stage when ``opts`` set the split by hand, None for
+    the even split."""
+    return split_of(opts, num_layers, pp, vpp) if split_by_hand(opts) else None
 
 
 # ---- per-pass work of a set of ops ----
@@ -704,10 +720,8 @@ def step_time(
     opts = opts or TimeOptions()
     ctx = _context(spec, hw, layout, run, opts)
     padded = padded_vocab(spec.vocab_size, layout.tp, opts.vocab_pad_multiple)
-    split = stage_layers(
-        spec.num_hidden_layers, layout.pp, run.vpp,
-        first=opts.first_stage_layers, last=opts.last_stage_layers, chunks=opts.chunk_layers,
-    )  # fmt: skip
+    n = spec.num_hidden_layers
+    split = rank_layers(n, layout.pp, run.vpp, split_of(opts, n, layout.pp, run.vpp))
     stages, details = zip(
         *(_stage_work(ctx, s, layers, run, padded) for s, layers in enumerate(split)),
         strict=True,
