@@ -410,3 +410,19 @@ def test_accounted_split_errors_say_what_would_be_valid(cli):
         "--first-stage-layers", "4",
     )  # fmt: skip
     assert r.code != 0 and "cannot be combined with --pipeline-layout" in r.err
+
+
+def test_the_planner_refuses_a_hand_set_split_it_would_not_search():
+    # the planner splits every candidate's layers evenly (calc/plan/request.py): a split set by
+    # hand through its Python API is refused by name, not silently ignored
+    from tpcalc.calc.plan.request import build_request
+    from tpcalc.calc.time.step import TimeOptions
+
+    spec, hw = load_model("llama3-8b"), load_hardware("h100-sxm")
+    for opts, name in (
+        (TimeOptions(embedding_in_split=True), "embedding_in_split"),
+        (TimeOptions(loss_in_split=True), "loss_in_split"),
+        (TimeOptions(chunk_layers=(16, 16)), "chunk_layers"),
+    ):
+        with pytest.raises(InputError, match=f"time_options {name}: the planner splits"):
+            build_request(spec, hw, gpus=8, seq=4096, global_batch=16, time_options=opts)
