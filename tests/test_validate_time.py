@@ -18,6 +18,7 @@ from tpcalc.reports.validate_time import (
     load_runs,
     mean_abs,
     outcomes,
+    recipe_options,
     validate_report,
 )
 
@@ -178,3 +179,19 @@ def test_fit_time_what_ifs_price_sinks_unfused_and_list_every_moe_row():
     assert errors[oss] == pytest.approx(next(o.error for o in done if o.case.id == oss), rel=1e-12)
     b200_moe = {o.case.id for o in done if (o.case.hardware, o.case.kind) == ("b200", "moe")}
     assert set(errors) == b200_moe and len(b200_moe) == 11
+
+
+def test_a_preset_differing_only_in_global_batch_lends_its_options():
+    # Megatron-Bridge's performance launcher takes -gb/--global_batch_size from its command line
+    # and keeps the preset's other options (scripts/performance/utils/overrides.py @ 5776a6d,
+    # lines 223-224), so the 25.11 rows whose preset differs only there ran the preset's options
+    by_id = {r["id"]: r for r in load_runs()}
+    llama = by_id["mbridge-25.11-llama3-70b-gb200-64-fp8-cs"]
+    assert set(llama["recipe"]["disagrees_with_row"]) == {"global_batch_size"}
+    assert recipe_options(llama)["cpu_offloading_num_layers"] == 40
+    dsv3 = case_of(by_id["mbridge-25.11-deepseekv3-w-o-mtp-gb200-256-bf16"])
+    assert dsv3.options.ep_node_dedup and dsv3.options.chunk_layers == (4,) * 15 + (1,)
+    # a preset with another layout (EP 8 for the row's EP 32, ...) lends nothing
+    other = by_id["mbridge-25.11-qwen3-235b-a22b-gb200-256-bf16"]
+    assert "expert_model_parallel_size" in other["recipe"]["disagrees_with_row"]
+    assert recipe_options(other) == {}
