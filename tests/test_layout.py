@@ -393,6 +393,16 @@ def test_accounting_for_embedding_and_loss_prices_the_equivalent_layout_string(c
     assert (b["embedding_in_split"], b["loss_in_split"]) == (False, False)
     # 174.9 GB of the 186 GB card (printed to 0.1 GB in the published-check table)
     assert a["memory_bytes_per_rank"] / 1e9 == pytest.approx(174.9, abs=0.05)
+    # the seeds' fixed-rate time model places and echoes the same split
+    fixed = cli(
+        *base, "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
+        "--time-model", "fixed",
+    )  # fmt: skip
+    c = json.loads(fixed.out)[-1]
+    assert (c["time_model"], c["stage_layers"], c["embedding_in_split"]) == (
+        "fixed", "0+1×126+0", True,
+    )  # fmt: skip
+    assert c["memory_bytes_per_rank"] == a["memory_bytes_per_rank"]
     # the even split cannot place 126 layers on 128 virtual stages and says so
     assert even.code != 0 and "pp·vpp=128 model chunks" in even.err
     assert even.err.count("\n") == 1

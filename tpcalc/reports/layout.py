@@ -119,8 +119,6 @@ def time_inputs(
 ) -> dict[str, Scalar]:
     """Every assumption of the step-time model, as row inputs (table, JSON and CSV); ``split``:
     the layers of each virtual stage when set by hand (``step.hand_split``)."""
-    from tpcalc.calc.time.pipeline_layout import split_text
-
     ov = opts.overlap
     scale = hw.performance.fitted.compute_scale.value if hw.performance else None
     return {
@@ -133,14 +131,24 @@ def time_inputs(
         "causal": opts.causal,
         "attention_flops": "causal" if opts.causal_model_flops else "full",
         "fused_sinks": opts.fused_sinks,
-        "first_stage_layers": opts.first_stage_layers,
-        "last_stage_layers": opts.last_stage_layers,
+        **split_inputs(opts, split),
         "recompute_layers": opts.recompute_layers,
         "ep_dispatch": "node-aware" if opts.ep_node_dedup else "all-to-all",
+        "compute_scale": scale,
+    }
+
+
+def split_inputs(opts: TimeOptions, split: tuple[int, ...] | None) -> dict[str, Scalar]:
+    """How the layers were split over the virtual stages, as row inputs under either time
+    model (the memory columns place each stage's layers by it too)."""
+    from tpcalc.calc.time.pipeline_layout import split_text
+
+    return {
+        "first_stage_layers": opts.first_stage_layers,
+        "last_stage_layers": opts.last_stage_layers,
         "embedding_in_split": opts.embedding_in_split,
         "loss_in_split": opts.loss_in_split,
         "stage_layers": split_text(split),
-        "compute_scale": scale,
     }
 
 
@@ -152,19 +160,18 @@ def price_report(p: LayoutPrice) -> Report:
     from tpcalc.calc.layout.summary import FixedStepSummary
     from tpcalc.calc.layout.summary_explain import fixed_summary_terms
     from tpcalc.calc.layout.timed_explain import ROOFLINE_COMM, roofline_summary_terms
+    from tpcalc.calc.time.step import TimeOptions, hand_split
 
     spec, hw, layout, run = p.spec, p.hw, p.layout, p.run
     inputs = _inputs(spec, hw, layout, run)
     lat = run.with_latency
+    opts = p.time_options or TimeOptions()
+    split = hand_split(opts, spec.num_hidden_layers, layout.pp, run.vpp)
     if isinstance(p.summary, FixedStepSummary):
-        inputs = {**inputs, "time_model": TimeModel.fixed.value}
+        inputs = {**inputs, "time_model": TimeModel.fixed.value, **split_inputs(opts, split)}
         timed_by = None
         summary = fixed_summary_terms(p.summary, hw)
     else:
-        from tpcalc.calc.time.step import TimeOptions, hand_split
-
-        opts = p.time_options or TimeOptions()
-        split = hand_split(opts, spec.num_hidden_layers, layout.pp, run.vpp)
         inputs = {**inputs, **time_inputs(hw, opts, split)}
         timed_by = ROOFLINE_COMM
         summary = roofline_summary_terms(p.summary)

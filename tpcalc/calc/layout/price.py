@@ -46,7 +46,7 @@ class LayoutPrice(Struct, frozen=True):
     layout: ParallelLayout
     run: LayoutRun
     time_model: TimeModel
-    time_options: TimeOptions | None  # the roofline model's options; None under fixed
+    time_options: TimeOptions | None  # the step model's options (under fixed: only the split)
     groups: dict[str, Group]
     costs: DimCosts
     summary: RooflineSummary | FixedStepSummary
@@ -80,7 +80,8 @@ def price_layout(
 
     ``time_model`` roofline (default) times the step per operation with the overlap rules of
     ``time_options``; fixed keeps the seeds' convention (compute at the achieved FLOP/s). A
-    stage split set by hand in ``time_options`` (first/last stage layers, a pipeline layout)
+    stage split set by hand in ``time_options`` (first/last stage layers, a pipeline layout, the
+    embedding and loss counted as layers), under either model,
     places the layers, their parameters and their activations on the ranks."""
     counts = (
         hand_split(time_options, spec.num_hidden_layers, layout.pp, run.vpp)
@@ -118,7 +119,7 @@ def price_layout(
         ep=ep_cost(spec, hw, layout, run, groups["ep"], moe, mb_s * run.microbatches),
     )  # fmt: skip
     summary: RooflineSummary | FixedStepSummary
-    opts: TimeOptions | None = None
+    opts = time_options  # the fixed model reads only its stage split (``counts`` above)
     if time_model is TimeModel.roofline:
         opts = time_options or TimeOptions()
         st = step_time(spec, hw, layout, run, opts)
