@@ -158,8 +158,9 @@ class Check(Struct, frozen=True):
         return self.feasible and self.in_top_or_close and self.pick_as_fast
 
     def why(self) -> str:
-        """Why a check fails: the infeasibility, or the step part the pick saves most on; then
-        the options the source states that tpcalc does not model."""
+        """Why a check fails: the infeasibility, the step part the pick saves most on, or the
+        options that make a published layout faster than the pick; then the options the source
+        states that tpcalc does not model."""
         reasons = []
         if self.problem is not None:
             reasons.append(self.problem)
@@ -175,6 +176,15 @@ class Check(Struct, frozen=True):
             reasons.append(
                 f"the pick changes {changed or 'only overlap options'} and saves {saved:.2f} s "
                 f"of {part.removesuffix('_time_s').replace('_', ' ')}"
+            )
+        best_s = self.best_step_s
+        if self.feasible and best_s is not None and not self.pick_as_fast:
+            offload = self.item.memory_case.run.memory.offload_layers
+            unsearched = f" ({offload} layers' activations on the host)" if offload else ""
+            reasons.append(
+                f"the published layout is predicted {1 - self.published_step_s / best_s:.1%} "
+                f"faster than the pick: it fits with options the planner does not search"
+                f"{unsearched}"
             )
         if reasons and self.item.unmodelled:
             reasons.append("not modelled: " + "; ".join(self.item.unmodelled))
