@@ -423,16 +423,20 @@ def test_accounted_split_errors_say_what_would_be_valid(cli):
 
 
 def test_the_planner_refuses_a_hand_set_split_it_would_not_search():
-    # the planner splits every candidate's layers evenly (calc/plan/request.py): a split set by
-    # hand through its Python API is refused by name, not silently ignored
+    # the planner splits every candidate's layers evenly, which is Megatron-Core's accounted
+    # split with the loss or both ends counted (calc/plan/space.split_ends) but not with the
+    # embedding alone or a layout string: those are refused by name, not silently ignored
     from tpcalc.calc.plan.request import build_request
     from tpcalc.calc.time.step import TimeOptions
 
     spec, hw = load_model("llama3-8b"), load_hardware("h100-sxm")
-    for opts, name in (
-        (TimeOptions(embedding_in_split=True), "embedding_in_split"),
-        (TimeOptions(loss_in_split=True), "loss_in_split"),
-        (TimeOptions(chunk_layers=(16, 16)), "chunk_layers"),
+    for opts, message in (
+        (TimeOptions(embedding_in_split=True), "time_options embedding_in_split: the planner"),
+        (TimeOptions(chunk_layers=(16, 16)), "time_options chunk_layers: the planner splits"),
     ):
-        with pytest.raises(InputError, match=f"time_options {name}: the planner splits"):
+        with pytest.raises(InputError, match=message):
             build_request(spec, hw, gpus=8, seq=4096, global_batch=16, time_options=opts)
+    for ends in ({"loss_in_split": True}, {"embedding_in_split": True, "loss_in_split": True}):
+        opts = TimeOptions(**ends)
+        req = build_request(spec, hw, gpus=8, seq=4096, global_batch=16, time_options=opts)
+        assert req.time_options == opts

@@ -313,3 +313,23 @@ def test_accounted_split_excludes_the_other_ways_to_set_the_split():
     for other in ({"first": 2}, {"last": 2}, {"chunks": (8, 8, 8, 7)}):
         with pytest.raises(InputError, match="cannot be combined"):
             stage_split(31, 4, 1, embedding=True, **other)
+
+
+@given(
+    pp=st.integers(min_value=1, max_value=64),
+    vpp=st.integers(min_value=1, max_value=16),
+    per_chunk=st.integers(min_value=1, max_value=8),
+    embedding=st.booleans(),
+)
+def test_the_even_split_is_the_accounted_split_with_the_loss_counted(pp, vpp, per_chunk, embedding):
+    # the planner relies on it (calc/plan/space.split_ends): with the loss (and the embedding)
+    # counted, wherever Megatron-Core's rules admit pp and vpp (slots = pp·vpp·per_chunk),
+    # chunk_layer_counts' even split gives each virtual stage the layers accounted_split gives
+    from tpcalc.calc.pipeline.schedule import accounted_split, chunk_layer_counts
+
+    layers = pp * vpp * per_chunk - 1 - embedding
+    if layers < 1:
+        return
+    got = accounted_split(layers, pp, vpp, embedding=embedding, loss=True)
+    assert got == chunk_layer_counts(layers, pp * vpp)
+    assert sum(got) == layers and got[-1] == per_chunk - 1

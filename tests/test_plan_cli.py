@@ -315,3 +315,70 @@ def test_real_search_layouts_reproduce_in_tpcalc_layout(real):
         total = json.loads(r.out)[-1]
         assert total["step_time_s"] == pytest.approx(c.step_time_s, rel=1e-9)
         assert total["memory_bytes_per_rank"] == pytest.approx(c.memory_bytes, rel=1e-9)
+
+
+# Megatron-Bridge's Llama 3.1 405B recipe counts the embedding and the loss as layers of the
+# pipeline split (recipes/llama/llama3.py llama31_405b_pretrain_config @ 21d102f, lines
+# 1146-1147); the performance summary's 256-GB200 MXFP8 run uses TP4 PP16 VP8 (128 virtual
+# stages for 126 layers). With the two options the planner searches that split: the published
+# layout is a candidate, every reported layout reproduces in `tpcalc layout` with the same
+# options, and without them PP16 VP8 is refused as a divisibility.
+ACCOUNTED = (
+    "plan", "-m", "llama3-405b", "--hardware", "gb200", "--gpus", "256", "--seq", "8192",
+    "--global-batch", "1536", "--dtype", "fp8", "--zero", "1", "--top", "3",
+)  # fmt: skip
+BOTH_ENDS = ("--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split")
+
+
+def test_the_planner_searches_megatrons_accounted_split():
+    pinned = (
+        "--tp", "4", "--pp", "16", "--vpp", "8", "--schedule", "interleaved", "--recompute",
+        "none", "--micro-batch", "1",
+    )  # fmt: skip
+    r = run_cli(*ACCOUNTED, *pinned, *BOTH_ENDS, "-f", "json")
+    assert r.code == 0, r.err
+    rows = json.loads(r.out)
+    assert rows and all((x["pp"], x["vpp"]) == (16, 8) for x in rows)
+    assert rows[0]["embedding_in_split"] and rows[0]["loss_in_split"]
+    # the same layout priced by `tpcalc layout` with the same options (174.9 of 186 GB; the
+    # planner searches every overlap on)
+    best = rows[0]
+    lay = run_cli(
+        "layout", "-m", "llama3-405b", "--hardware", "gb200", "--tp", "4", "--pp", "16",
+        "--vpp", "8", "--dp", str(best["dp"]), "--zero", "1", "--schedule", "interleaved",
+        "--microbatches", str(best["microbatches"]), "--dtype", "fp8", "--recompute", "none",
+        "--seq", "8192", "--tp-comm-overlap", *BOTH_ENDS, "-f", "json",
+    )  # fmt: skip
+    assert lay.code == 0, lay.err
+    total = json.loads(lay.out)[-1]
+    assert total["memory_bytes_per_rank"] == pytest.approx(best["memory_bytes_per_rank"], rel=1e-9)
+    assert total["step_time_s"] == pytest.approx(best["step_time_s"], rel=1e-9)
+    # without the options the even split cannot place 126 layers on 128 virtual stages
+    none = run_cli(*ACCOUNTED, *pinned, "-f", "json")
+    assert json.loads(none.out) == [] and "divisibility: pp·vpp above the layers" in none.err
+
+
+def test_accounted_plan_layouts_reproduce_in_tpcalc_layout():
+    from tpcalc.calc.time.step import TimeOptions
+    from tpcalc.reports.plan import plan
+
+    result = plan(
+        "llama3-405b", "gb200", seq=8192, dtype="fp8", gpus=256, global_batch=1536, top_k=3,
+        pins={"zero": 1}, time_options=TimeOptions(embedding_in_split=True, loss_in_split=True),
+    )  # fmt: skip
+    assert result.top
+    for c in result.top:
+        args = plan_view.layout_args("llama3-405b", "gb200", c)
+        assert BOTH_ENDS[0] in args and BOTH_ENDS[1] in args
+        r = run_cli("layout", *args, "-f", "json")
+        assert r.code == 0, r.err
+        total = json.loads(r.out)[-1]
+        assert total["step_time_s"] == pytest.approx(c.step_time_s, rel=1e-9)
+        assert total["memory_bytes_per_rank"] == pytest.approx(c.memory_bytes, rel=1e-9)
+        assert (c.layout.pp * c.run.vpp) and (126 + 2) % c.layout.pp == 0
+
+
+def test_the_planner_refuses_the_embedding_alone():
+    r = run_cli(*ACCOUNTED, BOTH_ENDS[0])
+    assert r.code != 0 and r.err.count("\n") == 1
+    assert "add loss_in_split" in r.err

@@ -28,6 +28,7 @@ from tpcalc.cli.options import (
     UnitsOpt,
 )
 from tpcalc.cli.parallel_options import ActivationsOpt, GpusPerNodeOpt, StateRecipeOpt, UnevenOpt
+from tpcalc.cli.time_options import AccountEmbeddingOpt, AccountLossOpt
 from tpcalc.errors import TpcalcError
 from tpcalc.render import Format
 from tpcalc.units import GB, ByteUnits, Dtype
@@ -233,6 +234,8 @@ def plan(
     recipe: StateRecipeOpt = StateRecipe.zero16,
     activations: ActivationsOpt = ActivationModel.exact,
     uneven: UnevenOpt = True,
+    account_for_embedding: AccountEmbeddingOpt = False,
+    account_for_loss: AccountLossOpt = False,
     units: UnitsOpt = ByteUnits.GB,
     fmt: FormatOpt = Format.table,
     explain: ExplainOpt = False,
@@ -258,6 +261,13 @@ def plan(
       --target-step-time 2.0
 
       tpcalc plan -m llama3-8b --gpus 64 --seq 8192 --global-batch 128 --all --format csv
+
+    Layers split as Megatron-Bridge's Llama 3.1 405B recipe splits them (the embedding and the
+    loss each count as a layer: pp·vpp may reach 128 for 126 layers):
+
+      tpcalc plan -m llama3-405b --hardware gb200 --gpus 256 --seq 8192 --global-batch 1536
+      --dtype fp8 --zero 1 --account-for-embedding-in-pipeline-split
+      --account-for-loss-in-pipeline-split
 
     Inverse questions on one layout (pins with one value each):
 
@@ -301,6 +311,12 @@ def plan(
             reserve_bytes=reserve_gb * GB, top_k=top, include_all=all_layouts,
             tp_within_node=tp_within_node, allow_uneven=uneven, gpus_per_node=gpus_per_node,
         )  # fmt: skip
+        if account_for_embedding or account_for_loss:
+            from tpcalc.calc.time.step import TimeOptions
+
+            options["time_options"] = TimeOptions(
+                embedding_in_split=account_for_embedding, loss_in_split=account_for_loss
+            )
         if objective is not PlanObjective.gpus:
             return plan_workload(work, gpus=gpus, objective=objective.value, **options), None
         echo = {"model": model, "hardware": hardware}

@@ -93,6 +93,8 @@ def _shared(result: PlanResult) -> dict[str, Scalar]:
     return {
         "model": req.spec.name, "hardware": req.hw.name, "gpus": result.gpus, "seq": req.seq,
         "global_batch": req.global_batch, "objective": req.objective.value,
+        "embedding_in_split": req.time_options.embedding_in_split,
+        "loss_in_split": req.time_options.loss_in_split,
     }  # fmt: skip
 
 
@@ -218,6 +220,10 @@ def layout_args(model: str, hardware: str, c: Candidate) -> list[str]:
         args += ["--recompute-modules", ",".join(run.memory.recompute_modules)]
     if opt.recompute_layers is not None:
         args += ["--recompute-layers", str(opt.recompute_layers)]
+    if opt.embedding_in_split:
+        args.append("--account-for-embedding-in-pipeline-split")
+    if opt.loss_in_split:
+        args.append("--account-for-loss-in-pipeline-split")
     return args
 
 

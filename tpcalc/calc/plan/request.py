@@ -147,13 +147,17 @@ def build_request(
     opts = time_options or TimeOptions()
     fixed = [n for n in ("first_stage_layers", "last_stage_layers", "recompute_layers")
              if getattr(opts, n) is not None]  # fmt: skip
-    fixed += [
-        n for n in ("chunk_layers", "embedding_in_split", "loss_in_split") if getattr(opts, n)
-    ]
+    fixed += ["chunk_layers"] if opts.chunk_layers else []
     if fixed:
         raise InputError(
             f"time_options {', '.join(fixed)}: the planner splits layers evenly and searches "
             "recompute itself; leave them unset (price such a layout with `tpcalc layout`)"
+        )
+    if opts.embedding_in_split and not opts.loss_in_split:
+        raise InputError(
+            "time_options embedding_in_split: the planner counts the loss alone or the "
+            "embedding and the loss together as layers of the split (Megatron-Bridge's "
+            "recipes set both); add loss_in_split, or price the layout with `tpcalc layout`"
         )
     node = _positive_int(gpus_per_node or hw.gpus_per_node.value, "gpus_per_node")
     gemm_dtype = _choice(Dtype, dtype, "dtype")

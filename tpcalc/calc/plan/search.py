@@ -373,8 +373,9 @@ class _Search:
             return ok, kept, rejected
         for v in vs:
             why = space.pipeline_rule(
-                self.req.spec.num_hidden_layers, shape.pp, v, self.req.allow_uneven
-            )
+                self.req.spec.num_hidden_layers, shape.pp, v, self.req.allow_uneven,
+                space.split_ends(self.req),
+            )  # fmt: skip
             if why:
                 rejected[why] += n_mb * len(ok) * inner
                 continue

@@ -12,7 +12,8 @@ Domain choices, each stated because it decides what "enumerated" counts:
 - ep: divisors of the GPU count up to the routed experts; etp: divisors of a node (MoE only);
 - micro-batch: divisors of global batch / dp (dp · micro_batch · microbatches = global batch);
 - schedule and vpp: with pp = 1 every schedule is 1F1B (no bubble, one stage), so only 1F1B is
-  enumerated; interleaved takes vpp = 2 .. layers/pp;
+  enumerated; interleaved takes vpp = 2 .. layers/pp (layers + the counted ends with
+  Megatron-Core's accounted split, ``split_ends``);
 - GPipe is left out while 1F1B is allowed: under the model it has 1F1B's step time exactly
   (``pipeline.bubble_time_s`` is the same (p−1)(F+B+W); no other part reads the schedule) and
   holds m ≥ p − r micro-batches in flight (``pipeline.in_flight_chunks``), so it is dominated;
@@ -185,9 +186,20 @@ def domains(req: PlanRequest, gpus: int) -> Domains:
     )  # fmt: skip
 
 
+def split_ends(req: PlanRequest) -> int:
+    """The ends (embedding, loss) the request counts as layers of the pipeline split
+    (``TimeOptions.embedding_in_split`` / ``loss_in_split``; ``build_request`` admits the loss
+    alone or both). Each candidate's layers are then split as ``pipeline.chunk_layer_counts``
+    splits them, which is the accounted split exactly: with n = layers + ends slots over
+    C = pp·vpp chunks of k each, the even split of layers = C·k − ends gives k − 1 to the chunks
+    its remainder skips, the last one (loss) or the first and last (both)."""
+    opts = req.time_options
+    return int(opts.embedding_in_split) + int(opts.loss_in_split)
+
+
 def variants(d: Domains, req: PlanRequest, pp: int) -> list[Variant]:
     """The (schedule, vpp) pairs for ``pp`` stages (module docstring)."""
-    layers = req.spec.num_hidden_layers
+    layers = req.spec.num_hidden_layers + split_ends(req)
     out = []
     for s in d.schedules:
         if s is Schedule.interleaved:
@@ -239,13 +251,22 @@ def ep_rule(spec: ModelSpec, s: Shape) -> str | None:
     return None
 
 
-def pipeline_rule(layers: int, pp: int, v: Variant, allow_uneven: bool) -> str | None:
-    """``check_pipeline``'s rules that do not depend on the micro-batch count."""
-    if pp > layers:
+def pipeline_rule(
+    layers: int, pp: int, v: Variant, allow_uneven: bool, ends: int = 0
+) -> str | None:
+    """``check_pipeline``'s rules that do not depend on the micro-batch count; with ``ends``
+    (``split_ends``: the embedding and/or loss counted as layers) Megatron-Core's rules of the
+    accounted split instead (``pipeline.accounted_split``)."""
+    if ends:
+        if (layers + ends) % pp:
+            return "divisibility: layers + embedding/loss by pp"
+        if (layers + ends) // pp % v.vpp:
+            return "divisibility: (layers + embedding/loss)/pp by vpp"
+    elif pp > layers:
         return "divisibility: pp above the layers"
-    if pp * v.vpp > layers:
+    elif pp * v.vpp > layers:
         return "divisibility: pp·vpp above the layers"
-    if not allow_uneven and layers % (pp * v.vpp):
+    elif not allow_uneven and layers % (pp * v.vpp):
         return "divisibility: layers by pp·vpp"
     if v.schedule is Schedule.dualpipe and pp % DUALPIPE_DIRECTIONS:
         return "divisibility: DualPipe needs an even pp"
