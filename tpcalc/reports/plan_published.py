@@ -208,8 +208,9 @@ def check(item: Published, planner: Callable[[Published], Pick]) -> Check:
 
 def engine_planner(top_k: int = TOP_K) -> Callable[[Published], Pick]:
     """The planner (``tpcalc.calc.plan``) on a published run's question: same model, hardware,
-    GPUs, NVLink domain, sequence, global batch, dtype, state recipe and memory techniques; the
-    layout, ZeRO stage, recompute and overlaps searched."""
+    GPUs, NVLink domain, sequence, global batch, dtype, state recipe, memory techniques and
+    stage-split rule (the recipe's embedding and loss accounting); the layout, ZeRO stage,
+    recompute and overlaps searched."""
 
     def run(item: Published) -> Pick:
         from tpcalc.calc.plan.request import build_request
@@ -220,7 +221,10 @@ def engine_planner(top_k: int = TOP_K) -> Callable[[Published], Pick]:
             load_model(c.model), load_hardware(c.hardware), gpus=c.gpus, seq=c.run.seq,
             global_batch=item.global_batch, gpus_per_node=c.layout.gpus_per_node,
             recipe=c.run.recipe, dtype=c.run.dtype, memory=c.run.memory, top_k=top_k,
-            time_options=TimeOptions(overlap=c.options.overlap),
+            time_options=TimeOptions(
+                overlap=c.options.overlap, embedding_in_split=c.options.embedding_in_split,
+                loss_in_split=c.options.loss_in_split,
+            ),
         )  # fmt: skip
         result = plan(request)
         return Pick(
