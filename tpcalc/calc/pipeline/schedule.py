@@ -135,8 +135,8 @@ def accounted_split(
     count as layers of the split (SRC_ACCOUNTED_SPLIT): n = layers + embedding + loss slots,
     every chunk gets n / (pp·vpp) slots, the first chunk builds one decoder layer fewer for
     the embedding and the last one fewer for the loss. Megatron's rules: n divisible by pp and
-    n / pp by vpp. No chunk goes below zero: each holds n / (pp·vpp) >= 1 slots, and a single
-    chunk holds layers + 2 >= 2."""
+    n / pp by vpp. No chunk goes below zero: each holds n / (pp·vpp) >= 1 slots and loses at
+    most one, and a single chunk (pp·vpp = 1) loses both ends from layers + ends."""
     slots = num_layers + ACCOUNTED_SLOT_LAYERS * (embedding + loss)
     counted = " and ".join(name for name, on in (("embedding", embedding), ("loss", loss)) if on)
     what = f"pipeline split counting the {counted} as layers: {num_layers} + {slots - num_layers}"
