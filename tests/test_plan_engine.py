@@ -345,11 +345,44 @@ def test_floors_never_exceed_bounds(small, moe):
         got = {}
         for b, f in zip(s.cell_block, s.cell_floor, strict=True):
             got.setdefault(int(b), []).append(f)
-        assert len(s.cell_floor) == len(cell)
+        # dominated cells are left out (search._staircase), never all of a block's
+        assert len(s.cell_floor) <= len(cell)
+        assert set(got) == {k[0] for k in cell}
         for b, fs in got.items():
             assert min(fs) == s.floors[b]
             assert s.floors[b] <= min(v for k, v in cell.items() if k[0] == b)
         assert np.all(s.cell_floor > 0)
+
+
+def test_kept_cells_cover_every_pick(small, moe):
+    """Every pick that fits has a kept cell of its block with memory and floor at most its
+    own (search._staircase leaves out only dominated cells), so the Pareto front lists a block
+    whenever one of its picks is under a budget with a bound at most a time; and some cells
+    were left out."""
+    for _, s, picks, mems, lbs in (small, moe):
+        by_block: dict[int, list[tuple[float, float]]] = {}
+        for b, m, f in zip(s.cell_block, s.cell_mem, s.cell_floor, strict=True):
+            by_block.setdefault(int(b), []).append((m, f))
+        for row, m, lb in zip(picks, mems, lbs, strict=True):
+            kept = by_block[int(row[0])]
+            assert any(cm <= m and cf <= lb for cm, cf in kept), (row, m, lb)
+    small_s = small[1]
+    cells = {(int(r[0]), int(r[2]), int(r[3]), int(r[4])) for r in small[2]}
+    assert len(small_s.cell_floor) < len(cells)
+
+
+def test_staircase_keeps_the_undominated_cells_in_order():
+    """Per variant: a cell stays when its floor is below the floor of every cell with memory
+    at most its own (ties: the first); the order of the cells is kept."""
+    vi = np.array([0, 0, 0, 0, 1, 1, 1])
+    mem = np.array([5.0, 3.0, 4.0, 3.0, 1.0, 2.0, 1.0])
+    floor = np.array([1.0, 4.0, 2.0, 4.0, 3.0, 1.0, 3.0])
+    got = S._staircase(vi, mem, floor)
+    # variant 0: (3, 4) kept once (the first of two), (4, 2) kept, (5, 1) kept;
+    # variant 1: (1, 3) kept once, (2, 1) kept
+    assert got[0].tolist() == [0, 0, 0, 1, 1]
+    assert got[1].tolist() == [5.0, 3.0, 4.0, 1.0, 2.0]
+    assert got[2].tolist() == [1.0, 4.0, 2.0, 3.0, 1.0]
 
 
 # ---- the public result ----

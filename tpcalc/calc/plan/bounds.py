@@ -101,6 +101,17 @@ class GroupTerms(NamedTuple):
     hinges: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
 
 
+class GroupParts(NamedTuple):
+    """``StepBounds.group_parts``: a shape's terms, its stage splits (slowest, stage 0's
+    forward, stage 0's total, each [V, 1, M, S, R]) and the sizes of Z, M and S·R."""
+
+    terms: GroupTerms
+    splits: tuple[np.ndarray, np.ndarray, np.ndarray]
+    n_z: int
+    n_m: int
+    n_sr: int
+
+
 class StepBounds:
     """Lower bounds on step time from cached per-shard op sums (module docstring)."""
 
@@ -515,32 +526,45 @@ class StepBounds:
         (``step._dp_exposed``): m·buckets·(collective) − the first bucket, under m passes.
         The terms read the variant through its vpp and schedule only, so each is taken once
         per vpp (or schedule) and shared."""
+        return self.group_at(
+            self.group_parts(shape, vs, mbs, per_dp, sps, modes, distributed, zeros), at
+        )
+
+    def group_parts(
+        self, shape: Shape, vs: list[Variant], mbs: list[int], per_dp: int, sps: list[bool],
+        modes: list[RecomputeMode], distributed: list[bool], zeros: list[int],
+    ) -> GroupParts:  # fmt: skip
+        """What ``group`` reads of the shape (its terms and the stage splits), taken once so
+        that the bounds of its candidates can be taken a few at a time (``group_at``)."""
         t = self.terms(shape, vs, mbs, per_dp, sps, modes, distributed, zeros)
+        splits = self.splits(shape, vs, mbs, sps, modes)
+        return GroupParts(t, splits, len(zeros), len(mbs), len(sps) * len(modes))
+
+    def group_at(self, parts: GroupParts, at: np.ndarray) -> np.ndarray:
+        """``group``'s bound of the candidates ``at`` from ``group_parts``: every step is
+        elementwise over the candidates, so a candidate's bound does not depend on which
+        others are taken with it (the same floats as one call over all of them)."""
+        t, n_z, n_m, n_sr = parts.terms, parts.n_z, parts.n_m, parts.n_sr
         # flat indices of each candidate into [V, Z, M], [V, Z], [V, M, S, R] and [M]
-        n_z, n_m, n_sr = len(zeros), len(mbs), len(sps) * len(modes)
         vzm, sr = np.divmod(at, n_sr)
         vz, im = np.divmod(vzm, n_m)
         cell = (vz // n_z * n_m + im) * n_sr + sr
         hinges = [(a.ravel()[vzm], da.ravel()[vzm], c.ravel()[vzm], dc.ravel()[vzm])
                   for a, da, c, dc in t.hinges]  # fmt: skip
-        slowest, f0, total0 = (x.ravel()[cell] for x in self.splits(shape, vs, mbs, sps, modes))
+        slowest, f0, total0 = (x.ravel()[cell] for x in parts.splits)
         hidden = _least_exposed(t.m.ravel()[im], slowest, f0, total0, hinges)
         return hidden + t.const.ravel()[vz] + t.rest.ravel()[cell]
 
-    def floors(
-        self, shape: Shape, vs: list[Variant], mbs: list[int], per_dp: int, sps: list[bool],
-        modes: list[RecomputeMode], distributed: list[bool], zeros: list[int],
-        fit_z: np.ndarray, cells: np.ndarray,
-    ) -> np.ndarray:  # fmt: skip
+    def floors(self, parts: GroupParts, fit_z: np.ndarray, cells: np.ndarray) -> np.ndarray:
         """A lower bound on ``group``'s bound of every ZeRO stage of each cell ``cells``
-        (flat indices into [V, M, S, R]) that fits, with no term per stage: ``group``'s terms
+        (flat indices into [V, M, S, R]) that fits, with no term per stage, from the shape's
+        ``group_parts``: ``group``'s terms
         with each hinge's offsets (A, C) the least and its passes (d) the most of any stage
         that fits some cell of the (variant, micro-batch), ``fit_z`` [V, Z, M], and the least
         constant of those. What a hinge leaves exposed, max(0, A − d·(N − stage 0's pass)),
         only grows with A and falls with d (N ≥ the slowest stage ≥ stage 0's passes), and a
         superset of stages only lowers the least."""
-        t = self.terms(shape, vs, mbs, per_dp, sps, modes, distributed, zeros)
-        n_m, n_sr = len(mbs), len(sps) * len(modes)
+        t, n_m, n_sr = parts.terms, parts.n_m, parts.n_sr
         vm = cells // n_sr
         im = vm % n_m
         inf = math.inf
@@ -554,7 +578,7 @@ class StepBounds:
             for a, da, c, dc in t.hinges
         ]  # fmt: skip
         const = np.where(fit_z, t.const[:, :, None], inf).min(axis=1).ravel()[vm]
-        slowest, f0, total0 = (x.ravel()[cells] for x in self.splits(shape, vs, mbs, sps, modes))
+        slowest, f0, total0 = (x.ravel()[cells] for x in parts.splits)
         hidden = _least_exposed(t.m.ravel()[im], slowest, f0, total0, hinges)
         return hidden + const + t.rest.ravel()[cells]
 
