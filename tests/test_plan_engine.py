@@ -372,17 +372,17 @@ def test_kept_cells_cover_every_pick(small, moe):
 
 
 def test_staircase_keeps_the_undominated_cells_in_order():
-    """Per variant: a cell stays when its floor is below the floor of every cell with memory
-    at most its own (ties: the first); the order of the cells is kept."""
-    vi = np.array([0, 0, 0, 0, 1, 1, 1])
-    mem = np.array([5.0, 3.0, 4.0, 3.0, 1.0, 2.0, 1.0])
-    floor = np.array([1.0, 4.0, 2.0, 4.0, 3.0, 1.0, 3.0])
-    got = S._staircase(vi, mem, floor)
-    # variant 0: (3, 4) kept once (the first of two), (4, 2) kept, (5, 1) kept;
-    # variant 1: (1, 3) kept once, (2, 1) kept
-    assert got[0].tolist() == [0, 0, 0, 1, 1]
-    assert got[1].tolist() == [5.0, 3.0, 4.0, 1.0, 2.0]
-    assert got[2].tolist() == [1.0, 4.0, 2.0, 3.0, 1.0]
+    """Per variant: a cell stays when its floor is below the floor of every cell before it by
+    memory (ties in memory: in order), cells where nothing fits (inf) go; the order is kept."""
+    inf = np.inf
+    mem = np.array([[5.0, 3.0, 4.0, 3.0], [1.0, 2.0, 1.0, inf]])
+    floor = np.array([[1.0, 4.0, 2.0, 4.0], [3.0, 1.0, 3.0, inf]])
+    vi, m, f = S._staircase(mem, floor)
+    # variant 0: (3, 4) kept once (the first of two), (4, 2) and (5, 1) kept;
+    # variant 1: (1, 3) kept once, (2, 1) kept, the cell that does not fit left out
+    assert vi.tolist() == [0, 0, 0, 1, 1]
+    assert m.tolist() == [5.0, 3.0, 4.0, 1.0, 2.0]
+    assert f.tolist() == [1.0, 4.0, 2.0, 3.0, 1.0]
 
 
 # ---- the public result ----

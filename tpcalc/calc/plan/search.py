@@ -464,18 +464,19 @@ class _Search:
             grp.bounds = (used, at, lb)
             full = np.full(fits.shape, math.inf)
             full.ravel()[at] = lb
-            floor = full.min(axis=1)
-            where = np.flatnonzero(np.isfinite(floor))
-            floor = floor.ravel()[where]
+            floor = full.min(axis=1)  # [V, M, S, R], inf where nothing fits
         else:  # the floors without a term per ZeRO stage; the bounds when listed
             where = np.flatnonzero(np.isfinite(least))
             grp.parts = self.bounds.group_parts(
                 grp.shape, grp.variants, mbs, grp.per_dp, grp.sps, self.d.recompute,
                 distributed, zeros,
             )  # fmt: skip
-            floor = self.bounds.floors(grp.parts, fits.any(axis=(3, 4)), where)
-        vi = where // (least.size // len(grp.variants))
-        grp.cells = _staircase(vi, least.ravel()[where], floor * (1 - 2 * BOUND_MARGIN))
+            floor = np.full(least.shape, math.inf)
+            floor.ravel()[where] = self.bounds.floors(grp.parts, fits.any(axis=(3, 4)), where)
+        n_v = len(grp.variants)
+        grp.cells = _staircase(
+            least.reshape(n_v, -1), floor.reshape(n_v, -1) * (1 - 2 * BOUND_MARGIN)
+        )
 
     def expand(self, ks: Iterable[int] | np.ndarray, below: float = math.inf) -> int:
         """Add the candidates of blocks ``ks`` (those not added yet) with their bounds, only
@@ -630,27 +631,26 @@ KEY_SHIFT = 32
 BOUND_MARGIN = 1e-9
 
 
-def _staircase(
-    vi: np.ndarray, mem: np.ndarray, floor: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The cells (variant ``vi``, least memory, floor) of one group less those another cell of
-    the same variant dominates (memory and floor each at most its own; of equal cells the
-    first is kept), in their order. The searches ask of a block only whether it has a cell
-    with memory below a budget and floor at most a time (``_pareto_built``), its least floor
-    (``prepare``, ``_top_built``) and, of the cells below a budget, the first of least floor,
-    whose block is then listed; a dominated cell's dominating cell answers each the same way
-    for its block, so what is listed and found is unchanged."""
-    order = np.lexsort((floor, mem, vi))  # by variant, then memory, then floor
-    v, f = vi[order], floor[order]
-    keep = np.zeros(len(order), dtype=bool)
-    starts = np.flatnonzero(np.r_[True, v[1:] != v[:-1]])
-    for a, b in zip(starts, [*starts[1:], len(order)], strict=True):
-        seg = f[a:b]
-        # kept: strictly below every floor before it (of less or equal memory)
-        keep[a] = True
-        keep[a + 1 : b] = seg[1:] < np.minimum.accumulate(seg)[:-1]
-    mine = np.sort(order[keep])
-    return vi[mine], mem[mine], floor[mine]
+def _staircase(mem: np.ndarray, floor: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The cells of one group, [V, cells] least memory and floor (inf where nothing fits),
+    as (variant, memory, floor) of those that fit, in order, less cells another cell of the
+    same variant dominates: with the variant's cells by memory (ties in order), a cell is left
+    out when its floor is at least the least floor of the cells before it (each of memory at
+    most its own). The searches ask of a block only whether it has a cell with memory below a
+    budget and floor at most a time (``_pareto_built``), its least floor (``prepare``,
+    ``_top_built``) and, of the cells below a budget, the first of least floor, whose block is
+    then listed; a left-out cell's dominating cell answers each the same way for its block,
+    so what is listed and found is unchanged."""
+    order = np.argsort(mem, axis=1, kind="stable")
+    by_mem = np.take_along_axis(floor, order, axis=1)
+    below = np.empty(by_mem.shape, dtype=bool)
+    below[:, :1] = True
+    below[:, 1:] = by_mem[:, 1:] < np.minimum.accumulate(by_mem, axis=1)[:, :-1]
+    keep = np.empty_like(below)
+    np.put_along_axis(keep, order, below, axis=1)
+    keep &= np.isfinite(mem)
+    vi, ci = np.nonzero(keep)
+    return vi, mem[vi, ci], floor[vi, ci]
 
 
 def _least_per_block(out: np.ndarray, blocks: np.ndarray, values: np.ndarray) -> None:
