@@ -144,7 +144,7 @@ class StepBounds:
             for i in layers:
                 self.kind_index[i] = k
         self._stage_counts: dict[tuple[int, int], np.ndarray] = {}
-        self._stacked: dict[tuple, tuple[np.ndarray, ...]] = {}
+        self._stacked: dict[tuple, tuple] = {}
         self._links: dict[tuple, dict] = {}
         self._sends: dict[tuple, float] = {}
         self.shards = 0
@@ -152,6 +152,9 @@ class StepBounds:
         self._floors: dict[tuple, tuple[np.ndarray, ...]] = {}
         self._bucket_times: dict[tuple, tuple[float, float]] = {}
         self._moe_ops: dict[tuple, tuple] = {}
+        self._shard_links: dict[tuple, dict] = {}
+        self._dense_kind: dict[tuple, tuple] = {}
+        self._tp_passes: dict[tuple, float] = {}
 
     def work(self, shape: Shape, b: int, sp: bool) -> ShardWork:
         sp = sp and shape.tp > 1
@@ -164,14 +167,27 @@ class StepBounds:
             sp=sp, dtype=Dtype.bf16, gemm_dtype=self.dtype, causal=opts.causal,
             fused_sinks=opts.fused_sinks,
         )  # fmt: skip
-        links = place_groups(
-            ParallelLayout(
-                gpus_per_node=self.node, tp=shape.tp, cp=shape.cp, ep=shape.ep, etp=shape.etp
+        lkey = (shape.tp, shape.cp, shape.ep, shape.etp)
+        links = self._shard_links.get(lkey)
+        if links is None:
+            links = self._shard_links[lkey] = place_groups(
+                ParallelLayout(
+                    gpus_per_node=self.node, tp=shape.tp, cp=shape.cp, ep=shape.ep, etp=shape.etp
+                )
             )
-        )
         ov = opts.overlap
         fs, bs, ws, names = [], [], [], []
-        for first, _, moe in self.kinds:
+        for k, (first, _, moe) in enumerate(self.kinds):
+            # a dense kind reads nothing of ep and etp but its TP group's placement
+            # (``_kind_ops``, ``_tp_pass``): its sums are shared by every ep and etp
+            dkey = (shape.tp, shape.cp, sp, b, k, links["tp"].nodes)
+            dense = None if moe else self._dense_kind.get(dkey)
+            if dense is not None:
+                fs.append(dense[0])
+                bs.append(dense[1])
+                ws.append(dense[2])
+                names.append(dense[3])
+                continue
             kf, kb, kw, gemm_f, gemm_b, by_name = self._kind_ops(shard, first, moe)
             if moe:  # the card's fitted fixed cost of a MoE layer, in F and in B (step)
                 kf += r.moe_layer_overhead_s
@@ -188,6 +204,8 @@ class StepBounds:
             bs.append(kb + _exposed(tp_pass, gemm_b, ov.tp_comm, first_chunk) + ep_b)
             ws.append(kw)
             names.append(by_name)
+            if not moe:
+                self._dense_kind[dkey] = (fs[-1], bs[-1], ws[-1], by_name)
         # the ends read ep and etp only through the MTP modules' MoE layer
         ends_key = (shape.tp, shape.cp, sp, b) + ((shape.ep, shape.etp) if self.tech.mtp else ())
         ends = self._ends.get(ends_key)
@@ -298,6 +316,14 @@ class StepBounds:
         """One pass's TP collectives of a layer (step._layer_work)."""
         if shard.tp == 1:
             return 0.0
+        key = (shard.tokens, shard.tp, shard.sp, moe, nodes)
+        got = self._tp_passes.get(key)
+        if got is None:
+            got = self._tp_passes[key] = self._tp_pass_of(shard, moe, nodes)
+        return got
+
+    def _tp_pass_of(self, shard: Shard, moe: bool, nodes: int) -> float:
+        """``_tp_pass``, taken (it reads the shard's tokens, tp and sp only)."""
         h_bytes = shard.tokens * self.spec.hidden_size * shard.dtype.bytes * self.opts.comm_scale
         shared = shared_expert_intermediate(self.spec) if self.spec.is_moe else 0
         blocks = 1 if moe and not shared else TP_FWD_COLLECTIVES
@@ -458,35 +484,37 @@ class StepBounds:
 
     def stacked(
         self, shape: Shape, b: int, sp: bool, modes: list[RecomputeMode] | tuple[RecomputeMode, ...]
-    ) -> tuple[np.ndarray, ...]:
-        """``stage`` of every mode as arrays: per-kind totals and forwards [R, K], ends [R],
-        summed F, B, W [R]."""
-        key = (shape.tp, shape.cp, shape.ep, shape.etp, sp and shape.tp > 1, b,
-               self._mode_key(modes), shape.pp == 1)  # fmt: skip
-        if key not in self._stacked:
+    ) -> tuple:
+        """``stage`` of every mode of one shard (tp, cp, ep, etp, sp, micro-batch), whatever
+        its pp: per-kind totals [R, K] and forwards [K], the ends' sums (first, last), their
+        forwards (first, last), summed F, B [R] and W; ``_stacked_rows`` puts them in rows."""
+        sp = sp and shape.tp > 1
+        key = (shape.tp, shape.cp, shape.ep, shape.etp, sp, b, self._mode_key(modes))
+        got = self._stacked.get(key)
+        if got is None:
             # ``stage`` of every mode at once: the recomputed forward of each mode and kind is
-            # a selection of the kinds' forward op times by name (one product)
+            # a selection of the kind's forward op times by name (one product per kind)
             wk = self.work(shape, b, sp)
-            names = tuple(sorted({n for d in wk.kind_forward_by_name for n in d}))
-            by_name = np.array([[d.get(n, 0.0) for d in wk.kind_forward_by_name] for n in names])
-            pick, full = self._recompute_rows(modes, names)  # [R, names], [R]
-            rec = pick @ by_name.reshape(len(names), len(wk.kind_f))  # [R, K]
-            rec[full] = wk.kind_f
+            kf = wk.kind_f
+            rec = np.empty((len(modes), len(kf)))
+            for k, by_name in enumerate(wk.kind_forward_by_name):
+                pick, full = self._recompute_rows(modes, tuple(by_name))  # [R, names], [R]
+                rec[:, k] = pick @ np.fromiter(by_name.values(), float, len(by_name))
+                rec[full, k] = kf[k]
             counts = self.kind_counts
             fe, le = wk.first_end, wk.last_end
-            r = len(modes)
-            one = np.ones(r)
-            self._stacked[key] = (
-                wk.kind_f + wk.kind_b + wk.kind_w + rec,
-                np.broadcast_to(wk.kind_f, rec.shape),
-                one * sum(fe),
-                one * sum(le),
-                one * (fe[0] + (le[0] if shape.pp == 1 else 0.0)),
-                one * (float(counts @ wk.kind_f) + fe[0] + le[0]),
+            got = self._stacked[key] = (
+                kf + wk.kind_b + wk.kind_w + rec,
+                kf,
+                fe[0] + fe[1] + fe[2],  # sum(fe): the same additions in order
+                le[0] + le[1] + le[2],
+                fe[0],
+                le[0],
+                float(counts @ kf) + fe[0] + le[0],
                 (wk.kind_b + rec) @ counts + fe[1] + le[1],
-                one * (float(counts @ wk.kind_w) + fe[2] + le[2]),
+                float(counts @ wk.kind_w) + fe[2] + le[2],
             )
-        return self._stacked[key]
+        return got
 
     def _recompute_rows(
         self, modes: list[RecomputeMode] | tuple[RecomputeMode, ...], names: tuple[str, ...]
@@ -690,8 +718,24 @@ class StepBounds:
         key = (shape, tuple(mbs), tuple(sps), self._mode_key(modes), "stacked")
         got = self._floors.get(key)
         if got is None:
-            rows = [[self.stacked(shape, b, sp, modes) for sp in sps] for b in mbs]
-            got = tuple(np.array([[x[t] for x in row] for row in rows]) for t in range(8))
+            rows = [self.stacked(shape, b, sp, modes) for b in mbs for sp in sps]
+            n_m, n_s, n_r = len(mbs), len(sps), len(modes)
+            total = np.array([x[0] for x in rows]).reshape(n_m, n_s, n_r, -1)
+            kind_f = np.array([x[1] for x in rows]).reshape(n_m, n_s, 1, -1)
+            # the ends and W: one number per shard, the same for every mode
+            ends = np.array([x[2:7] + (x[8],) for x in rows]).reshape(n_m, n_s, 1, 6)
+            first_f = ends[..., 2] + ends[..., 3] if shape.pp == 1 else ends[..., 2]
+            each = (n_m, n_s, n_r)
+            got = (
+                total,
+                np.broadcast_to(kind_f, total.shape),
+                np.broadcast_to(ends[..., 0], each),
+                np.broadcast_to(ends[..., 1], each),
+                np.broadcast_to(first_f, each),
+                np.broadcast_to(ends[..., 4], each),
+                np.array([x[7] for x in rows]).reshape(each),
+                np.broadcast_to(ends[..., 5], each),
+            )
             self._floors[key] = got
         return got
 
