@@ -371,6 +371,34 @@ def test_kept_cells_cover_every_pick(small, moe):
     assert len(small_s.cell_floor) < len(cells)
 
 
+def test_least_is_the_plain_sums_bit_for_bit():
+    """bounds._least (in place, hinges that are −inf everywhere left out) gives the floats of
+    the plain formula min over {lo, x/d above lo} of m·N + Σ max(0, x − d·N), term by term."""
+    from tpcalc.calc.plan.bounds import _least
+
+    rng = np.random.default_rng(11)
+    n = 500
+    m, lo = rng.uniform(1, 64, n), rng.uniform(0.1, 2.0, n)
+    partial = rng.uniform(0, 50, n)
+    partial[::3] = -np.inf  # some candidates have nothing to hide in this hinge
+    hinges = [
+        (rng.uniform(0, 50, n), rng.uniform(1, 4, n)),
+        (partial, rng.uniform(1, 4, n)),
+        (np.full(n, -np.inf), rng.uniform(1, 4, n)),  # nothing anywhere: left out
+    ]
+
+    def at(x_n):
+        h = m * x_n
+        for x, d in hinges:
+            h = h + np.maximum(0.0, x - d * x_n)
+        return h
+
+    want = at(lo)
+    for x, d in hinges:
+        want = np.minimum(want, at(np.maximum(lo, x / d)))
+    assert np.array_equal(_least(m, lo, hinges), want)
+
+
 def test_staircase_keeps_the_undominated_cells_in_order():
     """Per variant: a cell stays when its floor is below the floor of every cell before it by
     memory (ties in memory: in order), cells where nothing fits (inf) go; the order is kept."""

@@ -155,6 +155,7 @@ class StepBounds:
         self._shard_links: dict[tuple, dict] = {}
         self._dense_kind: dict[tuple, tuple] = {}
         self._tp_passes: dict[tuple, float] = {}
+        self._end_lead: dict[tuple, tuple[float, float, float]] = {}
 
     def work(self, shape: Shape, b: int, sp: bool) -> ShardWork:
         sp = sp and shape.tp > 1
@@ -285,8 +286,13 @@ class StepBounds:
         experts_t = self._expert_times.get(ekey)
         if experts_t is None:
             experts_t = self._expert_times[ekey] = self._timed(moe_ops(spec, shard))
-        acc = _fold((0.0, 0.0, 0.0), head_t)
-        for _ in range(spec.mtp_layers):
+        # the first MTP module's ops before its experts follow the head whatever ep and etp:
+        # that fold is taken once per (tp, cp, sp, micro-batch), the same additions in order
+        lead = self._end_lead.get(key)
+        if lead is None:
+            lead = self._end_lead[key] = _fold(_fold((0.0, 0.0, 0.0), head_t), pre_t)
+        acc = _fold(_fold(lead, experts_t), head_t)
+        for _ in range(spec.mtp_layers - 1):
             acc = _fold(_fold(_fold(acc, pre_t), experts_t), head_t)
         return first, acc
 
@@ -790,17 +796,26 @@ def _least(
     m: np.ndarray, lo: np.ndarray, hinges: list[tuple[np.ndarray, np.ndarray]]
 ) -> np.ndarray:
     """min over N >= lo of m·N + Σ max(0, x − d·N) for hinges (x, d), d > 0: convex and
-    piecewise linear in N, so least at lo or at a hinge x/d above it."""
+    piecewise linear in N, so least at lo or at a hinge x/d above it. A hinge whose x is
+    −inf everywhere (nothing left to hide) adds max(0, −inf) = 0 at every N and its point is
+    lo: it is left out, the same floats. Each N's sum is taken in place, in the same order."""
+    hinges = [(x, d) for x, d in hinges if not np.all(np.isneginf(x))]
+    size = np.broadcast_shapes(m.shape, lo.shape, *(x.shape for x, _ in hinges),
+                               *(d.shape for _, d in hinges))  # fmt: skip
+    tmp = np.empty(size)
 
     def at(n: np.ndarray) -> np.ndarray:
-        h = m * n
+        h = np.multiply(m, n, out=np.empty(size))
         for x, d in hinges:
-            h = h + np.maximum(0.0, x - d * n)
+            np.multiply(d, n, out=tmp)
+            np.subtract(x, tmp, out=tmp)
+            np.maximum(0.0, tmp, out=tmp)
+            np.add(h, tmp, out=h)
         return h
 
     best = at(lo)
     for x, d in hinges:
-        best = np.minimum(best, at(np.maximum(lo, x / d)))
+        np.minimum(best, at(np.maximum(lo, x / d)), out=best)
     return best
 
 
