@@ -132,7 +132,6 @@ class StepBounds:
         self._layer_ops: dict[tuple, tuple] = {}
         self._ends: dict[tuple, tuple] = {}
         self._end_parts: dict[tuple, tuple] = {}
-        self._expert_times: dict[tuple, tuple[tuple[int, float], ...]] = {}
         self.r = rates(hw, dtype, efficiency_scale=opts.efficiency_scale)
         kinds: dict[tuple[str, bool], list[int]] = {}
         for i in range(spec.num_hidden_layers):
@@ -230,14 +229,7 @@ class StepBounds:
             if got is None:
                 got = self._layer_ops[key] = _op_sums(layer_ops(self.spec, shard, first), self.r)
             return got
-        # moe_ops reads the tokens, tp, sp, ep and etp of the shard (and its dtypes, fixed per
-        # search): shards with the same s·b/cp share them
-        mkey = (shard.tokens, shard.tp, shard.sp, shard.ep, shard.etp)
-        cached = self._moe_ops.get(mkey)
-        if cached is None:
-            ops_e = moe_ops(self.spec, shard)
-            cached = self._moe_ops[mkey] = (ops_e, _op_sums(ops_e, self.r))
-        experts, own = cached
+        experts, own, _ = self._experts(shard)  # shared by shards with the same s·b/cp
         rest = self._layer_ops.get(key)
         if rest is None:
             ops = layer_ops(self.spec, shard, first)
@@ -249,6 +241,19 @@ class StepBounds:
         for n, t in own[5].items():
             names[n] = names.get(n, 0.0) + t
         return (*(x + y for x, y in zip(rest[:5], own[:5], strict=True)), names)
+
+    def _experts(self, shard: Shard) -> tuple[tuple, tuple, tuple[tuple[int, float], ...]]:
+        """The routed-expert ops of a MoE layer (``time.ops.moe_ops``: it reads the tokens,
+        tp, sp, ep and etp of the shard, and its dtypes, fixed per search, so shards with the
+        same s·b/cp share them), their ``_op_sums`` and their ``_timed`` pairs, each op timed
+        once."""
+        mkey = (shard.tokens, shard.tp, shard.sp, shard.ep, shard.etp)
+        got = self._moe_ops.get(mkey)
+        if got is None:
+            ops_e = moe_ops(self.spec, shard)
+            timed = self._timed(ops_e)
+            got = self._moe_ops[mkey] = (ops_e, _op_sums(ops_e, self.r, timed), timed)
+        return got
 
     def _end_passes(
         self, shard: Shard
@@ -282,10 +287,7 @@ class StepBounds:
             for _ in range(spec.mtp_layers):
                 last += mtp_ops(spec, shard, padded)
             return first, self._passes(last)
-        ekey = (shard.tokens, shard.tp, shard.sp, shard.ep, shard.etp)
-        experts_t = self._expert_times.get(ekey)
-        if experts_t is None:
-            experts_t = self._expert_times[ekey] = self._timed(moe_ops(spec, shard))
+        experts_t = self._experts(shard)[2]
         # the first MTP module's ops before its experts follow the head whatever ep and etp:
         # that fold is taken once per (tp, cp, sp, micro-batch), the same additions in order
         lead = self._end_lead.get(key)
@@ -773,12 +775,15 @@ def _fold(
     return sums[0], sums[1], sums[2]
 
 
-def _op_sums(ops: tuple, r: Rates) -> tuple[float, float, float, float, float, dict[str, float]]:
-    """Op times by pass: F, B, W, the TP GEMMs' F and B, and F per op name."""
+def _op_sums(
+    ops: tuple, r: Rates, timed: tuple[tuple[int, float], ...] | None = None
+) -> tuple[float, float, float, float, float, dict[str, float]]:
+    """Op times by pass: F, B, W, the TP GEMMs' F and B, and F per op name (``timed``: the
+    ops' times already taken, ``StepBounds._timed``)."""
     kf = kb = kw = gemm_f = gemm_b = 0.0
     by_name: dict[str, float] = {}
-    for op in ops:
-        t = op_time_s(op, r)
+    for i, op in enumerate(ops):
+        t = op_time_s(op, r) if timed is None else timed[i][1]
         if op.phase is Pass.forward:
             kf += t
             gemm_f += t if op.name in TP_GEMMS else 0.0
