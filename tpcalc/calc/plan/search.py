@@ -195,6 +195,10 @@ class _Search:
         self.zeros = self.d.zero
         self.timed_zeros = sorted(self.zeros)
         self.zi = np.array([self.zeros.index(z) for z in self.timed_zeros], dtype=np.int64)
+        # the timed stages' slice of a memory array: all of it when every stage is timed in
+        # the domain's order (a view, no copy)
+        every = np.array_equal(self.zi, np.arange(len(self.zeros)))
+        self._zs: slice | np.ndarray = slice(None) if every else self.zi
 
     # ---- enumerate, check, fit ----
 
@@ -443,15 +447,16 @@ class _Search:
         (``_block_bounds``)."""
         distributed = [zero >= 1 for zero in self.timed_zeros]
         zeros = [int(z) for z in self.timed_zeros]
-        mem = grp.memory[:, self.zi]  # [V, Z', M, S, R]
+        mem = grp.memory[:, self._zs]  # [V, Z', M, S, R]
         fits = (mem <= self.capacity) & grp.allowed[:, None, :, None, None]
         # floors only for the micro-batches where something fits (the shards of the others
         # are never priced)
         used = np.flatnonzero(fits.any(axis=(0, 1, 3, 4)))
         if not len(used):
             return
-        fits = fits[:, :, used]
-        mem = mem[:, :, used]
+        if len(used) < fits.shape[2]:
+            fits = fits[:, :, used]
+            mem = mem[:, :, used]
         grp.used = used
         mbs = [grp.mbs[i] for i in used]
         least = np.where(fits, mem, math.inf).min(axis=1)  # [V, M, S, R]
@@ -505,7 +510,7 @@ class _Search:
             inv = np.full(len(grp.mbs), -1, dtype=np.int64)
             inv[blk.take] = np.arange(len(blk.take))
             i = inv[used[mu]]  # the block's micro-batch index of each candidate
-            mem = blk.memory[self.zi]  # [Z', M, S, R]
+            mem = blk.memory[self._zs]  # [Z', M, S, R]
             own = np.ravel_multi_index((z, i, s, r), mem.shape)
             mine = mem.ravel()[own]
             if below < math.inf:
@@ -525,7 +530,7 @@ class _Search:
         group whose bounds were not taken up front (a large group, ``_cells``), from its parts
         (``StepBounds.group_parts``, kept by ``_cells``) by ``StepBounds.group_at``: the same
         floats as ``StepBounds.group`` over the whole group."""
-        mem = grp.memory[v][self.zi][:, grp.used]  # [Z', M', S, R]
+        mem = grp.memory[v][self._zs][:, grp.used]  # [Z', M', S, R]
         fits = (mem <= self.capacity) & (mem < below)
         fits &= grp.allowed[v][grp.used][None, :, None, None]
         flat = np.flatnonzero(fits) + v * fits.size
