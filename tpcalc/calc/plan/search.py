@@ -490,9 +490,19 @@ class _Search:
         take; the top k lists whole blocks. The number of blocks added."""
         built = 0
         n_z = len(self.zi)
-        for k in ks:
-            k = int(k)
-            if self.expanded[k]:
+        todo = [int(k) for k in ks if not self.expanded[int(k)]]
+        # the blocks of groups without bounds up front: their bounds in one call per group
+        lazy: dict[int, tuple[_Group, list[int]]] = {}
+        for k in todo:
+            blk = self.blocks[k]
+            if blk.group.bounds is None:
+                lazy.setdefault(id(blk.group), (blk.group, []))[1].append(blk.v)
+        taken: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        for grp, vs in lazy.values():
+            for v, got in zip(vs, self._block_bounds(grp, vs, below), strict=True):
+                taken[id(grp), v] = got
+        for k in todo:
+            if self.expanded[k]:  # listed twice in ks
                 continue
             self.expanded[k] = True
             blk = self.blocks[k]
@@ -505,7 +515,7 @@ class _Search:
                 flat, lb = flat[lo:hi], lb[lo:hi]
             else:
                 used = grp.used
-                flat, lb = self._block_bounds(grp, blk.v, below)
+                flat, lb = taken[id(grp), blk.v]
             _, z, mu, s, r = np.unravel_index(flat, shape)
             inv = np.full(len(grp.mbs), -1, dtype=np.int64)
             inv[blk.take] = np.arange(len(blk.take))
@@ -524,17 +534,25 @@ class _Search:
             built += 1
         return built
 
-    def _block_bounds(self, grp: _Group, v: int, below: float) -> tuple[np.ndarray, np.ndarray]:
-        """The flat indices into [V, Z', used micro-batches, S, R] of variant ``v``'s timed
-        candidates that fit with memory below ``below``, in order, and their bounds, for a
-        group whose bounds were not taken up front (a large group, ``_cells``), from its parts
-        (``StepBounds.group_parts``, kept by ``_cells``) by ``StepBounds.group_at``: the same
-        floats as ``StepBounds.group`` over the whole group."""
-        mem = grp.memory[v][self._zs][:, grp.used]  # [Z', M', S, R]
-        fits = (mem <= self.capacity) & (mem < below)
-        fits &= grp.allowed[v][grp.used][None, :, None, None]
-        flat = np.flatnonzero(fits) + v * fits.size
-        return flat, self.bounds.group_at(grp.parts, flat)  # type: ignore[arg-type]
+    def _block_bounds(
+        self, grp: _Group, vs: list[int], below: float
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """For each variant of ``vs``: the flat indices into [V, Z', used micro-batches, S, R]
+        of its timed candidates that fit with memory below ``below``, in order, and their
+        bounds, for a group whose bounds were not taken up front (a large group, ``_cells``),
+        from its parts (``StepBounds.group_parts``, kept by ``_cells``) by one
+        ``StepBounds.group_at``: elementwise, the same floats as ``StepBounds.group`` over
+        the whole group."""
+        flats = []
+        for v in vs:
+            mem = grp.memory[v][self._zs][:, grp.used]  # [Z', M', S, R]
+            fits = (mem <= self.capacity) & (mem < below)
+            fits &= grp.allowed[v][grp.used][None, :, None, None]
+            flats.append(np.flatnonzero(fits) + v * fits.size)
+        flat = np.concatenate(flats)
+        lbs = self.bounds.group_at(grp.parts, flat)  # type: ignore[arg-type]
+        ends = np.cumsum([len(f) for f in flats])
+        return [(f, lb) for f, lb in zip(flats, np.split(lbs, ends[:-1]), strict=True)]
 
     def listed(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Every pick of the expanded blocks, in the order listed: rows (block, zero,
