@@ -345,11 +345,72 @@ def test_floors_never_exceed_bounds(small, moe):
         got = {}
         for b, f in zip(s.cell_block, s.cell_floor, strict=True):
             got.setdefault(int(b), []).append(f)
-        assert len(s.cell_floor) == len(cell)
+        # dominated cells are left out (search._staircase), never all of a block's
+        assert len(s.cell_floor) <= len(cell)
+        assert set(got) == {k[0] for k in cell}
         for b, fs in got.items():
             assert min(fs) == s.floors[b]
             assert s.floors[b] <= min(v for k, v in cell.items() if k[0] == b)
         assert np.all(s.cell_floor > 0)
+
+
+def test_kept_cells_cover_every_pick(small, moe):
+    """Every pick that fits has a kept cell of its block with memory and floor at most its
+    own (search._staircase leaves out only dominated cells), so the Pareto front lists a block
+    whenever one of its picks is under a budget with a bound at most a time; and some cells
+    were left out."""
+    for _, s, picks, mems, lbs in (small, moe):
+        by_block: dict[int, list[tuple[float, float]]] = {}
+        for b, m, f in zip(s.cell_block, s.cell_mem, s.cell_floor, strict=True):
+            by_block.setdefault(int(b), []).append((m, f))
+        for row, m, lb in zip(picks, mems, lbs, strict=True):
+            kept = by_block[int(row[0])]
+            assert any(cm <= m and cf <= lb for cm, cf in kept), (row, m, lb)
+    small_s = small[1]
+    cells = {(int(r[0]), int(r[2]), int(r[3]), int(r[4])) for r in small[2]}
+    assert len(small_s.cell_floor) < len(cells)
+
+
+def test_least_is_the_plain_sums_bit_for_bit():
+    """bounds._least (in place, hinges that are −inf everywhere left out) gives the floats of
+    the plain formula min over {lo, x/d above lo} of m·N + Σ max(0, x − d·N), term by term."""
+    from tpcalc.calc.plan.bounds import _least
+
+    rng = np.random.default_rng(11)
+    n = 500
+    m, lo = rng.uniform(1, 64, n), rng.uniform(0.1, 2.0, n)
+    partial = rng.uniform(0, 50, n)
+    partial[::3] = -np.inf  # some candidates have nothing to hide in this hinge
+    hinges = [
+        (rng.uniform(0, 50, n), rng.uniform(1, 4, n)),
+        (partial, rng.uniform(1, 4, n)),
+        (np.full(n, -np.inf), rng.uniform(1, 4, n)),  # nothing anywhere: left out
+    ]
+
+    def at(x_n):
+        h = m * x_n
+        for x, d in hinges:
+            h = h + np.maximum(0.0, x - d * x_n)
+        return h
+
+    want = at(lo)
+    for x, d in hinges:
+        want = np.minimum(want, at(np.maximum(lo, x / d)))
+    assert np.array_equal(_least(m, lo, hinges), want)
+
+
+def test_staircase_keeps_the_undominated_cells_in_order():
+    """Per variant: a cell stays when its floor is below the floor of every cell before it by
+    memory (ties in memory: in order), cells where nothing fits (inf) go; the order is kept."""
+    inf = np.inf
+    mem = np.array([[5.0, 3.0, 4.0, 3.0], [1.0, 2.0, 1.0, inf]])
+    floor = np.array([[1.0, 4.0, 2.0, 4.0], [3.0, 1.0, 3.0, inf]])
+    vi, m, f = S._staircase(mem, floor)
+    # variant 0: (3, 4) kept once (the first of two), (4, 2) and (5, 1) kept;
+    # variant 1: (1, 3) kept once, (2, 1) kept, the cell that does not fit left out
+    assert vi.tolist() == [0, 0, 0, 1, 1]
+    assert m.tolist() == [5.0, 3.0, 4.0, 1.0, 2.0]
+    assert f.tolist() == [1.0, 4.0, 2.0, 3.0, 1.0]
 
 
 # ---- the public result ----

@@ -101,6 +101,17 @@ class GroupTerms(NamedTuple):
     hinges: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
 
 
+class GroupParts(NamedTuple):
+    """``StepBounds.group_parts``: a shape's terms, its stage splits (slowest, stage 0's
+    forward, stage 0's total, each [V, 1, M, S, R]) and the sizes of Z, M and S·R."""
+
+    terms: GroupTerms
+    splits: tuple[np.ndarray, np.ndarray, np.ndarray]
+    n_z: int
+    n_m: int
+    n_sr: int
+
+
 class StepBounds:
     """Lower bounds on step time from cached per-shard op sums (module docstring)."""
 
@@ -121,7 +132,6 @@ class StepBounds:
         self._layer_ops: dict[tuple, tuple] = {}
         self._ends: dict[tuple, tuple] = {}
         self._end_parts: dict[tuple, tuple] = {}
-        self._expert_times: dict[tuple, tuple[tuple[int, float], ...]] = {}
         self.r = rates(hw, dtype, efficiency_scale=opts.efficiency_scale)
         kinds: dict[tuple[str, bool], list[int]] = {}
         for i in range(spec.num_hidden_layers):
@@ -133,7 +143,7 @@ class StepBounds:
             for i in layers:
                 self.kind_index[i] = k
         self._stage_counts: dict[tuple[int, int], np.ndarray] = {}
-        self._stacked: dict[tuple, tuple[np.ndarray, ...]] = {}
+        self._stacked: dict[tuple, tuple] = {}
         self._links: dict[tuple, dict] = {}
         self._sends: dict[tuple, float] = {}
         self.shards = 0
@@ -141,6 +151,10 @@ class StepBounds:
         self._floors: dict[tuple, tuple[np.ndarray, ...]] = {}
         self._bucket_times: dict[tuple, tuple[float, float]] = {}
         self._moe_ops: dict[tuple, tuple] = {}
+        self._shard_links: dict[tuple, dict] = {}
+        self._dense_kind: dict[tuple, tuple] = {}
+        self._tp_passes: dict[tuple, float] = {}
+        self._end_lead: dict[tuple, tuple[float, float, float]] = {}
 
     def work(self, shape: Shape, b: int, sp: bool) -> ShardWork:
         sp = sp and shape.tp > 1
@@ -153,14 +167,27 @@ class StepBounds:
             sp=sp, dtype=Dtype.bf16, gemm_dtype=self.dtype, causal=opts.causal,
             fused_sinks=opts.fused_sinks,
         )  # fmt: skip
-        links = place_groups(
-            ParallelLayout(
-                gpus_per_node=self.node, tp=shape.tp, cp=shape.cp, ep=shape.ep, etp=shape.etp
+        lkey = (shape.tp, shape.cp, shape.ep, shape.etp)
+        links = self._shard_links.get(lkey)
+        if links is None:
+            links = self._shard_links[lkey] = place_groups(
+                ParallelLayout(
+                    gpus_per_node=self.node, tp=shape.tp, cp=shape.cp, ep=shape.ep, etp=shape.etp
+                )
             )
-        )
         ov = opts.overlap
         fs, bs, ws, names = [], [], [], []
-        for first, _, moe in self.kinds:
+        for k, (first, _, moe) in enumerate(self.kinds):
+            # a dense kind reads nothing of ep and etp but its TP group's placement
+            # (``_kind_ops``, ``_tp_pass``): its sums are shared by every ep and etp
+            dkey = (shape.tp, shape.cp, sp, b, k, links["tp"].nodes)
+            dense = None if moe else self._dense_kind.get(dkey)
+            if dense is not None:
+                fs.append(dense[0])
+                bs.append(dense[1])
+                ws.append(dense[2])
+                names.append(dense[3])
+                continue
             kf, kb, kw, gemm_f, gemm_b, by_name = self._kind_ops(shard, first, moe)
             if moe:  # the card's fitted fixed cost of a MoE layer, in F and in B (step)
                 kf += r.moe_layer_overhead_s
@@ -177,6 +204,8 @@ class StepBounds:
             bs.append(kb + _exposed(tp_pass, gemm_b, ov.tp_comm, first_chunk) + ep_b)
             ws.append(kw)
             names.append(by_name)
+            if not moe:
+                self._dense_kind[dkey] = (fs[-1], bs[-1], ws[-1], by_name)
         # the ends read ep and etp only through the MTP modules' MoE layer
         ends_key = (shape.tp, shape.cp, sp, b) + ((shape.ep, shape.etp) if self.tech.mtp else ())
         ends = self._ends.get(ends_key)
@@ -200,14 +229,7 @@ class StepBounds:
             if got is None:
                 got = self._layer_ops[key] = _op_sums(layer_ops(self.spec, shard, first), self.r)
             return got
-        # moe_ops reads the tokens, tp, sp, ep and etp of the shard (and its dtypes, fixed per
-        # search): shards with the same s·b/cp share them
-        mkey = (shard.tokens, shard.tp, shard.sp, shard.ep, shard.etp)
-        cached = self._moe_ops.get(mkey)
-        if cached is None:
-            ops_e = moe_ops(self.spec, shard)
-            cached = self._moe_ops[mkey] = (ops_e, _op_sums(ops_e, self.r))
-        experts, own = cached
+        experts, own, _ = self._experts(shard)  # shared by shards with the same s·b/cp
         rest = self._layer_ops.get(key)
         if rest is None:
             ops = layer_ops(self.spec, shard, first)
@@ -219,6 +241,19 @@ class StepBounds:
         for n, t in own[5].items():
             names[n] = names.get(n, 0.0) + t
         return (*(x + y for x, y in zip(rest[:5], own[:5], strict=True)), names)
+
+    def _experts(self, shard: Shard) -> tuple[tuple, tuple, tuple[tuple[int, float], ...]]:
+        """The routed-expert ops of a MoE layer (``time.ops.moe_ops``: it reads the tokens,
+        tp, sp, ep and etp of the shard, and its dtypes, fixed per search, so shards with the
+        same s·b/cp share them), their ``_op_sums`` and their ``_timed`` pairs, each op timed
+        once."""
+        mkey = (shard.tokens, shard.tp, shard.sp, shard.ep, shard.etp)
+        got = self._moe_ops.get(mkey)
+        if got is None:
+            ops_e = moe_ops(self.spec, shard)
+            timed = self._timed(ops_e)
+            got = self._moe_ops[mkey] = (ops_e, _op_sums(ops_e, self.r, timed), timed)
+        return got
 
     def _end_passes(
         self, shard: Shard
@@ -252,12 +287,14 @@ class StepBounds:
             for _ in range(spec.mtp_layers):
                 last += mtp_ops(spec, shard, padded)
             return first, self._passes(last)
-        ekey = (shard.tokens, shard.tp, shard.sp, shard.ep, shard.etp)
-        experts_t = self._expert_times.get(ekey)
-        if experts_t is None:
-            experts_t = self._expert_times[ekey] = self._timed(moe_ops(spec, shard))
-        acc = _fold((0.0, 0.0, 0.0), head_t)
-        for _ in range(spec.mtp_layers):
+        experts_t = self._experts(shard)[2]
+        # the first MTP module's ops before its experts follow the head whatever ep and etp:
+        # that fold is taken once per (tp, cp, sp, micro-batch), the same additions in order
+        lead = self._end_lead.get(key)
+        if lead is None:
+            lead = self._end_lead[key] = _fold(_fold((0.0, 0.0, 0.0), head_t), pre_t)
+        acc = _fold(_fold(lead, experts_t), head_t)
+        for _ in range(spec.mtp_layers - 1):
             acc = _fold(_fold(_fold(acc, pre_t), experts_t), head_t)
         return first, acc
 
@@ -287,6 +324,14 @@ class StepBounds:
         """One pass's TP collectives of a layer (step._layer_work)."""
         if shard.tp == 1:
             return 0.0
+        key = (shard.tokens, shard.tp, shard.sp, moe, nodes)
+        got = self._tp_passes.get(key)
+        if got is None:
+            got = self._tp_passes[key] = self._tp_pass_of(shard, moe, nodes)
+        return got
+
+    def _tp_pass_of(self, shard: Shard, moe: bool, nodes: int) -> float:
+        """``_tp_pass``, taken (it reads the shard's tokens, tp and sp only)."""
         h_bytes = shard.tokens * self.spec.hidden_size * shard.dtype.bytes * self.opts.comm_scale
         shared = shared_expert_intermediate(self.spec) if self.spec.is_moe else 0
         blocks = 1 if moe and not shared else TP_FWD_COLLECTIVES
@@ -447,35 +492,37 @@ class StepBounds:
 
     def stacked(
         self, shape: Shape, b: int, sp: bool, modes: list[RecomputeMode] | tuple[RecomputeMode, ...]
-    ) -> tuple[np.ndarray, ...]:
-        """``stage`` of every mode as arrays: per-kind totals and forwards [R, K], ends [R],
-        summed F, B, W [R]."""
-        key = (shape.tp, shape.cp, shape.ep, shape.etp, sp and shape.tp > 1, b,
-               self._mode_key(modes), shape.pp == 1)  # fmt: skip
-        if key not in self._stacked:
+    ) -> tuple:
+        """``stage`` of every mode of one shard (tp, cp, ep, etp, sp, micro-batch), whatever
+        its pp: per-kind totals [R, K] and forwards [K], the ends' sums (first, last), their
+        forwards (first, last), summed F, B [R] and W; ``_stacked_rows`` puts them in rows."""
+        sp = sp and shape.tp > 1
+        key = (shape.tp, shape.cp, shape.ep, shape.etp, sp, b, self._mode_key(modes))
+        got = self._stacked.get(key)
+        if got is None:
             # ``stage`` of every mode at once: the recomputed forward of each mode and kind is
-            # a selection of the kinds' forward op times by name (one product)
+            # a selection of the kind's forward op times by name (one product per kind)
             wk = self.work(shape, b, sp)
-            names = tuple(sorted({n for d in wk.kind_forward_by_name for n in d}))
-            by_name = np.array([[d.get(n, 0.0) for d in wk.kind_forward_by_name] for n in names])
-            pick, full = self._recompute_rows(modes, names)  # [R, names], [R]
-            rec = pick @ by_name.reshape(len(names), len(wk.kind_f))  # [R, K]
-            rec[full] = wk.kind_f
+            kf = wk.kind_f
+            rec = np.empty((len(modes), len(kf)))
+            for k, by_name in enumerate(wk.kind_forward_by_name):
+                pick, full = self._recompute_rows(modes, tuple(by_name))  # [R, names], [R]
+                rec[:, k] = pick @ np.fromiter(by_name.values(), float, len(by_name))
+                rec[full, k] = kf[k]
             counts = self.kind_counts
             fe, le = wk.first_end, wk.last_end
-            r = len(modes)
-            one = np.ones(r)
-            self._stacked[key] = (
-                wk.kind_f + wk.kind_b + wk.kind_w + rec,
-                np.broadcast_to(wk.kind_f, rec.shape),
-                one * sum(fe),
-                one * sum(le),
-                one * (fe[0] + (le[0] if shape.pp == 1 else 0.0)),
-                one * (float(counts @ wk.kind_f) + fe[0] + le[0]),
+            got = self._stacked[key] = (
+                kf + wk.kind_b + wk.kind_w + rec,
+                kf,
+                fe[0] + fe[1] + fe[2],  # sum(fe): the same additions in order
+                le[0] + le[1] + le[2],
+                fe[0],
+                le[0],
+                float(counts @ kf) + fe[0] + le[0],
                 (wk.kind_b + rec) @ counts + fe[1] + le[1],
-                one * (float(counts @ wk.kind_w) + fe[2] + le[2]),
+                float(counts @ wk.kind_w) + fe[2] + le[2],
             )
-        return self._stacked[key]
+        return got
 
     def _recompute_rows(
         self, modes: list[RecomputeMode] | tuple[RecomputeMode, ...], names: tuple[str, ...]
@@ -515,32 +562,45 @@ class StepBounds:
         (``step._dp_exposed``): m·buckets·(collective) − the first bucket, under m passes.
         The terms read the variant through its vpp and schedule only, so each is taken once
         per vpp (or schedule) and shared."""
+        return self.group_at(
+            self.group_parts(shape, vs, mbs, per_dp, sps, modes, distributed, zeros), at
+        )
+
+    def group_parts(
+        self, shape: Shape, vs: list[Variant], mbs: list[int], per_dp: int, sps: list[bool],
+        modes: list[RecomputeMode], distributed: list[bool], zeros: list[int],
+    ) -> GroupParts:  # fmt: skip
+        """What ``group`` reads of the shape (its terms and the stage splits), taken once so
+        that the bounds of its candidates can be taken a few at a time (``group_at``)."""
         t = self.terms(shape, vs, mbs, per_dp, sps, modes, distributed, zeros)
+        splits = self.splits(shape, vs, mbs, sps, modes)
+        return GroupParts(t, splits, len(zeros), len(mbs), len(sps) * len(modes))
+
+    def group_at(self, parts: GroupParts, at: np.ndarray) -> np.ndarray:
+        """``group``'s bound of the candidates ``at`` from ``group_parts``: every step is
+        elementwise over the candidates, so a candidate's bound does not depend on which
+        others are taken with it (the same floats as one call over all of them)."""
+        t, n_z, n_m, n_sr = parts.terms, parts.n_z, parts.n_m, parts.n_sr
         # flat indices of each candidate into [V, Z, M], [V, Z], [V, M, S, R] and [M]
-        n_z, n_m, n_sr = len(zeros), len(mbs), len(sps) * len(modes)
         vzm, sr = np.divmod(at, n_sr)
         vz, im = np.divmod(vzm, n_m)
         cell = (vz // n_z * n_m + im) * n_sr + sr
         hinges = [(a.ravel()[vzm], da.ravel()[vzm], c.ravel()[vzm], dc.ravel()[vzm])
                   for a, da, c, dc in t.hinges]  # fmt: skip
-        slowest, f0, total0 = (x.ravel()[cell] for x in self.splits(shape, vs, mbs, sps, modes))
+        slowest, f0, total0 = (x.ravel()[cell] for x in parts.splits)
         hidden = _least_exposed(t.m.ravel()[im], slowest, f0, total0, hinges)
         return hidden + t.const.ravel()[vz] + t.rest.ravel()[cell]
 
-    def floors(
-        self, shape: Shape, vs: list[Variant], mbs: list[int], per_dp: int, sps: list[bool],
-        modes: list[RecomputeMode], distributed: list[bool], zeros: list[int],
-        fit_z: np.ndarray, cells: np.ndarray,
-    ) -> np.ndarray:  # fmt: skip
+    def floors(self, parts: GroupParts, fit_z: np.ndarray, cells: np.ndarray) -> np.ndarray:
         """A lower bound on ``group``'s bound of every ZeRO stage of each cell ``cells``
-        (flat indices into [V, M, S, R]) that fits, with no term per stage: ``group``'s terms
+        (flat indices into [V, M, S, R]) that fits, with no term per stage, from the shape's
+        ``group_parts``: ``group``'s terms
         with each hinge's offsets (A, C) the least and its passes (d) the most of any stage
         that fits some cell of the (variant, micro-batch), ``fit_z`` [V, Z, M], and the least
         constant of those. What a hinge leaves exposed, max(0, A − d·(N − stage 0's pass)),
         only grows with A and falls with d (N ≥ the slowest stage ≥ stage 0's passes), and a
         superset of stages only lowers the least."""
-        t = self.terms(shape, vs, mbs, per_dp, sps, modes, distributed, zeros)
-        n_m, n_sr = len(mbs), len(sps) * len(modes)
+        t, n_m, n_sr = parts.terms, parts.n_m, parts.n_sr
         vm = cells // n_sr
         im = vm % n_m
         inf = math.inf
@@ -554,7 +614,7 @@ class StepBounds:
             for a, da, c, dc in t.hinges
         ]  # fmt: skip
         const = np.where(fit_z, t.const[:, :, None], inf).min(axis=1).ravel()[vm]
-        slowest, f0, total0 = (x.ravel()[cells] for x in self.splits(shape, vs, mbs, sps, modes))
+        slowest, f0, total0 = (x.ravel()[cells] for x in parts.splits)
         hidden = _least_exposed(t.m.ravel()[im], slowest, f0, total0, hinges)
         return hidden + const + t.rest.ravel()[cells]
 
@@ -666,8 +726,24 @@ class StepBounds:
         key = (shape, tuple(mbs), tuple(sps), self._mode_key(modes), "stacked")
         got = self._floors.get(key)
         if got is None:
-            rows = [[self.stacked(shape, b, sp, modes) for sp in sps] for b in mbs]
-            got = tuple(np.array([[x[t] for x in row] for row in rows]) for t in range(8))
+            rows = [self.stacked(shape, b, sp, modes) for b in mbs for sp in sps]
+            n_m, n_s, n_r = len(mbs), len(sps), len(modes)
+            total = np.array([x[0] for x in rows]).reshape(n_m, n_s, n_r, -1)
+            kind_f = np.array([x[1] for x in rows]).reshape(n_m, n_s, 1, -1)
+            # the ends and W: one number per shard, the same for every mode
+            ends = np.array([x[2:7] + (x[8],) for x in rows]).reshape(n_m, n_s, 1, 6)
+            first_f = ends[..., 2] + ends[..., 3] if shape.pp == 1 else ends[..., 2]
+            each = (n_m, n_s, n_r)
+            got = (
+                total,
+                np.broadcast_to(kind_f, total.shape),
+                np.broadcast_to(ends[..., 0], each),
+                np.broadcast_to(ends[..., 1], each),
+                np.broadcast_to(first_f, each),
+                np.broadcast_to(ends[..., 4], each),
+                np.array([x[7] for x in rows]).reshape(each),
+                np.broadcast_to(ends[..., 5], each),
+            )
             self._floors[key] = got
         return got
 
@@ -699,12 +775,15 @@ def _fold(
     return sums[0], sums[1], sums[2]
 
 
-def _op_sums(ops: tuple, r: Rates) -> tuple[float, float, float, float, float, dict[str, float]]:
-    """Op times by pass: F, B, W, the TP GEMMs' F and B, and F per op name."""
+def _op_sums(
+    ops: tuple, r: Rates, timed: tuple[tuple[int, float], ...] | None = None
+) -> tuple[float, float, float, float, float, dict[str, float]]:
+    """Op times by pass: F, B, W, the TP GEMMs' F and B, and F per op name (``timed``: the
+    ops' times already taken, ``StepBounds._timed``)."""
     kf = kb = kw = gemm_f = gemm_b = 0.0
     by_name: dict[str, float] = {}
-    for op in ops:
-        t = op_time_s(op, r)
+    for i, op in enumerate(ops):
+        t = op_time_s(op, r) if timed is None else timed[i][1]
         if op.phase is Pass.forward:
             kf += t
             gemm_f += t if op.name in TP_GEMMS else 0.0
@@ -722,17 +801,26 @@ def _least(
     m: np.ndarray, lo: np.ndarray, hinges: list[tuple[np.ndarray, np.ndarray]]
 ) -> np.ndarray:
     """min over N >= lo of m·N + Σ max(0, x − d·N) for hinges (x, d), d > 0: convex and
-    piecewise linear in N, so least at lo or at a hinge x/d above it."""
+    piecewise linear in N, so least at lo or at a hinge x/d above it. A hinge whose x is
+    −inf everywhere (nothing left to hide) adds max(0, −inf) = 0 at every N and its point is
+    lo: it is left out, the same floats. Each N's sum is taken in place, in the same order."""
+    hinges = [(x, d) for x, d in hinges if not np.all(np.isneginf(x))]
+    size = np.broadcast_shapes(m.shape, lo.shape, *(x.shape for x, _ in hinges),
+                               *(d.shape for _, d in hinges))  # fmt: skip
+    tmp = np.empty(size)
 
     def at(n: np.ndarray) -> np.ndarray:
-        h = m * n
+        h = np.multiply(m, n, out=np.empty(size))
         for x, d in hinges:
-            h = h + np.maximum(0.0, x - d * n)
+            np.multiply(d, n, out=tmp)
+            np.subtract(x, tmp, out=tmp)
+            np.maximum(0.0, tmp, out=tmp)
+            np.add(h, tmp, out=h)
         return h
 
     best = at(lo)
     for x, d in hinges:
-        best = np.minimum(best, at(np.maximum(lo, x / d)))
+        np.minimum(best, at(np.maximum(lo, x / d)), out=best)
     return best
 
 

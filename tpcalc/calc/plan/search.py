@@ -48,7 +48,7 @@ from tpcalc.calc.dp.zero import ZeroStage
 from tpcalc.calc.layout.groups import LayoutRun, ParallelLayout
 from tpcalc.calc.layout.memory import rank_memory
 from tpcalc.calc.plan import space
-from tpcalc.calc.plan.bounds import StepBounds
+from tpcalc.calc.plan.bounds import GroupParts, StepBounds
 from tpcalc.calc.plan.fit import MemoryScreen
 from tpcalc.calc.plan.inverse import gpu_count_grid, min_gpus
 from tpcalc.calc.plan.space import RecomputeMode, Shape, Variant
@@ -88,6 +88,9 @@ class _Group(Struct):
     # its (micro-batch, sp, mode) cells where something fits (``_Search._cells``): the variant
     # index, the least memory over the ZeRO stages and the floor of their bounds
     cells: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    # a group left without bounds (``EAGER_BOUNDS``): what its bounds read, taken with its
+    # floors (``_cells``), then each listed block's bounds from it (``_block_bounds``)
+    parts: GroupParts | None = None
 
 
 class _Block(Struct):
@@ -192,6 +195,10 @@ class _Search:
         self.zeros = self.d.zero
         self.timed_zeros = sorted(self.zeros)
         self.zi = np.array([self.zeros.index(z) for z in self.timed_zeros], dtype=np.int64)
+        # the timed stages' slice of a memory array: all of it when every stage is timed in
+        # the domain's order (a view, no copy)
+        every = np.array_equal(self.zi, np.arange(len(self.zeros)))
+        self._zs: slice | np.ndarray = slice(None) if every else self.zi
 
     # ---- enumerate, check, fit ----
 
@@ -426,7 +433,7 @@ class _Search:
             self.cell_block = np.concatenate(cell_block)
             self.cell_mem = np.concatenate(cell_mem)
             self.cell_floor = np.concatenate(cell_floor)
-            np.minimum.at(self.floors, self.cell_block, self.cell_floor)
+            _least_per_block(self.floors, self.cell_block, self.cell_floor)
             self.expanded |= ~np.isfinite(self.floors)  # nothing to time
         else:
             self.cell_block, self.cell_mem, self.cell_floor = (np.zeros(0) for _ in range(3))
@@ -437,19 +444,20 @@ class _Search:
         ZeRO stages that fit, and a floor of their bounds (``grp.cells``). A group with at most
         ``EAGER_BOUNDS`` candidates that fit gets every bound now (``StepBounds.group``, kept
         with the group) and its floors are their least per cell; a larger one gets
-        ``StepBounds.floors`` and its bounds when a block is first listed
-        (``_bound_group``)."""
+        ``StepBounds.floors`` and each block's bounds when it is listed
+        (``_block_bounds``)."""
         distributed = [zero >= 1 for zero in self.timed_zeros]
         zeros = [int(z) for z in self.timed_zeros]
-        mem = grp.memory[:, self.zi]  # [V, Z', M, S, R]
+        mem = grp.memory[:, self._zs]  # [V, Z', M, S, R]
         fits = (mem <= self.capacity) & grp.allowed[:, None, :, None, None]
         # floors only for the micro-batches where something fits (the shards of the others
         # are never priced)
         used = np.flatnonzero(fits.any(axis=(0, 1, 3, 4)))
         if not len(used):
             return
-        fits = fits[:, :, used]
-        mem = mem[:, :, used]
+        if len(used) < fits.shape[2]:
+            fits = fits[:, :, used]
+            mem = mem[:, :, used]
         grp.used = used
         mbs = [grp.mbs[i] for i in used]
         least = np.where(fits, mem, math.inf).min(axis=1)  # [V, M, S, R]
@@ -462,63 +470,90 @@ class _Search:
             grp.bounds = (used, at, lb)
             full = np.full(fits.shape, math.inf)
             full.ravel()[at] = lb
-            floor = full.min(axis=1)
-            where = np.flatnonzero(np.isfinite(floor))
-            floor = floor.ravel()[where]
+            floor = full.min(axis=1)  # [V, M, S, R], inf where nothing fits
         else:  # the floors without a term per ZeRO stage; the bounds when listed
             where = np.flatnonzero(np.isfinite(least))
-            floor = self.bounds.floors(
+            grp.parts = self.bounds.group_parts(
                 grp.shape, grp.variants, mbs, grp.per_dp, grp.sps, self.d.recompute,
-                distributed, zeros, fits.any(axis=(3, 4)), where,
+                distributed, zeros,
             )  # fmt: skip
-        vi = where // (least.size // len(grp.variants))
-        grp.cells = (vi, least.ravel()[where], floor * (1 - 2 * BOUND_MARGIN))
+            floor = np.full(least.shape, math.inf)
+            floor.ravel()[where] = self.bounds.floors(grp.parts, fits.any(axis=(3, 4)), where)
+        n_v = len(grp.variants)
+        grp.cells = _staircase(
+            least.reshape(n_v, -1), floor.reshape(n_v, -1) * (1 - 2 * BOUND_MARGIN)
+        )
 
-    def expand(self, ks: Iterable[int] | np.ndarray) -> int:
-        """Add the candidates of blocks ``ks`` (those not added yet) with their bounds (taken
-        by ``prepare`` for the whole group); the number added."""
+    def expand(self, ks: Iterable[int] | np.ndarray, below: float = math.inf) -> int:
+        """Add the candidates of blocks ``ks`` (those not added yet) with their bounds, only
+        those with memory below ``below``: the Pareto front lists blocks under its budget, and
+        budgets only fall (``_pareto_built``), so a pick left out is one no later budget can
+        take; the top k lists whole blocks. The number of blocks added."""
         built = 0
-        for k in ks:
-            k = int(k)
-            if self.expanded[k]:
+        n_z = len(self.zi)
+        todo = [int(k) for k in ks if not self.expanded[int(k)]]
+        # the blocks of groups without bounds up front: their bounds in one call per group
+        lazy: dict[int, tuple[_Group, list[int]]] = {}
+        for k in todo:
+            blk = self.blocks[k]
+            if blk.group.bounds is None:
+                lazy.setdefault(id(blk.group), (blk.group, []))[1].append(blk.v)
+        taken: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        for grp, vs in lazy.values():
+            for v, got in zip(vs, self._block_bounds(grp, vs, below), strict=True):
+                taken[id(grp), v] = got
+        for k in todo:
+            if self.expanded[k]:  # listed twice in ks
                 continue
             self.expanded[k] = True
             blk = self.blocks[k]
             grp = blk.group
-            if grp.bounds is None:
-                self._bound_group(grp)
-            used, flat, lb = grp.bounds  # type: ignore[misc]
-            n_z = len(self.zi)
-            shape = (len(grp.variants), n_z, len(used), len(blk.sps), len(self.d.recompute))
-            per_v = math.prod(shape[1:])
-            lo, hi = np.searchsorted(flat, [blk.v * per_v, (blk.v + 1) * per_v])
-            _, z, mu, s, r = np.unravel_index(flat[lo:hi], shape)
+            shape = (len(grp.variants), n_z, len(grp.used), len(blk.sps), len(self.d.recompute))
+            if grp.bounds is not None:  # taken up front (a small group, ``_cells``)
+                used, flat, lb = grp.bounds
+                per_v = math.prod(shape[1:])
+                lo, hi = np.searchsorted(flat, [blk.v * per_v, (blk.v + 1) * per_v])
+                flat, lb = flat[lo:hi], lb[lo:hi]
+            else:
+                used = grp.used
+                flat, lb = taken[id(grp), blk.v]
+            _, z, mu, s, r = np.unravel_index(flat, shape)
             inv = np.full(len(grp.mbs), -1, dtype=np.int64)
             inv[blk.take] = np.arange(len(blk.take))
             i = inv[used[mu]]  # the block's micro-batch index of each candidate
-            mem = blk.memory[self.zi]  # [Z', M, S, R]
+            mem = blk.memory[self._zs]  # [Z', M, S, R]
             own = np.ravel_multi_index((z, i, s, r), mem.shape)
+            mine = mem.ravel()[own]
+            if below < math.inf:
+                under = mine < below
+                z, i, s, r, own, mine, lb = (x[under] for x in (z, i, s, r, own, mine, lb))
             rows = np.stack([np.full_like(z, k), self.zi[z], i, s, r], axis=1).astype(np.int32)
             # the order of the exhaustive list: block, then zero, micro-batch, sp, mode
             keys = (np.int64(k) << KEY_SHIFT) | own.astype(np.int64)
-            self._list.add(rows, mem.ravel()[own], lb[lo:hi] * (1 - BOUND_MARGIN), keys)
+            self._list.add(rows, mine, lb * (1 - BOUND_MARGIN), keys)
             self._sorted = None
             built += 1
         return built
 
-    def _bound_group(self, grp: _Group) -> None:
-        """The bound of every timed candidate of ``grp`` that fits (``StepBounds.group``),
-        taken when the first of its blocks is listed (large groups, ``prepare``)."""
-        used = grp.used
-        mem = grp.memory[:, self.zi]
-        fits = ((mem <= self.capacity) & grp.allowed[:, None, :, None, None])[:, :, used]
-        at = np.flatnonzero(fits)
-        lb = self.bounds.group(
-            grp.shape, grp.variants, [grp.mbs[i] for i in used], grp.per_dp, grp.sps,
-            self.d.recompute, [zero >= 1 for zero in self.timed_zeros],
-            [int(z) for z in self.timed_zeros], at,
-        )  # fmt: skip
-        grp.bounds = (used, at, lb)
+    def _block_bounds(
+        self, grp: _Group, vs: list[int], below: float
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """For each variant of ``vs``: the flat indices into [V, Z', used micro-batches, S, R]
+        of its timed candidates that fit with memory below ``below``, in order, and their
+        bounds, for a group whose bounds were not taken up front (a large group, ``_cells``),
+        from its parts (``StepBounds.group_parts``, kept by ``_cells``) by one
+        ``StepBounds.group_at``: elementwise, the same floats as ``StepBounds.group`` over
+        the whole group."""
+        flats = []
+        for v in vs:
+            mem = grp.memory[v][self._zs][:, grp.used]  # [Z', M', S, R]
+            fits = (mem <= self.capacity) & (mem < below)
+            fits &= grp.allowed[v][grp.used][None, :, None, None]
+            flats.append(np.flatnonzero(fits) + v * fits.size)
+        flat = np.concatenate(flats)
+        lbs = self.bounds.group_at(grp.parts, flat)  # type: ignore[arg-type]
+        ends = np.cumsum([len(f) for f in flats])
+        return [(f, lb) for f, lb in zip(flats, np.split(lbs, ends[:-1]), strict=True)]
 
     def listed(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Every pick of the expanded blocks, in the order listed: rows (block, zero,
@@ -618,6 +653,40 @@ KEY_SHIFT = 32
 # Bounds are sums of the same float terms the step adds in another order; this margin keeps
 # a rounding difference from ever letting a bound pass the exact time it bounds.
 BOUND_MARGIN = 1e-9
+
+
+def _staircase(mem: np.ndarray, floor: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The cells of one group, [V, cells] least memory and floor (inf where nothing fits),
+    as (variant, memory, floor) of those that fit, in order, less cells another cell of the
+    same variant dominates: with the variant's cells by memory (ties in order), a cell is left
+    out when its floor is at least the least floor of the cells before it (each of memory at
+    most its own). The searches ask of a block only whether it has a cell with memory below a
+    budget and floor at most a time (``_pareto_built``), its least floor (``prepare``,
+    ``_top_built``) and, of the cells below a budget, the first of least floor, whose block is
+    then listed; a left-out cell's dominating cell answers each the same way for its block,
+    so what is listed and found is unchanged."""
+    order = np.argsort(mem, axis=1, kind="stable")
+    by_mem = np.take_along_axis(floor, order, axis=1)
+    below = np.empty(by_mem.shape, dtype=bool)
+    below[:, :1] = True
+    below[:, 1:] = by_mem[:, 1:] < np.minimum.accumulate(by_mem, axis=1)[:, :-1]
+    keep = np.empty_like(below)
+    np.put_along_axis(keep, order, below, axis=1)
+    keep &= np.isfinite(mem)
+    vi, ci = np.nonzero(keep)
+    return vi, mem[vi, ci], floor[vi, ci]
+
+
+def _least_per_block(out: np.ndarray, blocks: np.ndarray, values: np.ndarray) -> None:
+    """``np.minimum.at(out, blocks, values)``: the cells come block by block in order (groups
+    and their blocks are numbered as enumerated), so the least of each run of one block is
+    one ``reduceat`` (a minimum is exact in any order)."""
+    if len(blocks) and bool(np.all(blocks[1:] >= blocks[:-1])):
+        starts = np.flatnonzero(np.r_[True, blocks[1:] != blocks[:-1]])
+        at = blocks[starts]
+        out[at] = np.minimum(out[at], np.minimum.reduceat(values, starts))
+    else:
+        np.minimum.at(out, blocks, values)
 
 
 def _best_first(
@@ -827,7 +896,12 @@ def _pareto_built(search: _Search) -> list[_Pick]:
     """``_pareto`` over every block, building blocks' bounds only where they can matter: for
     each memory budget, the blocks with a (micro-batch, sp, mode) cell under it whose floor is
     at most the fastest exact time found under it so far (no other cell can hold a faster
-    pick)."""
+    pick).
+
+    Each budget keeps only the cells under it whose block is not listed yet, in order: budgets
+    only fall, a listed block's cells are never taken again, and a listed block holds every
+    pick of its cells under the budget (``expand``), so while no listed pick is under the
+    budget no listed block has a cell under it and the seed is the same cell."""
     cb, cm, cf = search.cell_block, search.cell_mem, search.cell_floor
     exact: list[tuple[_Pick, float, float]] = []  # (pick, exact time, memory)
     limit = math.inf
@@ -837,17 +911,18 @@ def _pareto_built(search: _Search) -> list[_Pick]:
         under = cm < limit
         if not under.any():
             break
+        keep = under & ~search.expanded[cb]
+        cb, cm, cf = cb[keep], cm[keep], cf[keep]
         while True:
             rows, mems, lbs, keys = search.listed()
             idx = np.flatnonzero(mems < limit)
             if not len(idx):  # seed: the cell of least floor under the budget
-                cells = np.flatnonzero(under)
-                search.expand(cb[cells[np.argmin(cf[cells])]][None])
+                search.expand(cb[np.argmin(cf)][None], limit)
                 continue
             j = _fastest(search, rows, _bound_order(search, rows, idx, lbs, keys), lbs, mems)
             t = search.tighten(rows[j])
-            todo = under & (cf <= t)
-            if not search.expand(np.unique(cb[todo][~search.expanded[cb[todo]]])):
+            todo = cb[cf <= t]
+            if not search.expand(np.unique(todo[~search.expanded[todo]]), limit):
                 break
         exact.append((_Pick(*(int(x) for x in rows[j])), t, float(mems[j])))
         limit = float(mems[j]) * (1 - PARETO_MEMORY_STEP)
