@@ -339,6 +339,7 @@ class _Search:
             return
         used = sorted({b for _, good in kept for b in good})
         allowed = np.array([[b in good for b in used] for _, good in kept])  # [V, M]
+        place = {b: i for i, b in enumerate(used)}  # each micro-batch's index in used
         mem = self.screen.group(
             shape, [v for v, _ in kept], used, per_dp, ok, modes, self.zeros
         )  # [V, Z, M, S, R]
@@ -352,7 +353,7 @@ class _Search:
         for i, (v, good) in enumerate(kept):
             if n_over[i] < n_all[i]:
                 group.blocks.append(len(self.blocks))
-                take = [used.index(b) for b in good]
+                take = [place[b] for b in good]
                 self.blocks.append(_Block(shape, v, good, per_dp, ok, group, i, take))
             else:
                 group.blocks.append(-1)
