@@ -20,7 +20,7 @@ from tpcalc.calc.layout.groups import LayoutRun, MemoryTechniques, ParallelLayou
 from tpcalc.calc.layout.memory import layer_activation_bytes, rank_memory
 from tpcalc.calc.plan import search as S
 from tpcalc.calc.plan.request import build_request
-from tpcalc.calc.plan.space import INTERLEAVED_GROUPS, RecomputeMode, Variant
+from tpcalc.calc.plan.space import INTERLEAVED_GROUPS, RecomputeMode, Shape, Variant
 from tpcalc.calc.time.step import TimeOptions
 from tpcalc.catalog import load_hardware, load_model
 from tpcalc.choices import Recompute, Schedule
@@ -758,6 +758,19 @@ def test_two_workers_give_the_one_process_search_bit_for_bit(h100, monkeypatch):
     )  # fmt: skip
     assert _result_fields(S.plan(req)) == _result_fields(alone)
     assert len(forks) == 2
+
+
+def test_packed_memory_keeps_what_fits():
+    """A group packed for the pipe (search._Group.pack) unpacks to its memory where the entry
+    fits (at most the capacity, micro-batch allowed) and inf elsewhere."""
+    mem = np.arange(16, dtype=np.float64).reshape(2, 1, 2, 2, 2) * 0.75  # [V, Z, M, S, R]
+    allowed = np.array([[True, False], [True, True]])  # [V, M]
+    grp = S._Group(Shape(1, 1, 1, 1, 1, 1), [], [1, 2], 2, [False, True], mem.copy(), allowed, [])
+    grp.pack(6.0)
+    assert grp.memory.size == 0 and grp.packed is not None
+    want = np.where((mem <= 6.0) & allowed[:, None, :, None, None], mem, np.inf)
+    assert np.array_equal(grp.mem(), want)
+    assert grp.packed is None and np.array_equal(grp.mem(), want)
 
 
 @LINUX_ONLY

@@ -497,7 +497,14 @@ class StepBounds:
         its pp: per-kind totals [R, K] and forwards [K], the ends' sums (first, last), their
         forwards (first, last), summed F, B [R] and W; ``_stacked_rows`` puts them in rows."""
         sp = sp and shape.tp > 1
-        key = (shape.tp, shape.cp, shape.ep, shape.etp, sp, b, self._mode_key(modes))
+        return self._stacked_of(shape, b, sp, modes, self._mode_key(modes))
+
+    def _stacked_of(
+        self, shape: Shape, b: int, sp: bool,
+        modes: list[RecomputeMode] | tuple[RecomputeMode, ...], token: int,
+    ) -> tuple:  # fmt: skip
+        """``stacked`` with sp already off at tp 1 and the modes' key (``ModeKeys``) taken."""
+        key = (shape.tp, shape.cp, shape.ep, shape.etp, sp, b, token)
         got = self._stacked.get(key)
         if got is None:
             # ``stage`` of every mode at once: the recomputed forward of each mode and kind is
@@ -726,7 +733,9 @@ class StepBounds:
         key = (shape, tuple(mbs), tuple(sps), self._mode_key(modes), "stacked")
         got = self._floors.get(key)
         if got is None:
-            rows = [self.stacked(shape, b, sp, modes) for b in mbs for sp in sps]
+            token = self._mode_key(modes)
+            sps_on = [sp and shape.tp > 1 for sp in sps]
+            rows = [self._stacked_of(shape, b, sp, modes, token) for b in mbs for sp in sps_on]
             n_m, n_s, n_r = len(mbs), len(sps), len(modes)
             total = np.array([x[0] for x in rows]).reshape(n_m, n_s, n_r, -1)
             kind_f = np.array([x[1] for x in rows]).reshape(n_m, n_s, 1, -1)
