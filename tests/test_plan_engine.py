@@ -829,3 +829,32 @@ def test_an_error_in_the_parent_still_reaps_the_child(h100, monkeypatch):
     assert len(forks) == 1
     with pytest.raises(ChildProcessError):
         os.waitpid(forks[0], os.WNOHANG)  # already reaped
+
+
+def test_bounds_splits_slowest_is_the_stage_max_bit_for_bit():
+    """``StepBounds.splits`` takes the slowest stage as a running maximum over the stages:
+    the same floats as the maximum over the stage axis of the per-kind sums times each
+    stage's layer counts, plus the ends on the first and last stage (what it took before)."""
+    from tpcalc.calc.plan import space
+
+    spec = load_model("deepseek-v3")
+    req = build_request(spec, load_hardware("h800"), gpus=256, seq=4096, global_batch=512)
+    s = S._Search(req, req.gpus)
+    bounds, modes = s.bounds, s.d.recompute
+    mbs, sps = [1, 2], [True, False]
+    slowest_stages = set()
+    for tp, pp, ep, etp in ((1, 4, 8, 1), (2, 8, 16, 1), (4, 16, 4, 2), (8, 2, 32, 1)):
+        shape = Shape(tp=tp, cp=1, pp=pp, dp=256 // (tp * pp), ep=ep, etp=etp)
+        vs = space.variants(s.d, req, pp)
+        slowest, f0, total0 = bounds.splits(shape, vs, mbs, sps, modes)
+        kind, kind_f, first, last, first_f = bounds.kind_arrays(shape, mbs, sps, modes)
+        for i, v in enumerate(vs):
+            counts = bounds.stage_counts(pp, v.vpp)
+            per = kind @ counts.T  # [M, S, R, stages]
+            per[..., 0] += first
+            per[..., -1] += last
+            assert np.array_equal(slowest[i, 0], per.max(axis=-1)), (shape, v)
+            assert np.array_equal(total0[i, 0], per[..., 0]), (shape, v)
+            assert np.array_equal(f0[i, 0], kind_f @ counts[0] + first_f), (shape, v)
+            slowest_stages.update(np.unique(per.argmax(axis=-1)).tolist())
+    assert len(slowest_stages) > 1  # the slowest stage is not always the same one

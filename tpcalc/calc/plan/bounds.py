@@ -33,6 +33,7 @@ import numpy as np
 from msgspec import Struct
 
 from tpcalc.calc.layout.groups import (
+    Group,
     MemoryTechniques,
     ParallelLayout,
     expert_dp_group,
@@ -127,6 +128,8 @@ class StepBounds:
         self._first_params: dict[tuple, int] = {}
         self._layer_dense: list[int] = []
         self._expert_rest: dict[tuple, tuple] = {}
+        self._expert_groups: dict[Shape, Group] = {}
+        self._a2as: dict[tuple, float] = {}
         self._first_experts: dict[tuple, int] = {}
         self._rows: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._layer_ops: dict[tuple, tuple] = {}
@@ -344,9 +347,15 @@ class StepBounds:
 
     def _a2a(self, shard: Shard, ep: int, nodes: int) -> float:
         """A MoE layer's dispatch and combine all-to-all in one pass (step._layer_work)."""
-        routed = shard.tokens // shard.tp * (self.spec.num_experts_per_tok or 1)
-        msg = routed * self.spec.hidden_size * shard.dtype.bytes * self.opts.comm_scale
-        return A2A_PER_PASS * collective_time_s(self.r, Collective.all_to_all, msg, ep, nodes)
+        key = (shard.tokens, shard.tp, shard.dtype, ep, nodes)  # all it reads of the shard
+        got = self._a2as.get(key)
+        if got is None:
+            routed = shard.tokens // shard.tp * (self.spec.num_experts_per_tok or 1)
+            msg = routed * self.spec.hidden_size * shard.dtype.bytes * self.opts.comm_scale
+            got = self._a2as[key] = A2A_PER_PASS * collective_time_s(
+                self.r, Collective.all_to_all, msg, ep, nodes
+            )
+        return got
 
     def stage_counts(self, pp: int, vpp: int) -> np.ndarray:
         """Layers of each kind on each pipeline stage, as step.stage_layers splits them."""
@@ -408,11 +417,15 @@ class StepBounds:
             if not params:
                 got = (0.0, -math.inf, -math.inf, None)
             else:
-                layout = ParallelLayout(
-                    gpus_per_node=self.node, tp=shape.tp, cp=shape.cp, pp=shape.pp,
-                    dp=shape.dp, ep=shape.ep, etp=shape.etp,
-                )  # fmt: skip
-                group = expert_dp_group(layout)
+                # the group reads the shape only: placed once for every vpp and ZeRO stage
+                group = self._expert_groups.get(shape)
+                if group is None:
+                    group = self._expert_groups[shape] = expert_dp_group(
+                        ParallelLayout(
+                            gpus_per_node=self.node, tp=shape.tp, cp=shape.cp, pp=shape.pp,
+                            dp=shape.dp, ep=shape.ep, etp=shape.etp,
+                        )
+                    )  # fmt: skip
                 got = self._collectives(params, group.size, group.nodes, shape.dp, distributed)
             self._expert_rest[key] = got
         return got
@@ -714,7 +727,13 @@ class StepBounds:
             per = kind @ counts.T  # [M, S, R, stages]
             per[..., 0] += first
             per[..., -1] += last
-            out[0][i, 0] = per.max(axis=-1)
+            # the slowest stage as a running maximum over the stages: a max over the short
+            # last axis is many times slower (profile), and a maximum is exact (the same
+            # value, bit for bit)
+            slowest = out[0][i, 0]
+            np.copyto(slowest, per[..., 0])
+            for s in range(1, per.shape[-1]):
+                np.maximum(slowest, per[..., s], out=slowest)
             out[1][i, 0] = kind_f @ counts[0] + first_f
             out[2][i, 0] = per[..., 0]
         return out
