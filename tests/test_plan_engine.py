@@ -858,3 +858,32 @@ def test_bounds_splits_slowest_is_the_stage_max_bit_for_bit():
             assert np.array_equal(f0[i, 0], kind_f @ counts[0] + first_f), (shape, v)
             slowest_stages.update(np.unique(per.argmax(axis=-1)).tolist())
     assert len(slowest_stages) > 1  # the slowest stage is not always the same one
+
+
+def test_bounds_terms_per_variant_are_its_own_bit_for_bit():
+    """``StepBounds.terms`` takes the ZeRO tails once per vpp and gives every variant its
+    vpp's row: each variant's terms are those of a call with that variant alone."""
+    from tpcalc.calc.plan import space
+
+    spec = load_model("deepseek-v3")
+    req = build_request(spec, load_hardware("h800"), gpus=256, seq=4096, global_batch=512)
+    s = S._Search(req, req.gpus)
+    bounds, modes = s.bounds, s.d.recompute
+    zeros = [int(z) for z in s.timed_zeros]
+    distributed = [z >= 1 for z in zeros]
+    mbs, sps, per_dp = [1, 2], [True, False], 512 // 16
+    consts = set()
+    for tp, pp, ep in ((1, 4, 8), (2, 8, 16)):
+        shape = Shape(tp=tp, cp=1, pp=pp, dp=256 // (tp * pp), ep=ep, etp=1)
+        vs = space.variants(s.d, req, pp)
+        assert len({v.vpp for v in vs}) < len(vs)  # variants share a vpp
+        got = bounds.terms(shape, vs, mbs, per_dp, sps, modes, distributed, zeros)
+        for i, v in enumerate(vs):
+            alone = bounds.terms(shape, [v], mbs, per_dp, sps, modes, distributed, zeros)
+            assert np.array_equal(got.const[i], alone.const[0]), (shape, v)
+            assert np.array_equal(got.rest[i], alone.rest[0]), (shape, v)
+            for both, one in zip(got.hinges, alone.hinges, strict=True):
+                for x, y in zip(both, one, strict=True):
+                    assert np.array_equal(x[i], y[0]), (shape, v)
+            consts.add(tuple(got.const[i].tolist()))
+    assert len(consts) > 2  # the rows differ with the vpp (and the shape)

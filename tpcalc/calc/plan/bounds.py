@@ -657,21 +657,23 @@ class StepBounds:
                 bubble[i] = _bubble(v, p, fp, bp, wp, mean)
                 seen[v] = i
         ov = self.opts.overlap
-        const = np.zeros((n_v, n_z))
+        # the terms read the variant's vpp only: taken once per vpp (rows in the order first
+        # seen), then every variant takes its vpp's row (copies of the same floats)
+        firsts: dict[int, Variant] = {}
+        for v in vs:
+            firsts.setdefault(v.vpp, v)
+        uniq = list(firsts.values())
+        row_of = {vpp: u for u, vpp in enumerate(firsts)}
+        inv = np.array([row_of[v.vpp] for v in vs], dtype=np.int64)
+        n_u = len(uniq)
+        const = np.zeros((n_u, n_z))
         mm = m[None, None, :, 0, 0]  # [1, 1, M]
         groups = []
         for expert in (False, True) if self.spec.is_moe else (False,):
-            a0, c0, d = (np.empty((n_v, n_z)) for _ in range(3))
-            ga, gc = np.zeros((n_v, n_z), bool), np.zeros((n_v, n_z), bool)
-            per_pass, one, gathers, gather = (np.zeros((n_v, n_z)) for _ in range(4))
-            row: dict[int, int] = {}  # the terms read the variant's vpp only
-            for i, v in enumerate(vs):
-                if v.vpp in row:
-                    same = row[v.vpp]
-                    for x in (const, a0, c0, d, ga, gc, per_pass, one, gathers, gather):
-                        x[i] = x[same]
-                    continue
-                row[v.vpp] = i
+            a0, c0, d = (np.empty((n_u, n_z)) for _ in range(3))
+            ga, gc = np.zeros((n_u, n_z), bool), np.zeros((n_u, n_z), bool)
+            per_pass, one, gathers, gather = (np.zeros((n_u, n_z)) for _ in range(4))
+            for i, v in enumerate(uniq):
                 dv = 1 + (p - 1) / v.vpp
                 key = (shape.tp, shape.cp, shape.pp, shape.dp, v.vpp, True)
                 tails: dict[bool, tuple] = {}  # the tails read the stage only as ZeRO >= 1
@@ -697,9 +699,9 @@ class StepBounds:
             c_z = np.where(
                 gc[..., None], mm * gathers[..., None] - gather[..., None], c0[..., None]
             )
-            dc = np.where(gc[..., None], mm, d[..., None])  # each [V, Z, M]
-            groups.append((a_z, da, c_z, dc))
-        return GroupTerms(m, sends + bubble, const, groups)
+            dc = np.where(gc[..., None], mm, d[..., None])  # each [U, Z, M]
+            groups.append((a_z[inv], da[inv], c_z[inv], dc[inv]))  # each [V, Z, M]
+        return GroupTerms(m, sends + bubble, const[inv], groups)
 
     def splits(
         self, shape: Shape, vs: list[Variant], mbs: list[int], sps: list[bool],
