@@ -289,6 +289,13 @@ def plan(
               "micro_batch": max_micro_batch}  # fmt: skip
     bounds = {name: value for name, value in maxima.items() if value is not None}
     if max_seq or largest_micro_batch:
+        if account_for_embedding or account_for_loss:
+            error(
+                "--max-seq and --largest-micro-batch split the layers evenly; drop "
+                "--account-for-embedding/loss-in-pipeline-split, or price the layout with "
+                "`tpcalc layout` and those options"
+            )
+            raise typer.Exit(1)
         _inverse(
             model, hardware, gpus=gpus, pins=pins, seq=seq, global_batch=global_batch,
             headroom=memory_headroom, reserve_gb=reserve_gb, gpus_per_node=gpus_per_node,
