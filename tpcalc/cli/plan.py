@@ -34,6 +34,7 @@ from tpcalc.render import Format
 from tpcalc.units import GB, ByteUnits, Dtype
 
 if TYPE_CHECKING:
+    from tpcalc.calc.time.step import TimeOptions
     from tpcalc.reports.request import Workload
 
 app = typer.Typer()
@@ -288,8 +289,9 @@ def plan(
     maxima = {"tp": max_tp, "cp": max_cp, "pp": max_pp, "ep": max_ep, "vpp": max_vpp,
               "micro_batch": max_micro_batch}  # fmt: skip
     bounds = {name: value for name, value in maxima.items() if value is not None}
+    split = _split_options(account_for_embedding, account_for_loss)
     if max_seq or largest_micro_batch:
-        if account_for_embedding or account_for_loss:
+        if split is not None:
             error(
                 "--max-seq and --largest-micro-batch split the layers evenly; drop "
                 "--account-for-embedding/loss-in-pipeline-split, or price the layout with "
@@ -318,12 +320,8 @@ def plan(
             reserve_bytes=reserve_gb * GB, top_k=top, include_all=all_layouts,
             tp_within_node=tp_within_node, allow_uneven=uneven, gpus_per_node=gpus_per_node,
         )  # fmt: skip
-        if account_for_embedding or account_for_loss:
-            from tpcalc.calc.time.step import TimeOptions
-
-            options["time_options"] = TimeOptions(
-                embedding_in_split=account_for_embedding, loss_in_split=account_for_loss
-            )
+        if split is not None:
+            options["time_options"] = split
         if objective is not PlanObjective.gpus:
             return plan_workload(work, gpus=gpus, objective=objective.value, **options), None
         echo = {"model": model, "hardware": hardware}
@@ -339,6 +337,16 @@ def plan(
     _print(
         result, model, hardware, fmt=fmt, units=units, explain=explain, every=all_layouts, top=top
     )
+
+
+def _split_options(embedding: bool, loss: bool) -> TimeOptions | None:
+    """The step model's options for a split that counts the embedding and/or the loss as
+    layers (Megatron-Core's accounted split), or None for the planner's even split."""
+    if not (embedding or loss):
+        return None
+    from tpcalc.calc.time.step import TimeOptions
+
+    return TimeOptions(embedding_in_split=embedding, loss_in_split=loss)
 
 
 def _pins(
