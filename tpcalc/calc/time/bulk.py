@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from tpcalc.calc.layout.groups import LayoutRun, ParallelLayout
+from tpcalc.calc.pipeline.schedule import rank_layers
 from tpcalc.calc.time.step import (
     OpTime,
     StageWork,
@@ -35,7 +36,7 @@ from tpcalc.calc.time.step import (
     _stage_tail,
     _stage_work,
     _step_of_stages,
-    stage_layers,
+    split_of,
 )
 from tpcalc.calc.tp.rules import padded_vocab
 from tpcalc.specs import HardwareSpec, ModelSpec
@@ -88,10 +89,8 @@ class StepCache:
     def _build(self, ctx: _Ctx, layout: ParallelLayout, run: LayoutRun) -> _Stages:
         spec, opts = self.spec, self.opts
         padded = padded_vocab(spec.vocab_size, layout.tp, opts.vocab_pad_multiple)
-        split = stage_layers(
-            spec.num_hidden_layers, layout.pp, run.vpp, first=opts.first_stage_layers,
-            last=opts.last_stage_layers, chunks=opts.chunk_layers,
-        )  # fmt: skip
+        n = spec.num_hidden_layers
+        split = rank_layers(n, layout.pp, run.vpp, split_of(opts, n, layout.pp, run.vpp))
         # a stage's work reads its index only as first, last and StageWork.stage
         same: dict[tuple, int] = {}
         templates: list[tuple[StageWork, list[OpTime]]] = []
