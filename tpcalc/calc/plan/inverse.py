@@ -19,7 +19,7 @@ from msgspec.structs import replace
 
 from tpcalc.calc.layout.groups import LayoutRun, ParallelLayout, layout_problems
 from tpcalc.calc.layout.memory import rank_memory
-from tpcalc.errors import InputError
+from tpcalc.errors import InputError, divisors
 from tpcalc.specs import ModelSpec
 
 # Zig-zag context parallelism splits the sequence into 2·cp chunks (tpcalc.calc.layout.groups:
@@ -213,19 +213,6 @@ def max_micro_batch(
         nxt.value if nxt else None, nxt.memory_bytes if nxt else None, budget_bytes, 1,
         tuple(probes),
     )  # fmt: skip
-
-
-def divisors(n: int) -> list[int]:
-    """Every divisor of ``n``, ascending (trial division up to √n)."""
-    small, large = [], []
-    d = 1
-    while d * d <= n:
-        if n % d == 0:
-            small.append(d)
-            if d * d != n:
-                large.append(n // d)
-        d += 1
-    return small + large[::-1]
 
 
 class GpuProbe(Struct, frozen=True):

@@ -36,6 +36,7 @@ from tpcalc.calc.time.ops import Shard, layer_ops
 from tpcalc.calc.time.step import RECOMPUTE_MODULE_OPS, Overlap
 from tpcalc.calc.tp.rules import tp_problem
 from tpcalc.choices import Recompute, Schedule
+from tpcalc.errors import divisors
 from tpcalc.specs import ModelSpec
 from tpcalc.units import Dtype
 
@@ -77,12 +78,6 @@ class Variant(Struct, frozen=True):
 
     schedule: Schedule
     vpp: int
-
-
-def divisors(n: int) -> list[int]:
-    """Every positive divisor of n, ascending."""
-    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
-    return sorted(set(small + [n // d for d in small]))
 
 
 def _allowed(req: PlanRequest, dim: str, values: list) -> list:
