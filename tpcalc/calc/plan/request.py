@@ -144,7 +144,26 @@ def build_request(
     obj = _choice(Objective, objective, "objective")
     if obj is Objective.gpus and (target_step_time_s is None or not target_step_time_s > 0):
         raise InputError("objective gpus needs a positive target_step_time_s")
-    opts = time_options or TimeOptions()
+    opts = _searchable(time_options or TimeOptions())
+    node = _positive_int(gpus_per_node or hw.gpus_per_node.value, "gpus_per_node")
+    gemm_dtype = _choice(Dtype, dtype, "dtype")
+    return PlanRequest(
+        spec=spec, hw=hw, gpus=gpus, seq=seq, global_batch=batch, pins=typed_pins,
+        bounds=dict(bounds or {}), memory_headroom=float(memory_headroom),
+        reserve_bytes=float(reserve_bytes), objective=obj, target_step_time_s=target_step_time_s,
+        top_k=_at_most(_positive_int(top_k, "top_k"), "top_k", MAX_TOP_K, "layouts"),
+        include_all=include_all,
+        tp_within_node=tp_within_node, allow_uneven=allow_uneven, gpus_per_node=node,
+        recipe=_choice(StateRecipe, recipe, "recipe"), dtype=gemm_dtype,
+        activations=_choice(ActivationModel, activations, "activations"),
+        memory=resolve_fp8_inputs(memory or MemoryTechniques(), gemm_dtype), time_options=opts,
+    )  # fmt: skip
+
+
+def _searchable(opts: TimeOptions) -> TimeOptions:
+    """``opts`` if the planner can search under them, else an ``InputError`` naming the field:
+    it splits layers evenly (which is Megatron-Core's accounted split with the loss, or both
+    ends, counted: ``space.split_ends``) and searches recompute itself."""
     fixed = [n for n in ("first_stage_layers", "last_stage_layers", "recompute_layers")
              if getattr(opts, n) is not None]  # fmt: skip
     fixed += ["chunk_layers"] if opts.chunk_layers else []
@@ -159,19 +178,7 @@ def build_request(
             "embedding and the loss together as layers of the split (Megatron-Bridge's "
             "recipes set both); add loss_in_split, or price the layout with `tpcalc layout`"
         )
-    node = _positive_int(gpus_per_node or hw.gpus_per_node.value, "gpus_per_node")
-    gemm_dtype = _choice(Dtype, dtype, "dtype")
-    return PlanRequest(
-        spec=spec, hw=hw, gpus=gpus, seq=seq, global_batch=batch, pins=typed_pins,
-        bounds=dict(bounds or {}), memory_headroom=float(memory_headroom),
-        reserve_bytes=float(reserve_bytes), objective=obj, target_step_time_s=target_step_time_s,
-        top_k=_at_most(_positive_int(top_k, "top_k"), "top_k", MAX_TOP_K, "layouts"),
-        include_all=include_all,
-        tp_within_node=tp_within_node, allow_uneven=allow_uneven, gpus_per_node=node,
-        recipe=_choice(StateRecipe, recipe, "recipe"), dtype=gemm_dtype,
-        activations=_choice(ActivationModel, activations, "activations"),
-        memory=resolve_fp8_inputs(memory or MemoryTechniques(), gemm_dtype), time_options=opts,
-    )  # fmt: skip
+    return opts
 
 
 __all__ = ("build_request", "OPTION_DIMS", "MAX_GPUS", "MAX_GLOBAL_BATCH", "MAX_TOP_K")
