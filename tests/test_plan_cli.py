@@ -382,12 +382,3 @@ def test_the_planner_refuses_the_embedding_alone():
     r = run_cli(*ACCOUNTED, BOTH_ENDS[0])
     assert r.code != 0 and r.err.count("\n") == 1
     assert "add loss_in_split" in r.err
-
-
-def test_inverse_questions_refuse_the_accounted_split_options():
-    r = run_cli(
-        "plan", "-m", "llama3-405b", "--gpus", "16384", "--tp", "8", "--pp", "16", "--zero", "1",
-        "--global-batch", "2048", "--max-seq", "--account-for-loss-in-pipeline-split",
-    )  # fmt: skip
-    assert r.code != 0 and r.out == "" and r.err.count("\n") == 1
-    assert "split the layers evenly" in r.err

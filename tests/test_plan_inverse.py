@@ -156,3 +156,76 @@ def test_gpu_count_grid():
     )
     # a count that is not a power of two is tried itself, as the last coarse count
     assert gpu_count_grid(8, 48) == ([1, 2, 4, 8, 16, 32, 48], [1, 2, 4, 8, 16, 24, 32, 40, 48])
+
+
+# Megatron-Core's accounted split (embedding and loss counted as layers): 126 + 2 = 128 slots over
+# PP16 x VP8 gives one slot per virtual stage (Megatron-Bridge llama31_405b_pretrain_config sets
+# both options); the even split refuses it (128 virtual stages for 126 layers).
+ACCOUNTED = ("--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split")
+PLAN_405 = ("plan", "-m", "llama3-405b", "--gpus", "16384", "--tp", "8", "--pp", "16",
+            "--zero", "1", "--global-batch", "2048")  # fmt: skip
+LAYOUT_405_ARGS = ("-m", "llama3-405b", "--tp", "8", "--pp", "16", "--dp", "128", "--zero", "1",
+                   "--microbatches", "16")  # fmt: skip
+
+
+def test_max_seq_under_the_accounted_split_matches_layout():
+    r = run_cli(*PLAN_405, "--vpp", "8", "--max-seq", *ACCOUNTED, "-f", "json")
+    assert r.code == 0, r.err
+    row = json.loads(r.out)[0]
+    assert row["embedding_in_split"] is True and row["loss_in_split"] is True
+    assert row["stage_layers"] == "0+1×126+0"
+    vp8 = (*LAYOUT_405_ARGS, "--vpp", "8", "--schedule", "interleaved", *ACCOUNTED)
+    at = layout_memory(*vp8, "--seq", str(row["max_seq_tokens"]))
+    above = layout_memory(*vp8, "--seq", str(row["next_seq_tokens"]))
+    assert at == pytest.approx(row["memory_bytes_per_rank"], rel=1e-12) and at <= 80e9
+    assert above == pytest.approx(row["next_memory_bytes_per_rank"], rel=1e-12) and above > 80e9
+    # the even split cannot place this layout at all
+    even = run_cli(*PLAN_405, "--vpp", "8", "--max-seq")
+    assert even.code != 0 and even.err.count("\n") == 1 and "126" in even.err
+
+
+def test_the_accounted_split_moves_the_answer_as_its_stages_do(l405):
+    # PP16 VP1: the loss and embedding slots take one layer from the first and the last stage
+    # (7+8x14+7, the Llama 3 paper's own split, §3.3.2), so the first rank holds one layer
+    # fewer than the even split's 8+8x14+... and the longest sequence can only grow.
+    from tpcalc.calc.pipeline.schedule import accounted_split
+
+    counts = accounted_split(126, 16, 1, embedding=True, loss=True)
+    assert counts == (7, *[8] * 14, 7)
+    budget = 80e9
+    even = max_seq(l405, LAYOUT_405, RUN_405, budget)
+    accounted = max_seq(l405, LAYOUT_405, RUN_405, budget, counts=counts)
+    assert accounted.value is not None and even.value is not None
+    assert accounted.value >= even.value
+    at = worst_rank_bytes(l405, LAYOUT_405, replace(RUN_405, seq=accounted.value), counts)
+    assert at == accounted.memory_bytes and at <= budget
+
+
+def test_largest_micro_batch_under_the_accounted_split_matches_layout():
+    r = run_cli(*PLAN_405, "--vpp", "4", "--largest-micro-batch", "--seq", "4096", *ACCOUNTED,
+                "--memory-headroom", "0.2", "-f", "json")  # fmt: skip
+    assert r.code == 0, r.err
+    row = json.loads(r.out)[0]
+    assert row["loss_in_split"] is True and row["stage_layers"] == "1+2×62+1"
+    b = row["max_micro_batch"]
+    assert b is not None
+    mem = layout_memory(
+        *LAYOUT_405_ARGS[:-2], "--microbatches", str(16 // b), "--micro-batch", str(b),
+        "--seq", "4096", "--vpp", "4", "--schedule", "interleaved", *ACCOUNTED,
+    )  # fmt: skip
+    assert mem == pytest.approx(row["memory_bytes_per_rank"], rel=1e-12) and mem <= 0.8 * 80e9
+    if row["next_micro_batch"] is not None:
+        b2 = row["next_micro_batch"]
+        above = layout_memory(
+            *LAYOUT_405_ARGS[:-2], "--microbatches", str(16 // b2), "--micro-batch", str(b2),
+            "--seq", "4096", "--vpp", "4", "--schedule", "interleaved", *ACCOUNTED,
+        )  # fmt: skip
+        assert above == pytest.approx(row["next_memory_bytes_per_rank"], rel=1e-12)
+        assert above > 0.8 * 80e9
+
+
+def test_an_accounted_split_that_does_not_divide_is_one_line():
+    # 126 + 1 = 127 slots (loss only) do not divide by pp = 16
+    r = run_cli(*PLAN_405, "--max-seq", "--account-for-loss-in-pipeline-split")
+    assert r.code != 0 and r.out == "" and r.err.count("\n") == 1
+    assert "valid pp: 1, 127" in r.err

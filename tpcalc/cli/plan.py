@@ -277,6 +277,10 @@ def plan(
 
       tpcalc plan -m llama3-405b --gpus 16384 --tp 8 --pp 16 --zero 1 --seq 8192
       --global-batch 2048 --largest-micro-batch
+
+      tpcalc plan -m llama3-405b --gpus 16384 --tp 8 --pp 16 --vpp 8 --zero 1
+      --global-batch 2048 --max-seq --account-for-embedding-in-pipeline-split
+      --account-for-loss-in-pipeline-split
     """
     lists = {"--tp": tp, "--cp": cp, "--pp": pp, "--dp": dp, "--ep": ep, "--etp": etp,
              "--vpp": vpp, "--micro-batch": micro_batch, "--zero": zero}  # fmt: skip
@@ -291,17 +295,11 @@ def plan(
     bounds = {name: value for name, value in maxima.items() if value is not None}
     split = _split_options(account_for_embedding, account_for_loss)
     if max_seq or largest_micro_batch:
-        if split is not None:
-            error(
-                "--max-seq and --largest-micro-batch split the layers evenly; drop "
-                "--account-for-embedding/loss-in-pipeline-split, or price the layout with "
-                "`tpcalc layout` and those options"
-            )
-            raise typer.Exit(1)
         _inverse(
             model, hardware, gpus=gpus, pins=pins, seq=seq, global_batch=global_batch,
             headroom=memory_headroom, reserve_gb=reserve_gb, gpus_per_node=gpus_per_node,
             recipe=recipe, dtype=dtype, max_seq=max_seq, fmt=fmt, units=units,
+            ends=(account_for_embedding, account_for_loss),
         )  # fmt: skip
         return
 
@@ -456,6 +454,7 @@ def _inverse(
     model: str, hardware: str, *, gpus: int, pins: dict[str, Any], seq: int | None,
     global_batch: int | None, headroom: float, reserve_gb: float, gpus_per_node: int | None,
     recipe: StateRecipe, dtype: Dtype, max_seq: bool, fmt: Format, units: ByteUnits,
+    ends: tuple[bool, bool],
 ) -> None:  # fmt: skip
     def build():
         from tpcalc.calc.layout.groups import MemoryTechniques
@@ -497,7 +496,9 @@ def _inverse(
             zero=_one(pins, "zero", 1), vpp=vpp, schedule=Schedule(sched),
             microbatches=microbatches, gpus_per_node=gpus_per_node,
         )  # fmt: skip
-        budget = dict(headroom_ratio=headroom, reserve_bytes=reserve_gb * GB)
+        embedding, loss = ends  # Megatron-Core's accounted split (pipeline.accounted_split)
+        budget = dict(headroom_ratio=headroom, reserve_bytes=reserve_gb * GB,
+                      embedding_in_split=embedding, loss_in_split=loss)  # fmt: skip
         if max_seq:
             return max_seq_report(work, split, **budget)
         return max_micro_batch_report(work, split, global_batch=global_batch, **budget)

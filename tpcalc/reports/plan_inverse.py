@@ -70,6 +70,20 @@ def _echo(spec: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, run: Layout
     }  # fmt: skip
 
 
+def _split(
+    spec: ModelSpec, layout: ParallelLayout, run: LayoutRun, embedding: bool, loss: bool
+) -> tuple[tuple[int, ...] | None, dict[str, Scalar]]:
+    """The layers of each virtual stage when the embedding and/or the loss count as layers of
+    the split (Megatron-Core's accounted split, ``pipeline.accounted_split``; None: the even
+    split), and their echo as ``tpcalc layout`` prints it."""
+    from tpcalc.calc.time.step import TimeOptions, hand_split
+    from tpcalc.reports.layout import split_inputs
+
+    opts = TimeOptions(embedding_in_split=embedding, loss_in_split=loss)
+    counts = hand_split(opts, spec.num_hidden_layers, layout.pp, run.vpp)
+    return counts, split_inputs(opts, counts)
+
+
 def _fit_terms(fit: MaxFit, key: str, label: str, budget: Term, count: str) -> list[Term]:
     inputs: dict[str, Scalar] = {"step": fit.step, "probes": len(fit.probes)}
     return [
@@ -106,15 +120,19 @@ def max_seq_report(
     *,
     headroom_ratio: float = 0.0,
     reserve_bytes: float = 0.0,
+    embedding_in_split: bool = False,
+    loss_in_split: bool = False,
 ) -> Report:
     """The longest sequence that fits ``workload`` on ``layout`` (``tpcalc plan --max-seq``;
-    the workload's own sequence length is not used: it is what is searched)."""
+    the workload's own sequence length is not used: it is what is searched);
+    ``embedding_in_split``/``loss_in_split``: Megatron-Core's accounted pipeline split."""
     spec, hw = workload.spec, workload.hw
     parallel, run = layout.parallel(workload.node(layout)), workload.run(layout, with_latency=False)
     budget = budget_term(hw.memory_bytes.value, headroom_ratio, reserve_bytes)
-    fit = max_seq(spec, parallel, run, budget.number)
+    counts, split = _split(spec, parallel, run, embedding_in_split, loss_in_split)
+    fit = max_seq(spec, parallel, run, budget.number, counts=counts)
     row = Row(
-        inputs={**_echo(spec, hw, parallel, run), "micro_batch": run.micro_batch,
+        inputs={**_echo(spec, hw, parallel, run), **split, "micro_batch": run.micro_batch,
                 "microbatches": run.microbatches},
         terms=tuple(_fit_terms(fit, "seq_tokens", "sequence", budget, "tokens")),
     )  # fmt: skip
@@ -132,18 +150,21 @@ def max_micro_batch_report(
     global_batch: int | None = None,
     headroom_ratio: float = 0.0,
     reserve_bytes: float = 0.0,
+    embedding_in_split: bool = False,
+    loss_in_split: bool = False,
 ) -> Report:
     """The largest micro-batch that fits ``workload`` on ``layout`` (``tpcalc plan
     --max-micro-batch``; the workload's micro-batch is what is searched); with a global batch
-    the micro-batches per step follow from it."""
+    the micro-batches per step follow from it; the split options as in ``max_seq_report``."""
     from tpcalc.reports.inputs import positive
 
     spec, hw = workload.spec, workload.hw
     parallel, run = layout.parallel(workload.node(layout)), workload.run(layout, with_latency=False)
     budget = budget_term(hw.memory_bytes.value, headroom_ratio, reserve_bytes)
     gb = positive(global_batch, "--global-batch") if global_batch is not None else None
-    fit = max_micro_batch(spec, parallel, run, budget.number, global_batch=gb)
-    inputs = {**_echo(spec, hw, parallel, run), "seq": run.seq, "global_batch": gb}
+    counts, split = _split(spec, parallel, run, embedding_in_split, loss_in_split)
+    fit = max_micro_batch(spec, parallel, run, budget.number, global_batch=gb, counts=counts)
+    inputs = {**_echo(spec, hw, parallel, run), **split, "seq": run.seq, "global_batch": gb}
     if gb is None:
         inputs["microbatches"] = run.microbatches
     row = Row(

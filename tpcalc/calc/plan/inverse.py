@@ -92,8 +92,12 @@ class MaxFit(Struct, frozen=True):
     probes: tuple[Probe, ...]
 
 
-def _layout_problem(spec: ModelSpec, layout: ParallelLayout, run: LayoutRun) -> str | None:
-    problems = layout_problems(spec, layout, run)
+def _layout_problem(
+    spec: ModelSpec, layout: ParallelLayout, run: LayoutRun, counts: tuple[int, ...] | None
+) -> str | None:
+    """Every divisibility problem of ``layout`` in one line, None if there is none; with a split
+    set by hand (``counts``) the pipeline rules leave the layers per stage to that split."""
+    problems = layout_problems(spec, layout, run, by_hand=counts is not None)
     return "; ".join(problems) if problems else None
 
 
@@ -152,16 +156,19 @@ def max_seq(
     budget_bytes: float,
     *,
     limit: int = MAX_SEQ_TOKENS,
+    counts: tuple[int, ...] | None = None,
 ) -> MaxFit:
     """The longest sequence whose most loaded rank fits ``budget_bytes`` on ``layout``, among the
-    sequence lengths the layout admits (multiples of ``seq_step``). ``run.seq`` is ignored.
+    sequence lengths the layout admits (multiples of ``seq_step``). ``run.seq`` is ignored;
+    ``counts``: the decoder layers of each virtual stage when the split is set by hand
+    (``pipeline.stage_split``), the even split when None.
     Raises InputError when the layout itself is impossible, whatever the sequence."""
     step = seq_step(layout, run.sp)
-    if (problem := _layout_problem(spec, layout, replace(run, seq=step))) is not None:
+    if (problem := _layout_problem(spec, layout, replace(run, seq=step), counts)) is not None:
         raise InputError(problem)
     return _largest(
         "seq", step, limit, budget_bytes,
-        lambda s: worst_rank_bytes(spec, layout, replace(run, seq=s)),
+        lambda s: worst_rank_bytes(spec, layout, replace(run, seq=s), counts),
     )  # fmt: skip
 
 
@@ -172,8 +179,10 @@ def max_micro_batch(
     budget_bytes: float,
     *,
     global_batch: int | None = None,
+    counts: tuple[int, ...] | None = None,
 ) -> MaxFit:
-    """The largest micro-batch whose most loaded rank fits ``budget_bytes`` on ``layout``.
+    """The largest micro-batch whose most loaded rank fits ``budget_bytes`` on ``layout``
+    (``counts``: a split set by hand, as in ``max_seq``).
 
     With ``global_batch`` (sequences) the micro-batch must divide global_batch/dp and the
     micro-batches per step follow (global batch = dp·b·m, Narayanan et al. 2021 §2); divisors
@@ -181,11 +190,12 @@ def max_micro_batch(
     on m), up to the first legal one that does not fit. Without it
     ``run.microbatches`` stays and b doubles then bisects. ``run.micro_batch`` is ignored."""
     if global_batch is None:
-        if (problem := _layout_problem(spec, layout, replace(run, micro_batch=1))) is not None:
+        trial = replace(run, micro_batch=1)
+        if (problem := _layout_problem(spec, layout, trial, counts)) is not None:
             raise InputError(problem)
         return _largest(
             "micro_batch", 1, MAX_MICRO_BATCH, budget_bytes,
-            lambda b: worst_rank_bytes(spec, layout, replace(run, micro_batch=b)),
+            lambda b: worst_rank_bytes(spec, layout, replace(run, micro_batch=b), counts),
         )  # fmt: skip
     if global_batch % layout.dp:
         raise InputError(
@@ -196,8 +206,8 @@ def max_micro_batch(
     probes: list[Probe] = []
     for b in divisors(per_rank):
         trial = replace(run, micro_batch=b, microbatches=per_rank // b)
-        problem = _layout_problem(spec, layout, trial)
-        used = None if problem else worst_rank_bytes(spec, layout, trial)
+        problem = _layout_problem(spec, layout, trial, counts)
+        used = None if problem else worst_rank_bytes(spec, layout, trial, counts)
         probes.append(Probe(b, used, problem))
         if used is not None and used > budget_bytes:
             break  # memory is non-decreasing in b: no larger micro-batch fits
