@@ -339,3 +339,62 @@ def test_the_even_split_is_the_accounted_split_with_the_loss_counted():
         checked += 1
     # 64·16·8·2 = 16,384 combinations; 5 leave no layer (p·v·per_chunk = 1, or 2 with both ends)
     assert checked == 16_379
+
+
+# --- tpcalc pipeline with the stages set by hand (read against each pp of the sweep) ----------
+
+
+def _pipeline_rows(cli, *args: str) -> list[dict]:
+    import json
+
+    r = cli("pipeline", *args, "-f", "json")
+    return json.loads(r.out)
+
+
+def test_pipeline_places_the_accounted_split_the_even_split_refuses(cli):
+    from tests.conftest import run_cli
+
+    # Llama 3.1 405B (126 layers) at PP16 x VP8 with both ends counted: 128 slots, one per
+    # virtual stage (Megatron-Bridge's llama31_405b_pretrain_config); rank r holds virtual
+    # stages r, r+16, ..., r+112, so ranks 0 and 15 hold 7 layers (an empty end slot) and the
+    # others 8.
+    common = ("-m", "llama3-405b", "-t", "8", "--pp", "16", "--vpp", "8", "--schedule",
+              "interleaved", "--microbatches", "16")  # fmt: skip
+    ends = ("--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split")
+    row = _pipeline_rows(cli, *common, *ends)[0]
+    assert row["stage_layers"] == ",".join(["7"] + ["8"] * 14 + ["7"])
+    assert row["stage_split"] == "0+1×126+0" and row["loss_in_split"] is True
+    refused = run_cli("pipeline", *common)
+    assert refused.code != 0 and refused.err.count("\n") == 1 and "126" in refused.err
+
+
+def test_pipeline_hand_split_matches_the_calculators(cli):
+    # --first/--last-stage-layers on a pp sweep: each pp gets 8 layers on its ends and the rest
+    # split evenly over the middle (Megatron-LM --decoder-first/last-pipeline-num-layers)
+    from tpcalc.catalog import load_model
+
+    l70 = load_model("llama3-70b")
+    rows = _pipeline_rows(
+        cli, "-m", "llama3-70b", "--pp", "4,8", "--first-stage-layers", "8",
+        "--last-stage-layers", "8",
+    )  # fmt: skip
+    for row in rows:
+        p = row["pp"]
+        counts = pp.stage_split(80, p, 1, first=8, last=8)
+        assert row["stage_layers"] == ",".join(map(str, counts))
+        assert counts[0] == counts[-1] == 8 and sum(counts) == 80
+        assert row["stage_params_max"] == max(stage_params(l70, p, 1, Schedule.one_f_one_b, counts))
+    assert rows[0]["stage_layers"] == "8,32,32,8"
+    even = _pipeline_rows(cli, "-m", "llama3-70b", "--pp", "4")[0]
+    assert even["stage_layers"] == "20,20,20,20" and even["stage_split"] == "even"
+    # the 32-layer middle stages carry more parameters than any stage of the even split
+    assert rows[0]["stage_params_max"] > even["stage_params_max"]
+
+
+def test_pipeline_layout_string_is_checked_against_each_pp():
+    from tests.conftest import run_cli
+
+    r = run_cli("pipeline", "-m", "llama3-70b", "--pp", "4,8", "--pipeline-layout",
+                "Et*20|(t*20|)*2t*20L")  # fmt: skip
+    assert r.code != 0 and r.out == "" and r.err.count("\n") == 1
+    assert "pp · vpp = 8" in r.err

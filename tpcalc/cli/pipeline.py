@@ -41,6 +41,13 @@ from tpcalc.cli.parallel_options import (
 from tpcalc.cli.picture_options import SaveSvgOpt, TimelineOpt
 from tpcalc.cli.pictures import draw
 from tpcalc.cli.request import layout_of, workload_of
+from tpcalc.cli.time_options import (
+    AccountEmbeddingOpt,
+    AccountLossOpt,
+    FirstStageLayersOpt,
+    LastStageLayersOpt,
+    PipelineLayoutOpt,
+)
 from tpcalc.render import Format
 from tpcalc.units import ByteUnits, Dtype
 
@@ -73,6 +80,11 @@ def pipeline(
     fp8_cache: Fp8CacheOpt = False,
     fp8_linear_inputs: Fp8LinearInputsOpt = None,
     moe_probs_in_act: ProbsInActOpt = False,
+    first_stage_layers: FirstStageLayersOpt = None,
+    last_stage_layers: LastStageLayersOpt = None,
+    pipeline_layout: PipelineLayoutOpt = None,
+    account_for_embedding: AccountEmbeddingOpt = False,
+    account_for_loss: AccountLossOpt = False,
     units: UnitsOpt = ByteUnits.GB,
     fmt: FormatOpt = Format.table,
     explain: ExplainOpt = False,
@@ -94,15 +106,29 @@ def pipeline(
       tpcalc pipeline -m deepseek-v3 --pp 16 --microbatches 32 --schedule dualpipe -f json
 
       tpcalc pipeline --pp 4 --microbatches 8 --schedule zb-h1 --timeline --save-svg pp.svg
+
+    Stages set by hand, read against each pp (the Llama 3 paper's split, §3.3.2: one layer
+    fewer on the first and the last stage):
+
+      tpcalc pipeline -m llama3-405b -t 8 --pp 16 --microbatches 16
+      --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split
+
+      tpcalc pipeline -m llama3-70b --pp 4,8 --first-stage-layers 8 --last-stage-layers 8
     """
 
     def build():
         from tpcalc.reports.dp_zero_pp import pipeline_report
+        from tpcalc.reports.request import StageSplit
 
         work, base = workload_of(ctx.params), layout_of(ctx.params, sweep=("pp",))
+        split = StageSplit(
+            first_stage_layers=first_stage_layers, last_stage_layers=last_stage_layers,
+            pipeline_layout=pipeline_layout, embedding_in_split=account_for_embedding,
+            loss_in_split=account_for_loss,
+        )  # fmt: skip
         return pipeline_report(
             work, base, pp, allow_uneven=uneven, scatter_gather=scatter_gather, link=link,
-            with_latency=latency,
+            with_latency=latency, split=split,
         )  # fmt: skip
 
     report = emit(build, fmt, units=units, explain=explain)

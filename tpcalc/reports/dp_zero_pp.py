@@ -16,7 +16,7 @@ from tpcalc.calc.pipeline.breakdown import pipeline_breakdown
 from tpcalc.calc.pipeline.breakdown_explain import breakdown_terms
 from tpcalc.choices import DDP_BUCKET_MIB, LinkChoice, ParamConvention, Schedule, TimeModel
 from tpcalc.reports.inputs import int_list, pick_link, pick_nodes, positive, tp_warnings
-from tpcalc.reports.request import Layout, Workload
+from tpcalc.reports.request import Layout, StageSplit, Workload
 from tpcalc.terms import Report, Row, Scalar
 from tpcalc.units import MiB
 
@@ -150,13 +150,17 @@ def pipeline_report(
     scatter_gather: bool = True,
     link: LinkChoice = LinkChoice.auto,
     with_latency: bool = True,
+    split: StageSplit | None = None,
 ) -> Report:
     """One row per pipeline size (the ``pp`` sweep; ``layout`` gives tp, dp, the schedule, vpp,
     the micro-batches per step and the node size): layers and params per stage, p2p, bubble,
-    in-flight memory.
+    in-flight memory. ``split``: the layers per stage set by hand, read for each pp (even
+    when None).
 
     The pipeline group's ranks are tp·dp apart (PP outermost), so it usually crosses nodes.
     """
+    from tpcalc.calc.time.pipeline_layout import split_text
+
     spec, seq, micro_batch = workload.spec, workload.seq, workload.micro_batch
     sp, recompute, activations = workload.sp, workload.recompute, workload.activations
     microbatches, vpp, schedule = layout.microbatches, layout.vpp, layout.schedule
@@ -173,11 +177,12 @@ def pipeline_report(
     sizes = int_list(pp, "--pp", [8])
     for p in sizes:
         lk = pick_link(link, p, tp * dp, g)
+        counts = split.counts(spec.num_hidden_layers, p, vpp) if split is not None else None
         breakdown = pipeline_breakdown(
             spec, workload.hw, p=p, m=microbatches, v=vpp, schedule=schedule, seq=seq,
             micro_batch=micro_batch, tp=tp, dtype=workload.dtype, scatter_gather=scatter_gather,
             link=lk, allow_uneven=allow_uneven, layer_act_bytes=per_layer,
-            with_latency=with_latency, nodes=pick_nodes(link, p, tp * dp, g),
+            with_latency=with_latency, nodes=pick_nodes(link, p, tp * dp, g), counts=counts,
         )  # fmt: skip
         terms = breakdown_terms(breakdown, workload.hw)
         echo = {**base, "pp": p, "microbatches": microbatches, "vpp": vpp,
@@ -186,7 +191,8 @@ def pipeline_report(
                 "recompute": recompute.value, "activations": activations.value,
                 "uneven_allowed": allow_uneven,
                 "scatter_gather": scatter_gather, "link": lk.value,
-                "latency": with_latency, **workload.memory.echo()}  # fmt: skip
+                "latency": with_latency, **(split or StageSplit()).echo(),
+                "stage_split": split_text(counts), **workload.memory.echo()}  # fmt: skip
         rows.append(Row(inputs=echo, terms=terms))
     if schedule is not Schedule.gpipe and microbatches < max(sizes):
         warnings.append(

@@ -167,3 +167,47 @@ class Layout(Struct, frozen=True, kw_only=True):
             tp=self.tp, cp=self.cp, pp=self.pp, dp=self.dp, ep=self.ep, etp=self.etp,
             zero=zero_stage(self.zero), world_size=self.world_size, gpus_per_node=gpus_per_node,
         )  # fmt: skip
+
+
+class StageSplit(Struct, frozen=True, kw_only=True):
+    """The layers of each pipeline stage set by hand, for a report that sweeps pp (``tpcalc
+    pipeline --pp 8,16``): read against each pp, as ``pipeline.stage_split`` reads them for one
+    layout (``tpcalc layout`` carries the same choices in its step-time options). Nothing set:
+    the even split."""
+
+    first_stage_layers: int | None = None  # Megatron-LM --decoder-first-pipeline-num-layers
+    last_stage_layers: int | None = None  # --decoder-last-pipeline-num-layers
+    pipeline_layout: str | None = None  # Megatron-Core --pipeline-model-parallel-layout
+    embedding_in_split: bool = False  # --account-for-embedding-in-pipeline-split
+    loss_in_split: bool = False  # --account-for-loss-in-pipeline-split
+
+    @property
+    def by_hand(self) -> bool:
+        return (
+            self.first_stage_layers is not None or self.last_stage_layers is not None
+            or self.pipeline_layout is not None or self.embedding_in_split or self.loss_in_split
+        )  # fmt: skip
+
+    def counts(self, num_layers: int, pp: int, vpp: int) -> tuple[int, ...] | None:
+        """The decoder layers of each of the pp·vpp virtual stages, None for the even split;
+        raises a one-line TpcalcError when the split does not fit this pp and vpp."""
+        if not self.by_hand:
+            return None
+        from tpcalc.calc.pipeline.schedule import stage_split
+        from tpcalc.calc.time.pipeline_layout import parse_pipeline_layout
+
+        text = self.pipeline_layout
+        return stage_split(
+            num_layers, pp, vpp, first=self.first_stage_layers, last=self.last_stage_layers,
+            chunks=parse_pipeline_layout(text, pp * vpp) if text else None,
+            embedding=self.embedding_in_split, loss=self.loss_in_split,
+        )  # fmt: skip
+
+    def echo(self) -> dict[str, int | str | bool | None]:
+        return {
+            "first_stage_layers": self.first_stage_layers,
+            "last_stage_layers": self.last_stage_layers,
+            "pipeline_layout": self.pipeline_layout,
+            "embedding_in_split": self.embedding_in_split,
+            "loss_in_split": self.loss_in_split,
+        }

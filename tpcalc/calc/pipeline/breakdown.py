@@ -40,35 +40,42 @@ SRC_TIMES = (
 )
 
 
-def stage_params(spec: ModelSpec, p: int, v: int, schedule: Schedule) -> tuple[int, ...]:
+def stage_params(
+    spec: ModelSpec, p: int, v: int, schedule: Schedule, counts: Sequence[int] | None = None
+) -> tuple[int, ...]:
     """Parameters each rank stores: its layers; embedding and declared parts (vision tower) on
-    the first stage; final norm, LM head and MTP on the last (DeepSeek-V3 §3.2 puts MTP there)."""
+    the first stage; final norm, LM head and MTP on the last (DeepSeek-V3 §3.2 puts MTP there).
+    ``counts``: the layers of each virtual stage when set by hand (``pipeline.stage_split``)."""
     layers = [layer_params(spec, i) for i in range(spec.num_hidden_layers)]
     return pp.rank_params(
         layers, p, v,
         embedding_params=embedding_params(spec) + declared_params(spec),
         lm_head_params=lm_head_params(spec),
         other_params=final_norm_params(spec) + mtp_params(spec),
-        schedule=schedule,
+        schedule=schedule, counts=counts,
     )  # fmt: skip
 
 
-def stage_matmul_params(spec: ModelSpec, p: int, v: int) -> tuple[int, ...]:
+def stage_matmul_params(
+    spec: ModelSpec, p: int, v: int, counts: Sequence[int] | None = None
+) -> tuple[int, ...]:
     """Parameters each token multiplies on each rank: its layers (active experts only), + the LM
     head matrix (V·h even when tied) and final norm on the last stage; the lookup-only embedding
     is left out (seed 000's matmul parameters)."""
     layers = [active_layer_params(spec, i) for i in range(spec.num_hidden_layers)]
     return pp.rank_params(
         layers, p, v, embedding_params=0, lm_head_params=lm_head_matmul_params(spec),
-        other_params=final_norm_params(spec),
+        other_params=final_norm_params(spec), counts=counts,
     )  # fmt: skip
 
 
 def flop_stage_times(
-    spec: ModelSpec, hw: HardwareSpec, *, p: int, v: int, tokens: int, tp: int
-) -> StageTimes:
-    """F, B, W of the slowest rank for one micro-batch of ``tokens`` tokens, from 2·N FLOP each."""
-    n = max(stage_matmul_params(spec, p, v))
+    spec: ModelSpec, hw: HardwareSpec, *, p: int, v: int, tokens: int, tp: int,
+    counts: Sequence[int] | None = None,
+) -> StageTimes:  # fmt: skip
+    """F, B, W of the slowest rank for one micro-batch of ``tokens`` tokens, from 2·N FLOP each
+    (``counts``: a split set by hand, as in ``stage_params``)."""
+    n = max(stage_matmul_params(spec, p, v, counts))
     rate = tp * hw.achieved_flop_per_s.value
     return StageTimes(
         FORWARD_FLOP_PER_PARAM_TOKEN * n * tokens / rate,
@@ -111,6 +118,7 @@ class PipelineBreakdown(Struct, frozen=True):
     stage_matmul_params_max: int
     achieved_flop_per_s: float
     in_flight_chunks: int
+    split_by_hand: bool  # the layers of each virtual stage set by hand (pipeline.stage_split)
     # the result
     stage_layers: tuple[int, ...]  # layers on each rank (its v chunks)
     layers_per_stage_max_count: int
@@ -151,6 +159,7 @@ def pipeline_breakdown(
     layer_act_bytes: float | Sequence[float] | None = None,
     with_latency: bool = False,
     nodes: int | None = None,
+    counts: Sequence[int] | None = None,
 ) -> PipelineBreakdown:
     """Layers and parameters per stage, p2p bytes and time, bubble, in-flight activations.
 
@@ -158,13 +167,19 @@ def pipeline_breakdown(
     for one micro-batch on one rank (``layout.memory.layer_activation_bytes``; one number = the
     same for every layer), used for the most loaded stage. ``nodes`` = nodes the pipeline group
     spans (default ``links.link_nodes``): each send pays α_inter when they are more than one,
-    else α_intra. Raises a TpcalcError for an impossible split (see ``pipeline.check_pipeline``).
+    else α_intra. ``counts``: the layers of each of the p·v virtual stages when set by hand
+    (``pipeline.stage_split``: first/last stage layers, a pipeline layout, the embedding and
+    loss counted as layers), else the even split. Raises a TpcalcError for an impossible split
+    (see ``pipeline.check_pipeline``).
     """
     L = spec.num_hidden_layers
-    pp.check_pipeline(L, p, m, v, schedule, allow_uneven=allow_uneven)
-    layers = pp.rank_layer_counts(L, p, v)
-    params = stage_params(spec, p, v, schedule)
-    t = times or flop_stage_times(spec, hw, p=p, v=v, tokens=seq * micro_batch, tp=tp)
+    by_hand = counts is not None
+    pp.check_pipeline(L, p, m, v, schedule, allow_uneven=allow_uneven, by_hand=by_hand)
+    layers = pp.rank_layer_counts(L, p, v, counts)
+    params = stage_params(spec, p, v, schedule, counts)
+    t = times or flop_stage_times(
+        spec, hw, p=p, v=v, tokens=seq * micro_batch, tp=tp, counts=counts
+    )
     msg = pp.p2p_bytes(
         seq, micro_batch, spec.hidden_size, dtype, tp=tp, scatter_gather=scatter_gather
     )
@@ -178,8 +193,9 @@ def pipeline_breakdown(
         hidden_size=spec.hidden_size, tp=tp, dtype_bytes=dtype.bytes,
         scatter_gather=scatter_gather, link=link, with_latency=with_latency,
         latency_steps=steps, times_given=times is not None,
-        stage_matmul_params_max=max(stage_matmul_params(spec, p, v)),
+        stage_matmul_params_max=max(stage_matmul_params(spec, p, v, counts)),
         achieved_flop_per_s=hw.achieved_flop_per_s.value, in_flight_chunks=chunks,
+        split_by_hand=by_hand,
         stage_layers=tuple(layers),
         layers_per_stage_max_count=max(layers),
         stage_params_max=max(params),
@@ -200,24 +216,25 @@ def pipeline_breakdown(
         activations=(
             None
             if layer_act_bytes is None
-            else pipeline_activations(schedule, p, m, v, L, layer_act_bytes)
+            else pipeline_activations(schedule, p, m, v, L, layer_act_bytes, counts)
         ),
     )  # fmt: skip
 
 
 def pipeline_activations(
     schedule: Schedule, p: int, m: int, v: int, num_layers: int,
-    layer_act_bytes: float | Sequence[float],
+    layer_act_bytes: float | Sequence[float], counts: Sequence[int] | None = None,
 ) -> PipelineActivations:  # fmt: skip
-    """The activations of the most loaded rank (``layout.memory.rank_activation_bytes``)."""
+    """The activations of the most loaded rank (``layout.memory.rank_activation_bytes``);
+    ``counts``: a split set by hand, as in ``stage_params``."""
     per_layer = (
         [float(layer_act_bytes)] * num_layers
         if isinstance(layer_act_bytes, int | float)
         else list(layer_act_bytes)
     )
-    loads = rank_activation_bytes(schedule, p, m, v, per_layer)
+    loads = rank_activation_bytes(schedule, p, m, v, per_layer, counts=counts)
     rank = max(range(p), key=lambda r: loads[r])
-    mine = [per_layer[i] for i in rank_layers(num_layers, p, v)[rank]]
+    mine = [per_layer[i] for i in rank_layers(num_layers, p, v, counts)[rank]]
     return PipelineActivations(
         rank=rank,
         layers=len(mine),

@@ -47,17 +47,19 @@ def bubble_formula(schedule: Schedule) -> str:
 
 def explanations(
     schedule: Schedule, *, link: Link, hw: HardwareSpec, with_latency: bool,
-    dualpipe_copies: bool, p2p_divided: bool, times_given: bool,
+    dualpipe_copies: bool, p2p_divided: bool, times_given: bool, split_by_hand: bool = False,
 ) -> dict[str, Explanation]:  # fmt: skip
     """The rows of ``PipelineBreakdown``; formulas name the options that shape them."""
     sched_src = SCHEDULE_SOURCE[schedule]
     fbw = "given" if times_given else "2·N_stage·s·b/(t·achieved)"
+    split_src = pp.SRC_HAND_SPLIT if split_by_hand else pp.SRC_SPLIT
     return {
         "stage_layers": Explanation(
-            "layers per stage", Unit.text, "L over p·v chunks", pp.SRC_SPLIT
+            "layers per stage", Unit.text,
+            "the split set by hand" if split_by_hand else "L over p·v chunks", split_src,
         ),
         "layers_per_stage_max_count": Explanation(
-            "layers, most loaded stage", Unit.count, "max over stages", pp.SRC_SPLIT
+            "layers, most loaded stage", Unit.count, "max over stages", split_src
         ),
         "stage_params_max": Explanation(
             "parameters, most loaded stage", Unit.params,
@@ -129,6 +131,10 @@ INPUTS: dict[str, Explanation] = {
     ),
     "with_latency": Explanation("latency", Unit.text, "--latency", LATENCY_FORMULA),
     "times_given": Explanation("F, B, W given", Unit.text, "the caller's stage times", SRC_TIMES),
+    "split_by_hand": Explanation(
+        "stage split set by hand", Unit.text, "first/last stage layers, a layout, or the "
+        "accounted split", pp.SRC_HAND_SPLIT,
+    ),
     "stage_matmul_params_max": Explanation(
         "N_stage", Unit.params, "max over ranks of the parameters a token multiplies", SRC_TIMES
     ),
@@ -212,7 +218,7 @@ def breakdown_terms(b: PipelineBreakdown, hw: HardwareSpec) -> tuple[Term, ...]:
     table = explanations(
         b.schedule, link=b.link, hw=hw, with_latency=b.with_latency,
         dualpipe_copies=b.param_copies_count > 1, p2p_divided=b.scatter_gather and b.tp > 1,
-        times_given=b.times_given,
+        times_given=b.times_given, split_by_hand=b.split_by_hand,
     )  # fmt: skip
     sym = symbols(b, hw)
     ex = table["stage_layers"]

@@ -28,6 +28,11 @@ SRC_ACCOUNTED_SPLIT = (
     "embedding and the loss each count as one layer of the split, and their chunk builds one "
     "decoder layer fewer"
 )
+SRC_HAND_SPLIT = (
+    "stage_split: Megatron-LM --decoder-first/last-pipeline-num-layers, Megatron-Core "
+    "--pipeline-model-parallel-layout (pipeline_parallel_layer_layout.py), or the accounted "
+    "split (" + SRC_ACCOUNTED_SPLIT + ")"
+)
 # Layers the embedding and the loss each count for in the accounted split (SRC_ACCOUNTED_SPLIT).
 ACCOUNTED_SLOT_LAYERS = 1
 SRC_INFLIGHT = (
@@ -222,9 +227,12 @@ def rank_chunks(p: int, v: int, rank: int) -> list[int]:
     return [rank + k * p for k in range(v)]
 
 
-def rank_layer_counts(num_layers: int, p: int, v: int = 1) -> tuple[int, ...]:
-    """Decoder layers held by each of the p ranks (summing its v chunks)."""
-    chunks = chunk_layer_counts(num_layers, p * v)
+def rank_layer_counts(
+    num_layers: int, p: int, v: int = 1, counts: Sequence[int] | None = None
+) -> tuple[int, ...]:
+    """Decoder layers held by each of the p ranks (summing its v chunks); ``counts``: the
+    layers of each chunk when set by hand (``stage_split``), else even."""
+    chunks = counts if counts is not None else chunk_layer_counts(num_layers, p * v)
     return tuple(sum(chunks[c] for c in rank_chunks(p, v, r)) for r in range(p))
 
 
