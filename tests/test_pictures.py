@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shlex
 from pathlib import Path
 
@@ -192,9 +193,34 @@ def test_json_and_csv_never_print_pictures(cli, args, fmt):
 
 def test_save_svg_to_a_missing_directory_is_one_line(cli, tmp_path):
     r = cli("memory", "-t", "4", "--save-svg", str(tmp_path / "no" / "p.svg"))
-    assert r.code == 1
-    assert r.err.count("\n") == 1 and r.err.startswith("Error: --save-svg")
+    assert r.code == 2
+    assert r.err.count("\n") == 1 and "'--save-svg'" in r.err and "No such file" in r.err
     assert "Traceback" not in r.err
+
+
+@pytest.mark.parametrize("kind", ["fifo", "long name", "missing directory"])
+def test_an_unwritable_svg_path_is_refused_before_anything_is_priced(cli, tmp_path, kind):
+    # the path is checked first: no warning (qwen3.8 at t=8 replicates KV heads), no JSON on
+    # stdout, one line on stderr; a FIFO would block the write, so it is refused, not opened
+    if kind == "fifo":
+        path = tmp_path / "pipe.svg"
+        os.mkfifo(path)
+    elif kind == "long name":
+        path = tmp_path / ("9" * 300 + ".svg")
+    else:
+        path = tmp_path / "no" / "p.svg"
+    r = cli("memory", "-t", "8", "--bars", "--save-svg", str(path), "-f", "json")
+    assert r.code == 2 and r.out == "" and r.err.count("\n") == 1, r.err
+    assert "Warning" not in r.err and "--save-svg" in r.err
+    assert not (tmp_path / "no").exists()
+
+
+def test_a_writable_svg_path_is_probed_without_leaving_a_file(cli, tmp_path):
+    # the check opens the file once; when the command then fails on its inputs, no empty file
+    # is left behind
+    svg = tmp_path / "p.svg"
+    r = cli("memory", "-t", "3", "--save-svg", str(svg))
+    assert r.code == 1 and not svg.exists()
 
 
 def _readme_svg_commands() -> list[tuple[list[str], str]]:

@@ -7,6 +7,29 @@ from typing import Annotated
 
 import typer
 
+
+def writable_svg_path(path: Path | None) -> Path | None:
+    """--save-svg checked before anything is priced, so a path that cannot be written is the
+    only line on stderr and nothing reaches stdout: the file is opened for appending once (and
+    removed again if this created it), and an existing file must be a regular file (a FIFO or a
+    device would block or swallow the write)."""
+    if path is None:
+        return None
+    where = "give a file in a writable directory, e.g. --save-svg layout.svg"
+    try:
+        existed = path.exists()
+        if existed and not path.is_file():
+            raise typer.BadParameter(f"{path} exists and is not a regular file; {where}")
+        with path.open("a"):
+            pass
+        if not existed:
+            path.unlink()
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        raise typer.BadParameter(f"cannot write {path} ({why}); {where}") from None
+    return path
+
+
 BarsOpt = Annotated[
     bool,
     typer.Option(
@@ -39,5 +62,6 @@ SaveSvgOpt = Annotated[
         "of this command's). Works with every --format; JSON and CSV never get pictures on "
         "stdout.",
         dir_okay=False,
+        callback=writable_svg_path,
     ),
 ]
