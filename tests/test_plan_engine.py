@@ -887,3 +887,36 @@ def test_bounds_terms_per_variant_are_its_own_bit_for_bit():
                     assert np.array_equal(x[i], y[0]), (shape, v)
             consts.add(tuple(got.const[i].tolist()))
     assert len(consts) > 2  # the rows differ with the vpp (and the shape)
+
+
+@pytest.mark.parametrize(
+    ("model", "mtp"), [("deepseek-v3", True), ("deepseek-v3", False), ("qwen3-30b-a3b", False)]
+)
+def test_bounds_prime_is_the_shard_by_shard_sums_bit_for_bit(model, mtp):
+    """``StepBounds.prime`` (one pass per (tp, cp, sp, micro-batch) over every (ep, etp), the
+    routed experts' sums as arrays over the pairs) caches for each shard exactly the arrays and
+    numbers ``_stacked_of`` builds one shard at a time (``work``), for every recompute mode:
+    the same bytes, with and without the MTP module's MoE layer, at tp 1 (no TP collectives)
+    and tp > 1, and with ep 1 among the pairs (no all-to-all)."""
+    req = build_request(
+        load_model(model), load_hardware("h800"), gpus=256, seq=4096, global_batch=512,
+        memory=MemoryTechniques(mtp=mtp),
+    )  # fmt: skip
+    fast, slow = S._Search(req, req.gpus).bounds, S._Search(req, req.gpus).bounds
+    d = S._Search(req, req.gpus).d
+    modes = d.recompute
+    pairs = [(ep, etp) for ep in d.ep for etp in d.etp][::-1]  # not in the domain's order
+    checked = set()
+    for tp, cp, sp, b in itertools.product((1, 2, 8), (1, 2), (True, False), (1, 2)):
+        fast.prime(tp, cp, sp, b, pairs, modes)
+        for ep, etp in pairs:
+            got = fast.stacked(S.Shape(tp, cp, 1, 1, ep, etp), b, sp, modes)
+            want = slow.stacked(S.Shape(tp, cp, 1, 1, ep, etp), b, sp, modes)
+            assert len(got) == len(want)
+            for x, y in zip(got, want, strict=True):
+                x, y = np.asarray(x), np.asarray(y)
+                assert (x.dtype, x.shape, x.tobytes()) == (y.dtype, y.shape, y.tobytes())
+            checked.add((tp, cp, ep, etp, sp and tp > 1, b))
+    # every shard came from prime's pass, none from work (slow took each one by one)
+    assert fast.shards == slow.shards == len(checked) and not fast._work
+    assert len(pairs) > 2 * len(d.etp) and (1, 1) in pairs

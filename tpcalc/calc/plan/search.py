@@ -343,8 +343,21 @@ class _Search:
                 for etp in d.etp:
                     shape = Shape(tp, cp, pp, dp, ep, etp)
                     self._shape(shape, tp_reason, sps_tp, vs, per_dp, mbs, modes, inner)
-        for grp in self.groups:
-            self._cells(grp)
+        fits = [self._fits(grp) for grp in self.groups]
+        # the shards the groups' bounds read, each (sp, micro-batch) for every (ep, etp) at
+        # once (``StepBounds.prime``: the same sums as shard by shard)
+        want: dict[tuple[bool, int], list[tuple[int, int]]] = {}
+        for grp, got in zip(self.groups, fits, strict=True):
+            if got is not None:
+                for i in got[2]:
+                    for sp in grp.sps:
+                        pair = (grp.shape.ep, grp.shape.etp)
+                        want.setdefault((sp and tp > 1, grp.mbs[i]), []).append(pair)
+        for (sp, b), pairs in want.items():
+            self.bounds.prime(tp, cp, sp, b, pairs, modes)
+        for grp, got in zip(self.groups, fits, strict=True):
+            if got is not None:
+                self._cells(grp, got)
         return _Chunk(self.blocks, self.groups, self.rejections, self.enumerated, self.fitting)
 
     def _shape(
@@ -468,22 +481,28 @@ class _Search:
             self.cell_block, self.cell_mem, self.cell_floor = (np.zeros(0) for _ in range(3))
         self.progress("bounds", 1.0)
 
-    def _cells(self, grp: _Group) -> None:
-        """Per (variant, micro-batch, sp, mode) cell of ``grp``: the least memory over its
-        ZeRO stages that fit, and a floor of their bounds (``grp.cells``). A group with at most
-        ``EAGER_BOUNDS`` candidates that fit gets every bound now (``StepBounds.group``, kept
-        with the group) and its floors are their least per cell; a larger one gets
-        ``StepBounds.floors`` and each block's bounds when it is listed
-        (``_block_bounds``)."""
-        distributed = [zero >= 1 for zero in self.timed_zeros]
-        zeros = [int(z) for z in self.timed_zeros]
+    def _fits(self, grp: _Group) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """The timed ZeRO stages' memory of ``grp`` [V, Z', M, S, R], which of it fits (and its
+        micro-batch is allowed), and the micro-batches where something fits; None if none."""
         mem = grp.memory[:, self._zs]  # [V, Z', M, S, R]
         fits = (mem <= self.capacity) & grp.allowed[:, None, :, None, None]
         # floors only for the micro-batches where something fits (the shards of the others
         # are never priced)
         used = np.flatnonzero(fits.any(axis=(0, 1, 3, 4)))
         if not len(used):
-            return
+            return None
+        return mem, fits, used
+
+    def _cells(self, grp: _Group, got: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+        """Per (variant, micro-batch, sp, mode) cell of ``grp``: the least memory over its
+        ZeRO stages that fit, and a floor of their bounds (``grp.cells``), from ``_fits``. A
+        group with at most ``EAGER_BOUNDS`` candidates that fit gets every bound now
+        (``StepBounds.group``, kept with the group) and its floors are their least per cell;
+        a larger one gets ``StepBounds.floors`` and each block's bounds when it is listed
+        (``_block_bounds``)."""
+        distributed = [zero >= 1 for zero in self.timed_zeros]
+        zeros = [int(z) for z in self.timed_zeros]
+        mem, fits, used = got
         if len(used) < fits.shape[2]:
             fits = fits[:, :, used]
             mem = mem[:, :, used]
@@ -507,7 +526,9 @@ class _Search:
                 distributed, zeros,
             )  # fmt: skip
             floor = np.full(least.shape, math.inf)
-            floor.ravel()[where] = self.bounds.floors(grp.parts, fits.any(axis=(3, 4)), where)
+            floor.ravel()[where] = self.bounds.floors(
+                grp.parts, np.asarray(fits.any(axis=(3, 4))), where
+            )
         n_v = len(grp.variants)
         grp.cells = _staircase(
             least.reshape(n_v, -1), floor.reshape(n_v, -1) * (1 - 2 * BOUND_MARGIN)
