@@ -805,6 +805,18 @@ class StepBounds:
         hidden = _least_exposed(t.m.ravel()[im], slowest, f0, total0, hinges)
         return hidden + const + t.rest.ravel()[cells]
 
+    def floor_cuts(self, parts: GroupParts, fit_z: np.ndarray, cells: np.ndarray) -> np.ndarray:
+        """A lower bound on ``floors`` of the same cells in a few operations each: m · the
+        slowest stage + the least constant + bubble and sends. ``_least_exposed`` is at least
+        m · N at its least N (every hinge adds max(0, ·) ≥ 0), N is at least the slowest
+        stage, and float products and sums are monotone, so each cut is at most its floor as
+        ``floors`` takes it (``test_floor_cuts_never_exceed_the_floors``)."""
+        t, n_m, n_sr = parts.terms, parts.n_m, parts.n_sr
+        vm = cells // n_sr
+        const = np.where(fit_z, t.const[:, :, None], math.inf).min(axis=1).ravel()[vm]
+        slowest = parts.splits[0].ravel()[cells]
+        return t.m.ravel()[vm % n_m] * slowest + const + t.rest.ravel()[cells]
+
     def terms(
         self, shape: Shape, vs: list[Variant], mbs: list[int], per_dp: int, sps: list[bool],
         modes: list[RecomputeMode], distributed: list[bool], zeros: list[int],

@@ -520,19 +520,55 @@ class _Search:
             full.ravel()[at] = lb
             floor = full.min(axis=1)  # [V, M, S, R], inf where nothing fits
         else:  # the floors without a term per ZeRO stage; the bounds when listed
-            where = np.flatnonzero(np.isfinite(least))
             grp.parts = self.bounds.group_parts(
                 grp.shape, grp.variants, mbs, grp.per_dp, grp.sps, self.d.recompute,
                 distributed, zeros,
             )  # fmt: skip
-            floor = np.full(least.shape, math.inf)
-            floor.ravel()[where] = self.bounds.floors(
-                grp.parts, np.asarray(fits.any(axis=(3, 4))), where
-            )
+            grp.cells = self._cut_staircase(grp.parts, least, np.asarray(fits.any(axis=(3, 4))))
+            return
         n_v = len(grp.variants)
         grp.cells = _staircase(
             least.reshape(n_v, -1), floor.reshape(n_v, -1) * (1 - 2 * BOUND_MARGIN)
         )
+
+    def _cut_staircase(
+        self, parts: GroupParts, least: np.ndarray, fit_z: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``_staircase`` of a large group's cells ([V, M, S, R] least memory, inf where
+        nothing fits) with their ``StepBounds.floors``, taking the floor only of the cells
+        the staircase may keep. Every cell first gets a cut (``StepBounds.floor_cuts``, at most
+        its floor); the cells on the cuts' staircase get their floors; a cell whose cut is at
+        least the least floor taken so far among the cells before it (by memory, as
+        ``_staircase`` orders them) is left out without one, since a cell before it dominates
+        it; the others get their floors. A cell left out is never needed to leave another
+        out: the cell that dominates it comes before it and has a floor at most its own. So
+        with the left-out cells' floors as inf, ``_staircase`` keeps the same cells with the
+        same floors as with every floor taken (``test_cut_staircase_is_the_staircase``)."""
+        n_v = least.shape[0]
+        scale = 1 - 2 * BOUND_MARGIN
+        mem = least.reshape(n_v, -1)
+        order = np.argsort(mem, axis=1, kind="stable")
+        where = np.flatnonzero(np.isfinite(mem))
+        cut = np.full(mem.shape, math.inf)
+        cut.ravel()[where] = self.bounds.floor_cuts(parts, fit_z, where) * scale
+        cut_by = np.take_along_axis(cut, order, axis=1)
+        before = np.empty_like(cut_by)
+        before[:, :1] = math.inf
+        np.minimum.accumulate(cut_by[:, :-1], axis=1, out=before[:, 1:])
+        floor = np.full(mem.shape, math.inf)
+        ask = np.zeros(mem.shape, dtype=bool)
+        np.put_along_axis(ask, order, cut_by < before, axis=1)
+        ask &= np.isfinite(mem)
+        at = np.flatnonzero(ask)
+        floor.ravel()[at] = self.bounds.floors(parts, fit_z, at) * scale
+        by_floor = np.take_along_axis(floor, order, axis=1)
+        np.minimum.accumulate(by_floor[:, :-1], axis=1, out=before[:, 1:])
+        more = np.zeros(mem.shape, dtype=bool)
+        np.put_along_axis(more, order, cut_by < before, axis=1)
+        more &= np.isfinite(mem) & ~ask
+        at = np.flatnonzero(more)
+        floor.ravel()[at] = self.bounds.floors(parts, fit_z, at) * scale
+        return _staircase(mem, floor, order)
 
     def expand(self, ks: Iterable[int] | np.ndarray, below: float = math.inf) -> int:
         """Add the candidates of blocks ``ks`` (those not added yet) with their bounds, only
@@ -705,7 +741,9 @@ KEY_SHIFT = 32
 BOUND_MARGIN = 1e-9
 
 
-def _staircase(mem: np.ndarray, floor: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _staircase(
+    mem: np.ndarray, floor: np.ndarray, order: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The cells of one group, [V, cells] least memory and floor (inf where nothing fits),
     as (variant, memory, floor) of those that fit, in order, less cells another cell of the
     same variant dominates: with the variant's cells by memory (ties in order), a cell is left
@@ -714,8 +752,9 @@ def _staircase(mem: np.ndarray, floor: np.ndarray) -> tuple[np.ndarray, np.ndarr
     budget and floor at most a time (``_pareto_built``), its least floor (``prepare``,
     ``_top_built``) and, of the cells below a budget, the first of least floor, whose block is
     then listed; a left-out cell's dominating cell answers each the same way for its block,
-    so what is listed and found is unchanged."""
-    order = np.argsort(mem, axis=1, kind="stable")
+    so what is listed and found is unchanged. ``order``: the cells by memory if taken."""
+    if order is None:
+        order = np.argsort(mem, axis=1, kind="stable")
     by_mem = np.take_along_axis(floor, order, axis=1)
     below = np.empty(by_mem.shape, dtype=bool)
     below[:, :1] = True
