@@ -832,9 +832,10 @@ def test_an_error_in_the_parent_still_reaps_the_child(h100, monkeypatch):
 
 
 def test_bounds_splits_slowest_is_the_stage_max_bit_for_bit():
-    """``StepBounds.splits`` takes the slowest stage as a running maximum over the stages:
-    the same floats as the maximum over the stage axis of the per-kind sums times each
-    stage's layer counts, plus the ends on the first and last stage (what it took before)."""
+    """``StepBounds.splits`` takes the slowest stage as a running maximum over a few stages
+    and as one reduce over many (``FEW_STAGES``; pp 2 and 4, 8 and 16 here): the same floats
+    as the maximum over the stage axis of the per-kind sums times each stage's layer counts,
+    plus the ends on the first and last stage (what it took before)."""
     from tpcalc.calc.plan import space
 
     spec = load_model("deepseek-v3")

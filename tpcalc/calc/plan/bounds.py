@@ -77,6 +77,11 @@ from tpcalc.choices import Recompute, Schedule
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.units import Dtype
 
+# Stages up to which ``StepBounds.splits`` takes the slowest as a running maximum (one call
+# per stage); above, one reduce over a transposed copy is cheaper (measured: 4 stages 4.5 µs
+# against 5.4 µs, 16 stages 21 µs against 9 µs, on a [6, 2, 29, stages] array).
+FEW_STAGES = 6
+
 
 class ShardWork(Struct, frozen=True):
     """Seconds of one micro-batch on one rank, by pass: one layer of each kind (with its
@@ -908,13 +913,17 @@ class StepBounds:
             per = kind @ counts.T  # [M, S, R, stages]
             per[..., 0] += first
             per[..., -1] += last
-            # the slowest stage as a running maximum over the stages: a max over the short
-            # last axis is many times slower (profile), and a maximum is exact (the same
-            # value, bit for bit)
+            # the slowest stage: a max over the short last axis is many times slower
+            # (profile), so a running maximum over a few stages, and over many one reduce of
+            # the stages put first (contiguous); a maximum is exact (the same value, bit for
+            # bit, in any order)
             slowest = out[0][i, 0]
-            np.copyto(slowest, per[..., 0])
-            for s in range(1, per.shape[-1]):
-                np.maximum(slowest, per[..., s], out=slowest)
+            if per.shape[-1] > FEW_STAGES:
+                np.maximum.reduce(np.moveaxis(per, -1, 0).copy(), axis=0, out=slowest)
+            else:
+                np.copyto(slowest, per[..., 0])
+                for s in range(1, per.shape[-1]):
+                    np.maximum(slowest, per[..., s], out=slowest)
             out[1][i, 0] = kind_f @ counts[0] + first_f
             out[2][i, 0] = per[..., 0]
         return out

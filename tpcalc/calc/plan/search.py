@@ -547,28 +547,32 @@ class _Search:
         n_v = least.shape[0]
         scale = 1 - 2 * BOUND_MARGIN
         mem = least.reshape(n_v, -1)
+        # every step in memory order (``_staircase``'s, stable; inf, nothing fits, last):
+        # the flat index of each cell, its cut and its floor in that order
         order = np.argsort(mem, axis=1, kind="stable")
-        where = np.flatnonzero(np.isfinite(mem))
+        flat = order + (np.arange(n_v) * mem.shape[1])[:, None]
+        finite = np.isfinite(mem.ravel()[flat])
         cut = np.full(mem.shape, math.inf)
-        cut.ravel()[where] = self.bounds.floor_cuts(parts, fit_z, where) * scale
-        cut_by = np.take_along_axis(cut, order, axis=1)
-        before = np.empty_like(cut_by)
+        cut[finite] = self.bounds.floor_cuts(parts, fit_z, flat[finite]) * scale
+        before = np.empty_like(cut)  # the least of the cells before each
         before[:, :1] = math.inf
-        np.minimum.accumulate(cut_by[:, :-1], axis=1, out=before[:, 1:])
+        np.minimum.accumulate(cut[:, :-1], axis=1, out=before[:, 1:])
         floor = np.full(mem.shape, math.inf)
-        ask = np.zeros(mem.shape, dtype=bool)
-        np.put_along_axis(ask, order, cut_by < before, axis=1)
-        ask &= np.isfinite(mem)
-        at = np.flatnonzero(ask)
-        floor.ravel()[at] = self.bounds.floors(parts, fit_z, at) * scale
-        by_floor = np.take_along_axis(floor, order, axis=1)
-        np.minimum.accumulate(by_floor[:, :-1], axis=1, out=before[:, 1:])
-        more = np.zeros(mem.shape, dtype=bool)
-        np.put_along_axis(more, order, cut_by < before, axis=1)
-        more &= np.isfinite(mem) & ~ask
-        at = np.flatnonzero(more)
-        floor.ravel()[at] = self.bounds.floors(parts, fit_z, at) * scale
-        return _staircase(mem, floor, order)
+        ask = (cut < before) & finite
+        floor[ask] = self.bounds.floors(parts, fit_z, flat[ask]) * scale
+        np.minimum.accumulate(floor[:, :-1], axis=1, out=before[:, 1:])
+        more = (cut < before) & finite & ~ask
+        floor[more] = self.bounds.floors(parts, fit_z, flat[more]) * scale
+        # ``_staircase``: a cell stays when its floor is below every floor before it
+        np.minimum.accumulate(floor[:, :-1], axis=1, out=before[:, 1:])
+        keep = floor < before
+        keep[:, :1] = True
+        keep &= finite
+        # the kept cells as ``_staircase`` gives them: by variant, then cell
+        cells, floors = flat[keep], floor[keep]
+        by_cell = np.argsort(cells)
+        cells = cells[by_cell]
+        return cells // mem.shape[1], mem.ravel()[cells], floors[by_cell]
 
     def expand(self, ks: Iterable[int] | np.ndarray, below: float = math.inf) -> int:
         """Add the candidates of blocks ``ks`` (those not added yet) with their bounds, only
