@@ -745,9 +745,7 @@ KEY_SHIFT = 32
 BOUND_MARGIN = 1e-9
 
 
-def _staircase(
-    mem: np.ndarray, floor: np.ndarray, order: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _staircase(mem: np.ndarray, floor: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The cells of one group, [V, cells] least memory and floor (inf where nothing fits),
     as (variant, memory, floor) of those that fit, in order, less cells another cell of the
     same variant dominates: with the variant's cells by memory (ties in order), a cell is left
@@ -756,9 +754,8 @@ def _staircase(
     budget and floor at most a time (``_pareto_built``), its least floor (``prepare``,
     ``_top_built``) and, of the cells below a budget, the first of least floor, whose block is
     then listed; a left-out cell's dominating cell answers each the same way for its block,
-    so what is listed and found is unchanged. ``order``: the cells by memory if taken."""
-    if order is None:
-        order = np.argsort(mem, axis=1, kind="stable")
+    so what is listed and found is unchanged."""
+    order = np.argsort(mem, axis=1, kind="stable")
     by_mem = np.take_along_axis(floor, order, axis=1)
     below = np.empty(by_mem.shape, dtype=bool)
     below[:, :1] = True
