@@ -815,7 +815,7 @@ class StepBounds:
         slowest stage + the least constant + bubble and sends. ``_least_exposed`` is at least
         m · N at its least N (every hinge adds max(0, ·) ≥ 0), N is at least the slowest
         stage, and float products and sums are monotone, so each cut is at most its floor as
-        ``floors`` takes it (``test_floor_cuts_never_exceed_the_floors``)."""
+        ``floors`` takes it (checked in ``test_cut_staircase_is_the_staircase``)."""
         t, n_m, n_sr = parts.terms, parts.n_m, parts.n_sr
         vm = cells // n_sr
         const = np.where(fit_z, t.const[:, :, None], math.inf).min(axis=1).ravel()[vm]
