@@ -832,9 +832,10 @@ def test_an_error_in_the_parent_still_reaps_the_child(h100, monkeypatch):
 
 
 def test_bounds_splits_slowest_is_the_stage_max_bit_for_bit():
-    """``StepBounds.splits`` takes the slowest stage as a running maximum over the stages:
-    the same floats as the maximum over the stage axis of the per-kind sums times each
-    stage's layer counts, plus the ends on the first and last stage (what it took before)."""
+    """``StepBounds.splits`` takes the slowest stage as a running maximum over a few stages
+    and as one reduce over many (``FEW_STAGES``; pp 2 and 4, 8 and 16 here): the same floats
+    as the maximum over the stage axis of the per-kind sums times each stage's layer counts,
+    plus the ends on the first and last stage (what it took before)."""
     from tpcalc.calc.plan import space
 
     spec = load_model("deepseek-v3")
@@ -887,3 +888,109 @@ def test_bounds_terms_per_variant_are_its_own_bit_for_bit():
                     assert np.array_equal(x[i], y[0]), (shape, v)
             consts.add(tuple(got.const[i].tolist()))
     assert len(consts) > 2  # the rows differ with the vpp (and the shape)
+
+
+@pytest.mark.parametrize(
+    ("model", "mtp"), [("deepseek-v3", True), ("deepseek-v3", False), ("qwen3-30b-a3b", False)]
+)
+def test_bounds_prime_is_the_shard_by_shard_sums_bit_for_bit(model, mtp):
+    """``StepBounds.prime`` (one pass per (tp, cp, sp, micro-batch) over every (ep, etp), the
+    routed experts' sums as arrays over the pairs) caches for each shard exactly the arrays and
+    numbers ``_stacked_of`` builds one shard at a time (``work``), for every recompute mode:
+    the same bytes, with and without the MTP module's MoE layer, at tp 1 (no TP collectives)
+    and tp > 1, and with ep 1 among the pairs (no all-to-all)."""
+    req = build_request(
+        load_model(model), load_hardware("h800"), gpus=256, seq=4096, global_batch=512,
+        memory=MemoryTechniques(mtp=mtp),
+    )  # fmt: skip
+    fast, slow = S._Search(req, req.gpus).bounds, S._Search(req, req.gpus).bounds
+    d = S._Search(req, req.gpus).d
+    modes = d.recompute
+    pairs = [(ep, etp) for ep in d.ep for etp in d.etp][::-1]  # not in the domain's order
+    checked = set()
+    for tp, cp, sp, b in itertools.product((1, 2, 8), (1, 2), (True, False), (1, 2)):
+        fast.prime(tp, cp, sp, b, pairs, modes)
+        for ep, etp in pairs:
+            got = fast.stacked(S.Shape(tp, cp, 1, 1, ep, etp), b, sp, modes)
+            want = slow.stacked(S.Shape(tp, cp, 1, 1, ep, etp), b, sp, modes)
+            assert len(got) == len(want)
+            for x, y in zip(got, want, strict=True):
+                x, y = np.asarray(x), np.asarray(y)
+                assert (x.dtype, x.shape, x.tobytes()) == (y.dtype, y.shape, y.tobytes())
+            checked.add((tp, cp, ep, etp, sp and tp > 1, b))
+    # every shard came from prime's pass, none from work (slow took each one by one)
+    assert fast.shards == slow.shards == len(checked) and not fast._work
+    assert len(pairs) > 2 * len(d.etp) and (1, 1) in pairs
+
+
+@pytest.mark.parametrize(
+    ("model", "pins"),
+    [("qwen3-30b-a3b", {}), ("llama3-8b", {"recompute": ("none", "selective", "full")})],
+)
+def test_cut_staircase_is_the_staircase(h100, monkeypatch, model, pins):
+    """A large group's staircase taken with the floors of only the cells it may keep
+    (``_Search._cut_staircase``) is ``_staircase`` over every cell's floor
+    (``StepBounds.floors``): the same cells, memory and floors, bit for bit. Every group is
+    made large (``EAGER_BOUNDS`` 0) so that each goes through the cuts; the cuts never exceed
+    the floors (``StepBounds.floor_cuts``), and some cells are left out without a floor."""
+    from tpcalc.calc.plan.bounds import StepBounds
+
+    monkeypatch.setattr(S, "EAGER_BOUNDS", 0)
+    seen, taken = [], []
+    cut_staircase, floors = S._Search._cut_staircase, StepBounds.floors
+
+    def record(self, parts, least, fit_z):
+        got = cut_staircase(self, parts, least, fit_z)
+        seen.append((self.bounds, parts, least, fit_z, got))
+        return got
+
+    def counted(self, parts, fit_z, cells):
+        taken.append(len(cells))
+        return floors(self, parts, fit_z, cells)
+
+    monkeypatch.setattr(S._Search, "_cut_staircase", record)
+    monkeypatch.setattr(StepBounds, "floors", counted)
+    s = S._Search(_request(model, h100, gpus=32, global_batch=64, pins=pins), 32)
+    s.enumerate()
+    n_taken, cells = sum(taken), 0
+    for bounds, parts, least, fit_z, got in seen:
+        n_v = least.shape[0]
+        mem = least.reshape(n_v, -1)
+        where = np.flatnonzero(np.isfinite(mem))
+        every = np.full(mem.shape, np.inf)
+        every.ravel()[where] = floors(bounds, parts, fit_z, where)
+        assert np.all(bounds.floor_cuts(parts, fit_z, where) <= every.ravel()[where])
+        want = S._staircase(mem, every * (1 - 2 * S.BOUND_MARGIN))
+        for x, y in zip(got, want, strict=True):
+            assert (x.dtype, x.shape, x.tobytes()) == (y.dtype, y.shape, y.tobytes())
+        cells += len(where)
+    assert seen and n_taken < cells  # some cells were left out without their floor
+
+
+def test_cut_staircase_takes_a_second_round_of_floors():
+    """``_Search._cut_staircase`` by hand: cells by memory A, B, C, D with cuts 1, 5, 7, 12
+    and floors 10, 6, 7, 12. The cuts' staircase asks A's floor only; B and C have cuts
+    below A's floor (10), so their floors are taken too; D's cut (12) is at least 10, so D is
+    left out without one. The staircase is then A (10) and B (6, below 10); C (7, not below
+    6) and D go, as ``_staircase`` over every floor gives."""
+    from types import SimpleNamespace
+
+    mem = np.array([[1.0, 3.0, 2.0, 4.0, np.inf]])  # A, C, B, D and a cell that does not fit
+    cuts = np.array([[1.0, 7.0, 5.0, 12.0, np.inf]])
+    floors = np.array([[10.0, 7.0, 6.0, 12.0, np.inf]])
+    asked = []
+
+    def floor_of(parts, fit_z, cells):
+        asked.append(sorted(cells.tolist()))
+        return floors.ravel()[cells]
+
+    fake = SimpleNamespace(
+        bounds=SimpleNamespace(floor_cuts=lambda p, f, cells: cuts.ravel()[cells], floors=floor_of)
+    )
+    got = S._Search._cut_staircase(fake, None, mem, None)
+    scale = 1 - 2 * S.BOUND_MARGIN
+    assert asked == [[0], [1, 2]]
+    assert got[0].tolist() == [0, 0] and got[1].tolist() == [1.0, 2.0]
+    assert got[2].tolist() == [10.0 * scale, 6.0 * scale]
+    want = S._staircase(mem, floors * scale)
+    assert all(np.array_equal(x, y) for x, y in zip(got, want, strict=True))

@@ -77,6 +77,11 @@ from tpcalc.choices import Recompute, Schedule
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.units import Dtype
 
+# Stages up to which ``StepBounds.splits`` takes the slowest as a running maximum (one call
+# per stage); above, one reduce over a transposed copy is cheaper (measured: 4 stages 4.5 µs
+# against 5.4 µs, 16 stages 21 µs against 9 µs, on a [6, 2, 29, stages] array).
+FEW_STAGES = 6
+
 
 class ShardWork(Struct, frozen=True):
     """Seconds of one micro-batch on one rank, by pass: one layer of each kind (with its
@@ -164,51 +169,15 @@ class StepBounds:
         key = (shape.tp, shape.cp, shape.ep, shape.etp, sp, b)
         if key in self._work:
             return self._work[key]
-        r, opts = self.r, self.opts
-        shard = Shard(
-            seq=self.seq, micro_batch=b, tp=shape.tp, cp=shape.cp, ep=shape.ep, etp=shape.etp,
-            sp=sp, dtype=Dtype.bf16, gemm_dtype=self.dtype, causal=opts.causal,
-            fused_sinks=opts.fused_sinks,
-        )  # fmt: skip
-        lkey = (shape.tp, shape.cp, shape.ep, shape.etp)
-        links = self._shard_links.get(lkey)
-        if links is None:
-            links = self._shard_links[lkey] = place_groups(
-                ParallelLayout(
-                    gpus_per_node=self.node, tp=shape.tp, cp=shape.cp, ep=shape.ep, etp=shape.etp
-                )
-            )
-        ov = opts.overlap
+        shard = self._shard(shape.tp, shape.cp, shape.ep, shape.etp, sp, b)
+        links = self._shard_links_of(shape.tp, shape.cp, shape.ep, shape.etp)
         fs, bs, ws, names = [], [], [], []
         for k, (first, _, moe) in enumerate(self.kinds):
-            # a dense kind reads nothing of ep and etp but its TP group's placement
-            # (``_kind_ops``, ``_tp_pass``): its sums are shared by every ep and etp
-            dkey = (shape.tp, shape.cp, sp, b, k, links["tp"].nodes)
-            dense = None if moe else self._dense_kind.get(dkey)
-            if dense is not None:
-                fs.append(dense[0])
-                bs.append(dense[1])
-                ws.append(dense[2])
-                names.append(dense[3])
-                continue
-            kf, kb, kw, gemm_f, gemm_b, by_name = self._kind_ops(shard, first, moe)
-            if moe:  # the card's fitted fixed cost of a MoE layer, in F and in B (step)
-                kf += r.moe_layer_overhead_s
-                kb += r.moe_layer_overhead_s
-            # exposed TP and EP collectives, as step._layer_work exposes them
-            tp_pass = self._tp_pass(shard, moe, links["tp"].nodes)
-            first_chunk = tp_pass / shape.tp
-            ep_f = ep_b = 0.0
-            if moe and shape.ep > 1:
-                a2a = self._a2a(shard, shape.ep, links["ep"].nodes)
-                ep_on = bool(ov.ep_a2a)  # set explicitly by the planner (space.overlap)
-                ep_f, ep_b = _exposed(a2a, kb + kw, ep_on), _exposed(a2a, kf, ep_on)
-            fs.append(kf + _exposed(tp_pass, gemm_f, ov.tp_comm, first_chunk) + ep_f)
-            bs.append(kb + _exposed(tp_pass, gemm_b, ov.tp_comm, first_chunk) + ep_b)
-            ws.append(kw)
+            f, bk, w, by_name = self._kind_entry(shard, k, first, moe, links)
+            fs.append(f)
+            bs.append(bk)
+            ws.append(w)
             names.append(by_name)
-            if not moe:
-                self._dense_kind[dkey] = (fs[-1], bs[-1], ws[-1], by_name)
         # the ends read ep and etp only through the MTP modules' MoE layer
         ends_key = (shape.tp, shape.cp, sp, b) + ((shape.ep, shape.etp) if self.tech.mtp else ())
         ends = self._ends.get(ends_key)
@@ -217,6 +186,58 @@ class StepBounds:
         out = ShardWork(np.array(fs), np.array(bs), np.array(ws), tuple(names), *ends)
         self.shards += 1
         self._work[key] = out
+        return out
+
+    def _shard(self, tp: int, cp: int, ep: int, etp: int, sp: bool, b: int) -> Shard:
+        opts = self.opts
+        return Shard(
+            seq=self.seq, micro_batch=b, tp=tp, cp=cp, ep=ep, etp=etp, sp=sp,
+            dtype=Dtype.bf16, gemm_dtype=self.dtype, causal=opts.causal,
+            fused_sinks=opts.fused_sinks,
+        )  # fmt: skip
+
+    def _shard_links_of(self, tp: int, cp: int, ep: int, etp: int) -> dict:
+        """The tp, cp, ep and etp groups of a shard, placed once."""
+        lkey = (tp, cp, ep, etp)
+        links = self._shard_links.get(lkey)
+        if links is None:
+            links = self._shard_links[lkey] = place_groups(
+                ParallelLayout(gpus_per_node=self.node, tp=tp, cp=cp, ep=ep, etp=etp)
+            )
+        return links
+
+    def _kind_entry(
+        self, shard: Shard, k: int, first: int, moe: bool, links: dict
+    ) -> tuple[float, float, float, dict[str, float]]:
+        """One layer of kind ``k`` on ``shard`` (``work``): F, B and W with its exposed TP and
+        EP collectives, and its forward per op name."""
+        r, ov = self.r, self.opts.overlap
+        # a dense kind reads nothing of ep and etp but its TP group's placement
+        # (``_kind_ops``, ``_tp_pass``): its sums are shared by every ep and etp
+        dkey = (shard.tp, shard.cp, shard.sp, shard.micro_batch, k, links["tp"].nodes)
+        dense = None if moe else self._dense_kind.get(dkey)
+        if dense is not None:
+            return dense
+        kf, kb, kw, gemm_f, gemm_b, by_name = self._kind_ops(shard, first, moe)
+        if moe:  # the card's fitted fixed cost of a MoE layer, in F and in B (step)
+            kf += r.moe_layer_overhead_s
+            kb += r.moe_layer_overhead_s
+        # exposed TP and EP collectives, as step._layer_work exposes them
+        tp_pass = self._tp_pass(shard, moe, links["tp"].nodes)
+        first_chunk = tp_pass / shard.tp
+        ep_f = ep_b = 0.0
+        if moe and shard.ep > 1:
+            a2a = self._a2a(shard, shard.ep, links["ep"].nodes)
+            ep_on = bool(ov.ep_a2a)  # set explicitly by the planner (space.overlap)
+            ep_f, ep_b = _exposed(a2a, kb + kw, ep_on), _exposed(a2a, kf, ep_on)
+        out = (
+            kf + _exposed(tp_pass, gemm_f, ov.tp_comm, first_chunk) + ep_f,
+            kb + _exposed(tp_pass, gemm_b, ov.tp_comm, first_chunk) + ep_b,
+            kw,
+            by_name,
+        )
+        if not moe:
+            self._dense_kind[dkey] = out
         return out
 
     def _kind_ops(
@@ -544,6 +565,157 @@ class StepBounds:
             )
         return got
 
+    def prime(
+        self, tp: int, cp: int, sp: bool, b: int, pairs: list[tuple[int, int]],
+        modes: list[RecomputeMode] | tuple[RecomputeMode, ...],
+    ) -> None:  # fmt: skip
+        """``stacked`` of the shards (tp, cp, ep, etp, sp, b) of every (ep, etp) of ``pairs``
+        at once, cached as ``_stacked_of`` caches them: the same floats, bit for bit
+        (``test_bounds_prime_is_the_shard_by_shard_sums_bit_for_bit``). Only a MoE layer's
+        routed experts (and the MTP end's) read ep and etp: the rest of a shard is taken once
+        for all of them and the experts' sums go over the pairs as arrays, each element by the
+        additions ``work`` and ``_stacked_of`` make one shard at a time, in the same order. The
+        matrix products stay one per shard (a batched product may sum in another order).
+        Whatever does not share (pairs whose TP groups are placed on different node counts,
+        layer ops that are not the mixer followed by ``moe_ops``, experts whose op names or
+        passes differ) is left to ``_stacked_of``, shard by shard."""
+        sp = sp and tp > 1
+        token = self._mode_key(modes)
+        todo = [
+            pq for pq in dict.fromkeys(pairs) if (tp, cp, *pq, sp, b, token) not in self._stacked
+        ]
+        if len(todo) < 2:  # nothing to share: ``_stacked_of`` when asked
+            return
+        rows = self._batch(tp, cp, sp, b, todo, modes)
+        if rows is None:
+            return
+        for (ep, etp), row in zip(todo, rows, strict=True):
+            self._stacked[(tp, cp, ep, etp, sp, b, token)] = row
+        self.shards += len(todo)
+
+    def _batch(
+        self, tp: int, cp: int, sp: bool, b: int, pairs: list[tuple[int, int]],
+        modes: list[RecomputeMode] | tuple[RecomputeMode, ...],
+    ) -> list[tuple] | None:  # fmt: skip
+        """``prime``'s rows (``_stacked_of``'s tuple per pair), or None when the pairs do not
+        share what ``prime`` shares."""
+        shards = [self._shard(tp, cp, ep, etp, sp, b) for ep, etp in pairs]
+        links = [self._shard_links_of(tp, cp, ep, etp) for ep, etp in pairs]
+        nodes = links[0]["tp"].nodes
+        if any(x["tp"].nodes != nodes for x in links):
+            return None
+        r, ov = self.r, self.opts.overlap
+        n_p, n_r, n_k = len(pairs), len(modes), len(self.kinds)
+        kf, kb, kw = np.empty((n_p, n_k)), np.empty((n_p, n_k)), np.empty((n_p, n_k))
+        rec = np.empty((n_p, n_r, n_k))
+        s0 = shards[0]
+        for k, (first, _, moe) in enumerate(self.kinds):
+            if not moe:  # the same for every pair (``_kind_entry``)
+                f, bk, w, by_name = self._kind_entry(s0, k, first, False, links[0])
+                kf[:, k], kb[:, k], kw[:, k] = f, bk, w
+                pick, full = self._recompute_rows(modes, tuple(by_name))
+                rec[:, :, k] = pick @ np.fromiter(by_name.values(), float, len(by_name))
+                rec[:, full, k] = f
+                continue
+            self._kind_ops(s0, first, True)  # caches the layer's ops before the experts
+            rest = self._layer_ops.get((tp, cp, sp, b, first))
+            if rest is None:  # not the mixer followed by moe_ops: shard by shard
+                return None
+            owns = [self._experts(s)[1] for s in shards]
+            keys = tuple(owns[0][5])
+            if any(tuple(o[5]) != keys for o in owns):
+                return None
+            own = np.array([o[:5] for o in owns])  # [P, 5]: F, B, W, TP GEMMs' F and B
+            # ``_kind_ops``' rest + own, then ``_kind_entry``'s overhead and collectives
+            f = rest[0] + own[:, 0] + r.moe_layer_overhead_s
+            bk = rest[1] + own[:, 1] + r.moe_layer_overhead_s
+            w = rest[2] + own[:, 2]
+            gemm_f, gemm_b = rest[3] + own[:, 3], rest[4] + own[:, 4]
+            tp_pass = self._tp_pass(s0, True, nodes)  # reads tokens, tp and sp only
+            first_chunk = tp_pass / tp
+            ep_f, ep_b = np.zeros(n_p), np.zeros(n_p)
+            multi = [i for i, (ep, _) in enumerate(pairs) if ep > 1]
+            if multi:
+                a2a = np.array([self._a2a(shards[i], pairs[i][0], links[i]["ep"].nodes)
+                                for i in multi])  # fmt: skip
+                ep_on = bool(ov.ep_a2a)
+                ep_f[multi] = _exposed_arr(a2a, (bk + w)[multi], ep_on)
+                ep_b[multi] = _exposed_arr(a2a, f[multi], ep_on)
+            kf[:, k] = f + _exposed_arr(tp_pass, gemm_f, ov.tp_comm, first_chunk) + ep_f
+            kb[:, k] = bk + _exposed_arr(tp_pass, gemm_b, ov.tp_comm, first_chunk) + ep_b
+            kw[:, k] = w
+            # the forward per op name: the rest's names, then the experts' new ones, each
+            # name's time rest + own (0.0 + own for a new name) as ``_kind_ops`` merges them
+            rest_names = rest[5]
+            at = {n: j for j, n in enumerate(keys)}
+            names = list(rest_names) + [n for n in keys if n not in rest_names]
+            vals = np.array([list(o[5].values()) for o in owns])  # [P, own names]
+            by = np.empty((n_p, len(names)))
+            for j, n in enumerate(names):
+                by[:, j] = rest_names.get(n, 0.0) + vals[:, at[n]] if n in at else rest_names[n]
+            pick, full = self._recompute_rows(modes, tuple(names))
+            for i in range(n_p):
+                rec[i, :, k] = pick @ by[i]
+                rec[i, full, k] = kf[i, k]
+        fe, le = self._batch_ends(shards)
+        counts = self.kind_counts
+        total = (kf + kb + kw)[:, None, :] + rec
+        fe_sum = fe[0] + fe[1] + fe[2]
+        le_sum = le[0] + le[1] + le[2]
+        out = []
+        for i in range(n_p):
+            out.append((
+                total[i],
+                kf[i],
+                fe_sum,
+                float(le_sum[i]),
+                fe[0],
+                float(le[0][i]),
+                float(counts @ kf[i]) + fe[0] + float(le[0][i]),
+                (kb[i] + rec[i]) @ counts + fe[1] + float(le[1][i]),
+                float(counts @ kw[i]) + fe[2] + float(le[2][i]),
+            ))  # fmt: skip
+        return out
+
+    def _batch_ends(
+        self, shards: list[Shard]
+    ) -> tuple[tuple[float, float, float], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """``_end_passes`` of shards that differ in ep and etp only: the first stage's ends
+        (the same for all) and the last stage's F, B, W, each [P]: the MTP modules' routed
+        experts folded over the pairs as arrays (``_fold``'s additions, in its order)."""
+        s0, n_p = shards[0], len(shards)
+        first, last0 = self._end_passes(s0)
+        key = (s0.tp, s0.cp, s0.sp, s0.micro_batch)
+        spec = self.spec
+        split = self._end_parts[key][3]
+        if not self.tech.mtp or not spec.mtp_layers:  # no MTP: no ep or etp in the ends
+            return first, (np.full(n_p, last0[0]), np.full(n_p, last0[1]), np.full(n_p, last0[2]))
+        ets = [self._experts(s)[2] for s in shards]
+        phases = [ph for ph, _ in ets[0]]
+        if not split or any([ph for ph, _ in e] != phases for e in ets):
+            lasts = np.array([self._end_passes(s)[1] for s in shards])  # shard by shard
+            return first, (lasts[:, 0], lasts[:, 1], lasts[:, 2])
+        _, head_t, pre_t, _ = self._end_parts[key]
+        times = np.array([[t for _, t in e] for e in ets])  # [P, expert ops]
+        lead = self._end_lead[key]
+        acc = [np.full(n_p, lead[0]), np.full(n_p, lead[1]), np.full(n_p, lead[2])]
+
+        def experts() -> None:
+            for j, ph in enumerate(phases):
+                acc[ph] = acc[ph] + times[:, j]
+
+        def fold(timed: tuple[tuple[int, float], ...]) -> None:
+            for ph, t in timed:
+                acc[ph] = acc[ph] + t
+
+        experts()
+        fold(head_t)
+        for _ in range(spec.mtp_layers - 1):
+            fold(pre_t)
+            experts()
+            fold(head_t)
+        return first, (acc[0], acc[1], acc[2])
+
     def _recompute_rows(
         self, modes: list[RecomputeMode] | tuple[RecomputeMode, ...], names: tuple[str, ...]
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -638,6 +810,18 @@ class StepBounds:
         hidden = _least_exposed(t.m.ravel()[im], slowest, f0, total0, hinges)
         return hidden + const + t.rest.ravel()[cells]
 
+    def floor_cuts(self, parts: GroupParts, fit_z: np.ndarray, cells: np.ndarray) -> np.ndarray:
+        """A lower bound on ``floors`` of the same cells in a few operations each: m · the
+        slowest stage + the least constant + bubble and sends. ``_least_exposed`` is at least
+        m · N at its least N (every hinge adds max(0, ·) ≥ 0), N is at least the slowest
+        stage, and float products and sums are monotone, so each cut is at most its floor as
+        ``floors`` takes it (checked in ``test_cut_staircase_is_the_staircase``)."""
+        t, n_m, n_sr = parts.terms, parts.n_m, parts.n_sr
+        vm = cells // n_sr
+        const = np.where(fit_z, t.const[:, :, None], math.inf).min(axis=1).ravel()[vm]
+        slowest = parts.splits[0].ravel()[cells]
+        return t.m.ravel()[vm % n_m] * slowest + const + t.rest.ravel()[cells]
+
     def terms(
         self, shape: Shape, vs: list[Variant], mbs: list[int], per_dp: int, sps: list[bool],
         modes: list[RecomputeMode], distributed: list[bool], zeros: list[int],
@@ -729,13 +913,17 @@ class StepBounds:
             per = kind @ counts.T  # [M, S, R, stages]
             per[..., 0] += first
             per[..., -1] += last
-            # the slowest stage as a running maximum over the stages: a max over the short
-            # last axis is many times slower (profile), and a maximum is exact (the same
-            # value, bit for bit)
+            # the slowest stage: a max over the short last axis is many times slower
+            # (profile), so a running maximum over a few stages, and over many one reduce of
+            # the stages put first (contiguous); a maximum is exact (the same value, bit for
+            # bit, in any order)
             slowest = out[0][i, 0]
-            np.copyto(slowest, per[..., 0])
-            for s in range(1, per.shape[-1]):
-                np.maximum(slowest, per[..., s], out=slowest)
+            if per.shape[-1] > FEW_STAGES:
+                np.maximum.reduce(np.moveaxis(per, -1, 0).copy(), axis=0, out=slowest)
+            else:
+                np.copyto(slowest, per[..., 0])
+                for s in range(1, per.shape[-1]):
+                    np.maximum(slowest, per[..., s], out=slowest)
             out[1][i, 0] = kind_f @ counts[0] + first_f
             out[2][i, 0] = per[..., 0]
         return out
@@ -878,6 +1066,16 @@ def _exposed(comm_s: float, hidden_s: float, overlapped: bool, first_s: float = 
     if not overlapped:
         return comm_s
     return first_s + max(0.0, comm_s - first_s - hidden_s)
+
+
+def _exposed_arr(
+    comm_s: float | np.ndarray, hidden_s: np.ndarray, overlapped: bool, first_s: float = 0.0
+) -> np.ndarray:
+    """``_exposed`` over arrays of hidden times (and of collectives): the same operations,
+    elementwise."""
+    if not overlapped:
+        return np.broadcast_to(np.asarray(comm_s, dtype=np.float64), hidden_s.shape)
+    return first_s + np.maximum(0.0, comm_s - first_s - hidden_s)
 
 
 def _bubble(

@@ -343,8 +343,21 @@ class _Search:
                 for etp in d.etp:
                     shape = Shape(tp, cp, pp, dp, ep, etp)
                     self._shape(shape, tp_reason, sps_tp, vs, per_dp, mbs, modes, inner)
-        for grp in self.groups:
-            self._cells(grp)
+        fits = [self._fits(grp) for grp in self.groups]
+        # the shards the groups' bounds read, each (sp, micro-batch) for every (ep, etp) at
+        # once (``StepBounds.prime``: the same sums as shard by shard)
+        want: dict[tuple[bool, int], list[tuple[int, int]]] = {}
+        for grp, got in zip(self.groups, fits, strict=True):
+            if got is not None:
+                for i in got[2]:
+                    for sp in grp.sps:
+                        pair = (grp.shape.ep, grp.shape.etp)
+                        want.setdefault((sp and tp > 1, grp.mbs[i]), []).append(pair)
+        for (sp, b), pairs in want.items():
+            self.bounds.prime(tp, cp, sp, b, pairs, modes)
+        for grp, got in zip(self.groups, fits, strict=True):
+            if got is not None:
+                self._cells(grp, got)
         return _Chunk(self.blocks, self.groups, self.rejections, self.enumerated, self.fitting)
 
     def _shape(
@@ -468,22 +481,28 @@ class _Search:
             self.cell_block, self.cell_mem, self.cell_floor = (np.zeros(0) for _ in range(3))
         self.progress("bounds", 1.0)
 
-    def _cells(self, grp: _Group) -> None:
-        """Per (variant, micro-batch, sp, mode) cell of ``grp``: the least memory over its
-        ZeRO stages that fit, and a floor of their bounds (``grp.cells``). A group with at most
-        ``EAGER_BOUNDS`` candidates that fit gets every bound now (``StepBounds.group``, kept
-        with the group) and its floors are their least per cell; a larger one gets
-        ``StepBounds.floors`` and each block's bounds when it is listed
-        (``_block_bounds``)."""
-        distributed = [zero >= 1 for zero in self.timed_zeros]
-        zeros = [int(z) for z in self.timed_zeros]
+    def _fits(self, grp: _Group) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """The timed ZeRO stages' memory of ``grp`` [V, Z', M, S, R], which of it fits (and its
+        micro-batch is allowed), and the micro-batches where something fits; None if none."""
         mem = grp.memory[:, self._zs]  # [V, Z', M, S, R]
         fits = (mem <= self.capacity) & grp.allowed[:, None, :, None, None]
         # floors only for the micro-batches where something fits (the shards of the others
         # are never priced)
         used = np.flatnonzero(fits.any(axis=(0, 1, 3, 4)))
         if not len(used):
-            return
+            return None
+        return mem, fits, used
+
+    def _cells(self, grp: _Group, got: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+        """Per (variant, micro-batch, sp, mode) cell of ``grp``: the least memory over its
+        ZeRO stages that fit, and a floor of their bounds (``grp.cells``), from ``_fits``. A
+        group with at most ``EAGER_BOUNDS`` candidates that fit gets every bound now
+        (``StepBounds.group``, kept with the group) and its floors are their least per cell;
+        a larger one gets ``StepBounds.floors`` and each block's bounds when it is listed
+        (``_block_bounds``)."""
+        distributed = [zero >= 1 for zero in self.timed_zeros]
+        zeros = [int(z) for z in self.timed_zeros]
+        mem, fits, used = got
         if len(used) < fits.shape[2]:
             fits = fits[:, :, used]
             mem = mem[:, :, used]
@@ -501,17 +520,59 @@ class _Search:
             full.ravel()[at] = lb
             floor = full.min(axis=1)  # [V, M, S, R], inf where nothing fits
         else:  # the floors without a term per ZeRO stage; the bounds when listed
-            where = np.flatnonzero(np.isfinite(least))
             grp.parts = self.bounds.group_parts(
                 grp.shape, grp.variants, mbs, grp.per_dp, grp.sps, self.d.recompute,
                 distributed, zeros,
             )  # fmt: skip
-            floor = np.full(least.shape, math.inf)
-            floor.ravel()[where] = self.bounds.floors(grp.parts, fits.any(axis=(3, 4)), where)
+            grp.cells = self._cut_staircase(grp.parts, least, np.asarray(fits.any(axis=(3, 4))))
+            return
         n_v = len(grp.variants)
         grp.cells = _staircase(
             least.reshape(n_v, -1), floor.reshape(n_v, -1) * (1 - 2 * BOUND_MARGIN)
         )
+
+    def _cut_staircase(
+        self, parts: GroupParts, least: np.ndarray, fit_z: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``_staircase`` of a large group's cells ([V, M, S, R] least memory, inf where
+        nothing fits) with their ``StepBounds.floors``, taking the floor only of the cells
+        the staircase may keep. Every cell first gets a cut (``StepBounds.floor_cuts``, at most
+        its floor); the cells on the cuts' staircase get their floors; a cell whose cut is at
+        least the least floor taken so far among the cells before it (by memory, as
+        ``_staircase`` orders them) is left out without one, since a cell before it dominates
+        it; the others get their floors. A cell left out is never needed to leave another
+        out: the cell that dominates it comes before it and has a floor at most its own. So
+        with the left-out cells' floors as inf, ``_staircase`` keeps the same cells with the
+        same floors as with every floor taken (``test_cut_staircase_is_the_staircase``)."""
+        n_v = least.shape[0]
+        scale = 1 - 2 * BOUND_MARGIN
+        mem = least.reshape(n_v, -1)
+        # every step in memory order (``_staircase``'s, stable; inf, nothing fits, last):
+        # the flat index of each cell, its cut and its floor in that order
+        order = np.argsort(mem, axis=1, kind="stable")
+        flat = order + (np.arange(n_v) * mem.shape[1])[:, None]
+        finite = np.isfinite(mem.ravel()[flat])
+        cut = np.full(mem.shape, math.inf)
+        cut[finite] = self.bounds.floor_cuts(parts, fit_z, flat[finite]) * scale
+        before = np.empty_like(cut)  # the least of the cells before each
+        before[:, :1] = math.inf
+        np.minimum.accumulate(cut[:, :-1], axis=1, out=before[:, 1:])
+        floor = np.full(mem.shape, math.inf)
+        ask = (cut < before) & finite
+        floor[ask] = self.bounds.floors(parts, fit_z, flat[ask]) * scale
+        np.minimum.accumulate(floor[:, :-1], axis=1, out=before[:, 1:])
+        more = (cut < before) & finite & ~ask
+        floor[more] = self.bounds.floors(parts, fit_z, flat[more]) * scale
+        # ``_staircase``: a cell stays when its floor is below every floor before it
+        np.minimum.accumulate(floor[:, :-1], axis=1, out=before[:, 1:])
+        keep = floor < before
+        keep[:, :1] = True
+        keep &= finite
+        # the kept cells as ``_staircase`` gives them: by variant, then cell
+        cells, floors = flat[keep], floor[keep]
+        by_cell = np.argsort(cells)
+        cells = cells[by_cell]
+        return cells // mem.shape[1], mem.ravel()[cells], floors[by_cell]
 
     def expand(self, ks: Iterable[int] | np.ndarray, below: float = math.inf) -> int:
         """Add the candidates of blocks ``ks`` (those not added yet) with their bounds, only
