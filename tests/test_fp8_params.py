@@ -312,3 +312,12 @@ def test_cli_layout_echoes_the_fp8_recipe(cli):
     assert base["dense_states_bytes"] - fp8["dense_states_bytes"] == pytest.approx(
         fp8["dense_params_per_rank"] * 1, rel=1e-12
     )
+
+
+def test_published_report_echoes_the_memory_recipe():
+    from tpcalc.reports.plan_published import _row
+
+    row = _row(_check("mbridge-26.02.01-llama3-1-405b-gb200-256-fp8"))
+    assert row.inputs["state_recipe"] == "fp8-params-bf16-grads"
+    src = recipe_bytes(StateRecipe.fp8_params_bf16_grads).source
+    assert "per-tensor FP8, data only" in src

@@ -280,6 +280,7 @@ def _row(ch: Check) -> Row:
         "id": c.id, "model": c.model, "hardware": c.hardware, "gpus": c.gpus, "seq": c.run.seq,
         "global_batch": ch.item.global_batch,
         "published": choice_text(choice(ch.item.memory_case.layout, ch.item.memory_case.run)),
+        "state_recipe": ch.item.memory_case.run.recipe.value,
         "pick": choice_text(ch.pick.choices[0]) if ch.pick.choices else None,
     }  # fmt: skip
     terms: list[Term] = [

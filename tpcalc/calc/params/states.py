@@ -14,6 +14,9 @@ FP8 primary weights (Megatron ``--fp8-param-gather``, Transformer Engine ``fp8_m
 stored as each FP8 format and GPU keep them (``WeightStorage``, ``weight_storage``): per-tensor
 FP8 is 1 byte, plus a 1-byte transpose on GPUs whose FP8 GEMMs take only the TN layout
 (Hopper); MXFP8 keeps a rowwise and a columnwise copy with an E8M0 scale per 32 elements each.
+A recipe prices every parameter it is given this way; Megatron keeps the embedding, output
+layer, norms and router in BF16 (only Transformer Engine modules built under fp8_model_init
+hold FP8 weights), which a rank-level count of those parameters would add back.
 """
 
 from __future__ import annotations
@@ -55,7 +58,9 @@ TE_FLOAT8 = (
     "; pytorch/tensor/storage/float8_tensor_storage.py Float8TensorStorage.update_usage "
     "(needs_data_transpose = False on non-TN GPUs, line 209 / 225 / 247); "
     "pytorch/tensor/utils.py post_all_gather_processing re-creates the transpose after each "
-    "distributed-optimizer all-gather on TN-only GPUs (2877704 line 615, c9877be line 949)"
+    "distributed-optimizer all-gather on TN-only GPUs (2877704 line 616, c9877be line 956); "
+    "tensor/float8_tensor.py Float8Tensor._reset_caches (after the optimizer's cast, lines 524 "
+    "/ 593 / 517) marks the transpose stale without freeing it"
 )
 TE_MXFP8 = (
     "transformer_engine/pytorch/csrc/quantizer.cpp MXFP8Quantizer::create_tensor (lines 905 / "
