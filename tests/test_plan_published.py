@@ -81,8 +81,10 @@ def test_nemotron_340b_is_not_feasible_in_tpcalc_and_says_by_how_much():
 # Megatron-Bridge 26.04.01 performance summary, Llama 3.1 405B on 256 GB200 (MXFP8): PP16 VP8 is
 # 128 virtual stages for 126 decoder layers. The recipe counts the embedding and the loss as
 # layers (recipes/llama/llama3.py llama31_405b_pretrain_config @ 21d102f, lines 1146-1147,
-# recorded in runs.yaml), one slot per virtual stage, and so does the check: feasible at 174.9 GB
-# of the 186 GB card. Without those two options the even split refuses the layout.
+# recorded in runs.yaml), one slot per virtual stage, and so does the check: feasible at 175.3 GB
+# of the 186 GB card (174.9 GB with BF16 weights; its MXFP8 primary weights, fp8_param_gather,
+# keep both copies and their E8M0 scales, 1/16 B per weight more: tests/test_fp8_params.py).
+# Without those two options the even split refuses the layout.
 def test_llama31_405b_vp8_is_feasible_with_the_recipes_accounted_split():
     from msgspec.structs import replace
 
@@ -90,7 +92,7 @@ def test_llama31_405b_vp8_is_feasible_with_the_recipes_accounted_split():
     assert item.case.options.embedding_in_split and item.case.options.loss_in_split
     ch = check(item, _echo(1.0))
     assert ch.feasible, ch.why()
-    assert ch.memory_bytes / 1e9 == pytest.approx(174.9, abs=0.05)
+    assert ch.memory_bytes / 1e9 == pytest.approx(175.3, abs=0.05)
     even = replace(item.case.options, embedding_in_split=False, loss_in_split=False)
     item_even = replace(
         item, case=replace(item.case, options=even),

@@ -4,7 +4,9 @@ For every published run tpcalc computes (tpcalc/validation/runs.yaml), the plann
 model on the same GPUs, sequence and global batch; the table shows the published layout, the
 planner's pick, both predicted step times, the published layout's rank, and whether the three
 checks hold (feasible; top 10 or within 5% of the best; the pick at least as fast), with the
-reason where they do not. It runs one plan per row (minutes for the whole table), so the test
+reason where they do not. Memory is priced with each row's stated memory options, FP8 primary
+weights included (``tpcalc.reports.plan_published.published``), for the published layout and the
+planner's candidates alike. It runs one plan per row (minutes for the whole table), so the test
 suite checks a representative subset (tests/test_plan_published.py) and this tool the rest.
 """
 

@@ -148,6 +148,15 @@ class StateRecipe(str, Enum):
     bf16_grads_moments = "bf16-grads-moments"
     fp8_params = "fp8-params"
     fp8_params_bf16_moments = "fp8-params-bf16-moments"
+    # Transformer Engine FP8 primary weights as each format and GPU stores them
+    # (tpcalc.calc.params.states.WEIGHT_STORAGE): per-tensor FP8 with its transpose (Hopper),
+    # MXFP8 (both copies + E8M0 scales); the -bf16-grads variants keep BF16 gradients
+    # (grad_reduce_in_fp32 = False, as Megatron-Bridge's performance recipes set it).
+    fp8_params_transpose = "fp8-params-transpose"
+    mxfp8_params = "mxfp8-params"
+    fp8_params_bf16_grads = "fp8-params-bf16-grads"
+    fp8_params_transpose_bf16_grads = "fp8-params-transpose-bf16-grads"
+    mxfp8_params_bf16_grads = "mxfp8-params-bf16-grads"
 
 
 class TimeModel(str, Enum):
@@ -163,3 +172,14 @@ class PlanObjective(str, Enum):
     time = "time"  # shortest predicted step time
     memory = "memory"  # lowest memory per rank; step time breaks ties
     gpus = "gpus"  # fewest GPUs whose best layout reaches --target-step-time
+
+
+class Fp8Format(str, Enum):
+    """How Transformer Engine scales an FP8 tensor, which sets how an FP8 weight is stored.
+
+    ``per-tensor``: one FP32 scale per tensor (delayed and current scaling; TE ``Float8Tensor``).
+    ``mxfp8``: one E8M0 scale per 32 elements, rowwise and columnwise copies (``MXFP8Tensor``).
+    """
+
+    per_tensor = "per-tensor"
+    mxfp8 = "mxfp8"

@@ -159,7 +159,10 @@ StateRecipeOpt = Annotated[
         "megatron18 = 2+4+12 with fp32 grads (Megatron); bf16-moments = 2+4+4+2+2 "
         "(--use-precision-aware-optimizer, DeepSeek-V3 §3.3.3); bf16-grads-moments = 2+2+4+2+2; "
         "fp8-params = 1+4+12 (TE FP8 param gather); fp8-params-bf16-moments = 1+4+4+2+2. "
-        "Example: --state-recipe bf16-moments",
+        "FP8 weights as Transformer Engine stores them: fp8-params is per-tensor FP8 on "
+        "Blackwell; fp8-params-transpose = 2+4+12 (per-tensor FP8 on Hopper keeps a transpose); "
+        "mxfp8-params = 2.0625+4+12 (MXFP8: two copies + E8M0 scales); the -bf16-grads variants "
+        "take 2-byte grads. Example: --state-recipe bf16-moments",
     ),
 ]
 UnevenOpt = Annotated[

@@ -9,7 +9,9 @@ cases), plan the same model on the same GPUs, sequence and global batch, then ch
 
 The published layout's step time is ``tpcalc validate``'s prediction (the calibrated one);
 whether it fits is judged with the memory options its source states (a row's ``validate_time``
-case prices time only): Megatron FSDP as ZeRO-3, CPU offloading of activations, full recompute.
+case prices time only): Megatron FSDP as ZeRO-3, CPU offloading of activations, full recompute,
+and FP8 primary weights where the recipe sets ``fp8_param_gather`` (``recipe.precision``),
+stored as Transformer Engine stores that FP8 format on that card (``states.weight_storage``).
 Where a check fails, ``why`` says what differs, and lists the options the source
 states that tpcalc does not model (``UNMODELLED``), each a fact of the row's recipe.
 """
@@ -24,11 +26,18 @@ from msgspec.structs import replace
 
 from tpcalc.calc.dp.zero import ZeroStage
 from tpcalc.calc.layout.groups import layout_problems
+from tpcalc.calc.params.states import fp8_format, with_fp8_params
 from tpcalc.calc.plan.inverse import worst_rank_bytes
 from tpcalc.calc.time.step import STEP_PARTS, StepTime, TimeOptions, hand_split, step_time
 from tpcalc.catalog import load_hardware, load_model
 from tpcalc.choices import Recompute
-from tpcalc.reports.validate_time import Case, case_of, load_runs, recipe_options
+from tpcalc.reports.validate_time import (
+    Case,
+    case_of,
+    load_runs,
+    precision_options,
+    recipe_options,
+)
 from tpcalc.terms import Report, Row, Scalar, Term, Unit, term
 from tpcalc.units import GB
 
@@ -78,6 +87,10 @@ def published(row: dict[str, Any]) -> Published | str:
         run = replace(run, recompute=Recompute.full)
     if offload := recipe.get("cpu_offloading_num_layers"):
         run = replace(run, memory=replace(run.memory, offload_layers=int(offload)))
+    precision = precision_options(row)
+    if precision.get("fp8_param_gather"):  # FP8 primary weights, stored as format and card say
+        fmt = fp8_format(str(precision.get("fp8_recipe")))
+        run = replace(run, recipe=with_fp8_params(run.recipe, fmt, case.hardware))
     unmodelled = tuple(
         text
         for key, text in UNMODELLED.items()
@@ -208,7 +221,8 @@ def check(item: Published, planner: Callable[[Published], Pick]) -> Check:
 
 def engine_planner(top_k: int = TOP_K) -> Callable[[Published], Pick]:
     """The planner (``tpcalc.calc.plan``) on a published run's question: same model, hardware,
-    GPUs, NVLink domain, sequence, global batch, dtype, state recipe, memory techniques and
+    GPUs, NVLink domain, sequence, global batch, dtype, state recipe (the published layout's
+    memory recipe: FP8 primary weights where the recipe sets them), memory techniques and
     stage-split rule (the recipe's embedding and loss accounting); the layout, ZeRO stage,
     recompute and overlaps searched."""
 
@@ -220,7 +234,8 @@ def engine_planner(top_k: int = TOP_K) -> Callable[[Published], Pick]:
         request = build_request(
             load_model(c.model), load_hardware(c.hardware), gpus=c.gpus, seq=c.run.seq,
             global_batch=item.global_batch, gpus_per_node=c.layout.gpus_per_node,
-            recipe=c.run.recipe, dtype=c.run.dtype, memory=c.run.memory, top_k=top_k,
+            recipe=item.memory_case.run.recipe, dtype=c.run.dtype, memory=c.run.memory,
+            top_k=top_k,
             time_options=TimeOptions(
                 overlap=c.options.overlap, embedding_in_split=c.options.embedding_in_split,
                 loss_in_split=c.options.loss_in_split,
@@ -265,6 +280,7 @@ def _row(ch: Check) -> Row:
         "id": c.id, "model": c.model, "hardware": c.hardware, "gpus": c.gpus, "seq": c.run.seq,
         "global_batch": ch.item.global_batch,
         "published": choice_text(choice(ch.item.memory_case.layout, ch.item.memory_case.run)),
+        "state_recipe": ch.item.memory_case.run.recipe.value,
         "pick": choice_text(ch.pick.choices[0]) if ch.pick.choices else None,
     }  # fmt: skip
     terms: list[Term] = [

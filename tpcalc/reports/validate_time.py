@@ -205,6 +205,16 @@ def recipe_options(row: dict[str, Any]) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def precision_options(row: dict[str, Any]) -> dict[str, Any]:
+    """The mixed-precision facts of a row's recipe (``recipe.precision``: compute dtype,
+    ``fp8_recipe``, ``fp8_param_gather``), or nothing. Read whether or not the preset's layout
+    matches the row (``disagrees_with_row``): the precision config follows the compute dtype
+    the table prints, not the preset's layout fields. Memory only: the step-time model does not
+    read them."""
+    recipe = row.get("recipe") or {}
+    return {k: v for k, v in (recipe.get("precision") or {}).items() if k != "source"}
+
+
 def predict(case: Case) -> StepTime:
     """The step-time model on one case."""
     spec, hw = load_model(case.model), load_hardware(case.hardware)

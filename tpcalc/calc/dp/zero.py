@@ -109,7 +109,8 @@ def zero_comm_parts(params: int, recipe: StateRecipe, stage: ZeroStage, n: int) 
     check_params(params)
     check_group(n)
     rb = recipe_bytes(recipe)
-    grads, weights = params * rb.grad_bytes, params * rb.weight_bytes
+    # weights: what the parameter all-gather moves (FP8 data only, not its transpose)
+    grads, weights = params * rb.grad_bytes, params * rb.weight_gather_bytes
     rs = ring_factor(Collective.reduce_scatter, n)
     ag = ring_factor(Collective.all_gather, n)
     if stage is ZeroStage.none:
@@ -224,7 +225,7 @@ def zero_comm(
         n=n,
         params=params,
         grad_bytes_per_param=rb.grad_bytes,
-        weight_bytes_per_param=rb.weight_bytes,
+        weight_bytes_per_param=rb.weight_gather_bytes,
         all_reduce_grads_send_bytes=parts.all_reduce_grads_bytes,
         reduce_scatter_grads_send_bytes=parts.reduce_scatter_grads_bytes,
         all_gather_params_update_send_bytes=parts.all_gather_params_update_bytes,

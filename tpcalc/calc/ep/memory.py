@@ -48,14 +48,14 @@ class ExpertMemory(Struct, frozen=True):
     recipe: StateRecipe
     n_routed_experts: int
     expert_params: int  # one expert's MLP
-    weight_bytes_per_param: int
-    state_bytes_per_param: int
+    weight_bytes_per_param: float
+    state_bytes_per_param: float
     experts_per_rank: int
     moe_layers: int
     routed_expert_params: int
     routed_expert_params_per_rank: int
-    expert_weights_bytes_per_rank: int
-    expert_states_bytes_per_rank: int
+    expert_weights_bytes_per_rank: float
+    expert_states_bytes_per_rank: float
 
 
 def expert_memory(spec: ModelSpec, ep: int, recipe: StateRecipe, *, etp: int = 1) -> ExpertMemory:

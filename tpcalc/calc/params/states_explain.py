@@ -28,7 +28,8 @@ def part_explanations(source: str, total: str = STATES_TOTAL) -> dict[str, Expla
     inputs = {
         "params": Explanation("N", Unit.params, "parameters this rank's group holds", source),
         "weight_bytes_per_param": Explanation(
-            "weight bytes per parameter", Unit.bytes, "bytes(weight dtype)", source
+            "weight bytes per parameter", Unit.bytes,
+            "bytes(weight dtype); FP8 weights: copies × (1 + scale bytes per element)", source,
         ),
         "grad_bytes_per_param": Explanation(
             "gradient bytes per parameter", Unit.bytes, "bytes(grad dtype)", source
