@@ -181,27 +181,20 @@ class StageSplit(Struct, frozen=True, kw_only=True):
     embedding_in_split: bool = False  # --account-for-embedding-in-pipeline-split
     loss_in_split: bool = False  # --account-for-loss-in-pipeline-split
 
-    @property
-    def by_hand(self) -> bool:
-        return (
-            self.first_stage_layers is not None or self.last_stage_layers is not None
-            or self.pipeline_layout is not None or self.embedding_in_split or self.loss_in_split
-        )  # fmt: skip
-
     def counts(self, num_layers: int, pp: int, vpp: int) -> tuple[int, ...] | None:
-        """The decoder layers of each of the pp·vpp virtual stages, None for the even split;
-        raises a one-line TpcalcError when the split does not fit this pp and vpp."""
-        if not self.by_hand:
-            return None
-        from tpcalc.calc.pipeline.schedule import stage_split
+        """The decoder layers of each of the pp·vpp virtual stages, None for the even split
+        (``step.hand_split``, the road ``tpcalc layout`` takes); raises a one-line TpcalcError
+        when the split does not fit this pp and vpp."""
         from tpcalc.calc.time.pipeline_layout import parse_pipeline_layout
+        from tpcalc.calc.time.step import TimeOptions, hand_split
 
         text = self.pipeline_layout
-        return stage_split(
-            num_layers, pp, vpp, first=self.first_stage_layers, last=self.last_stage_layers,
-            chunks=parse_pipeline_layout(text, pp * vpp) if text else None,
-            embedding=self.embedding_in_split, loss=self.loss_in_split,
+        opts = TimeOptions(
+            first_stage_layers=self.first_stage_layers, last_stage_layers=self.last_stage_layers,
+            chunk_layers=parse_pipeline_layout(text, pp * vpp) if text else None,
+            embedding_in_split=self.embedding_in_split, loss_in_split=self.loss_in_split,
         )  # fmt: skip
+        return hand_split(opts, num_layers, pp, vpp)
 
     def echo(self) -> dict[str, int | str | bool | None]:
         return {
