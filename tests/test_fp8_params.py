@@ -11,6 +11,8 @@ fp8_param_gather = True (mixed_precision.py at the recipe commits).
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import yaml
 
@@ -20,11 +22,13 @@ from tpcalc.calc.params.states import (
     MXFP8_BOTH,
     fp8_format,
     fp8_params_recipe,
+    fp8_storage_note,
     non_tn_fp8_gemm,
     recipe_bytes,
     weight_storage,
     with_fp8_params,
 )
+from tpcalc.catalog import load_hardware
 from tpcalc.choices import Fp8Format, StateRecipe
 from tpcalc.errors import InputError
 from tpcalc.reports.validate_time import load_runs, precision_options
@@ -48,7 +52,7 @@ from tpcalc.units import Dtype
     ],
 )  # fmt: skip
 def test_weight_storage_by_format_and_card(fmt, hardware, storage, bytes_per_param):
-    got = weight_storage(fmt, hardware)
+    got = weight_storage(fmt, load_hardware(hardware))
     assert got == storage
     assert got.bytes_per_param == bytes_per_param  # exact: sums of powers of two
 
@@ -58,12 +62,86 @@ def test_weight_storage_by_format_and_card(fmt, hardware, storage, bytes_per_par
     [
         (Fp8Format.mxfp8, "h100-sxm", "valid format there: per-tensor"),
         (Fp8Format.per_tensor, "a100-80g", "has no FP8"),
-        (Fp8Format.per_tensor, "tpu-v5", "valid: a100-80g"),
     ],
 )  # fmt: skip
 def test_unsupported_format_or_card_is_an_input_error(fmt, hardware, says):
     with pytest.raises(InputError, match=says):
-        weight_storage(fmt, hardware)
+        weight_storage(fmt, load_hardware(hardware))
+
+
+def test_a_card_without_a_compute_capability_says_what_to_add():
+    bare = load_hardware("h100-sxm").model_copy(update={"compute_capability": None})
+    with pytest.raises(InputError, match=r"add compute_capability: \{value: \"9.0\""):
+        weight_storage(Fp8Format.per_tensor, bare)
+    assert fp8_storage_note(StateRecipe.fp8_params, bare) is None  # nothing to check against
+
+
+# Every built-in card states its compute capability with a source (NVIDIA's CUDA GPUs table).
+@pytest.mark.parametrize(
+    ("hardware", "cc"),
+    [("a100-80g", (8, 0)), ("h100-sxm", (9, 0)), ("h200", (9, 0)), ("h800", (9, 0)),
+     ("b200", (10, 0)), ("gb200", (10, 0))],
+)  # fmt: skip
+def test_built_in_cards_state_their_compute_capability(hardware, cc):
+    got = load_hardware(hardware).compute_capability
+    assert got is not None and got.major_minor == cc and "cuda-gpus" in got.source
+
+
+@pytest.mark.parametrize("value", ["9", "9.0.1", "nine", "9.10", ""])
+def test_compute_capability_must_be_major_dot_minor(value):
+    from pydantic import ValidationError
+
+    from tpcalc.specs.hardware import SourcedCapability
+
+    with pytest.raises(ValidationError):
+        SourcedCapability(value=value, source="x")
+
+
+# --- the recipe a card keeps, said when the user picked another ------------------------------
+@pytest.mark.parametrize(
+    ("recipe", "hardware", "says"),
+    [
+        (StateRecipe.fp8_params, "h100-sxm", "keeps 2 B .*--state-recipe fp8-params-transpose "
+         "prices that"),
+        (StateRecipe.fp8_params_bf16_grads, "h800",
+         "--state-recipe fp8-params-transpose-bf16-grads prices that"),
+        (StateRecipe.fp8_params_transpose, "b200", "keeps 1 B .*--state-recipe fp8-params "
+         "prices that"),
+        (StateRecipe.mxfp8_params, "h100-sxm", "valid format there: per-tensor"),
+        (StateRecipe.fp8_params, "a100-80g", "has no FP8"),
+        # no transpose variant keeps BF16 moments: the bytes are said, no recipe offered
+        (StateRecipe.fp8_params_bf16_moments, "h100-sxm", r"keeps 2 B \(per-tensor FP8, data "
+         r"\+ transpose(?!.*prices that)"),
+    ],
+)  # fmt: skip
+def test_storage_note_names_what_the_card_keeps(recipe, hardware, says):
+    note = fp8_storage_note(recipe, load_hardware(hardware))
+    assert note is not None and re.search(says, note), note
+
+
+@pytest.mark.parametrize(
+    ("recipe", "hardware"),
+    [(StateRecipe.fp8_params, "b200"), (StateRecipe.fp8_params_transpose, "h100-sxm"),
+     (StateRecipe.mxfp8_params, "gb200"), (StateRecipe.zero16, "a100-80g"),
+     (StateRecipe.megatron18, "h100-sxm")],
+)  # fmt: skip
+def test_storage_note_is_silent_when_the_recipe_is_what_the_card_keeps(recipe, hardware):
+    assert fp8_storage_note(recipe, load_hardware(hardware)) is None
+
+
+def test_the_note_reaches_stderr_and_json_stays_clean():
+    import json
+
+    from typer.testing import CliRunner
+
+    from tpcalc.cli import app
+
+    args = ["memory", "-m", "llama3-8b", "--hardware", "h100-sxm", "--tp", "1",
+            "--state-recipe", "fp8-params", "--format", "json"]  # fmt: skip
+    out = CliRunner().invoke(app, args)
+    assert out.exit_code == 0, out.output
+    json.loads(out.stdout)
+    assert "--state-recipe fp8-params-transpose prices that" in out.stderr
 
 
 # TE nvte_is_non_tn_fp8_gemm_supported: [10.0, 12.0) or >= 13.0.
@@ -133,17 +211,18 @@ def test_zero_all_gather_prices_the_fp8_data_not_its_transpose():
     ],
 )  # fmt: skip
 def test_with_fp8_params_keeps_the_gradients(base, fmt, hardware, want):
-    got = with_fp8_params(base, fmt, hardware)
+    hw = load_hardware(hardware)
+    got = with_fp8_params(base, fmt, hw)
     assert got is want
     assert recipe_bytes(got).grad_dtype is recipe_bytes(base).grad_dtype
-    assert fp8_params_recipe(fmt, hardware, recipe_bytes(base).grad_dtype) is want
+    assert fp8_params_recipe(fmt, hw, recipe_bytes(base).grad_dtype) is want
 
 
 def test_with_fp8_params_refuses_bf16_moments():
     with pytest.raises(InputError, match="valid: zero16, megatron18"):
-        with_fp8_params(StateRecipe.bf16_moments, Fp8Format.per_tensor, "gb200")
+        with_fp8_params(StateRecipe.bf16_moments, Fp8Format.per_tensor, load_hardware("gb200"))
     with pytest.raises(InputError, match="fp32 or bf16 grads"):
-        fp8_params_recipe(Fp8Format.per_tensor, "gb200", Dtype.fp8)
+        fp8_params_recipe(Fp8Format.per_tensor, load_hardware("gb200"), Dtype.fp8)
 
 
 @pytest.mark.parametrize(

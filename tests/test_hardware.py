@@ -57,6 +57,10 @@ def test_config_loads_and_is_named_after_its_file(name):
     assert hw.display_name.strip()
 
 
+# Fields whose value is a version, not a number: the CUDA compute capability.
+VERSION_FIELDS = ("compute_capability",)
+
+
 @pytest.mark.parametrize("name", yaml_names())
 def test_every_number_is_a_yaml_number_not_a_string(name):
     # PyYAML reads `80e9` as the string "80e9"; pydantic would quietly coerce it. Keep the files
@@ -65,6 +69,9 @@ def test_every_number_is_a_yaml_number_not_a_string(name):
         for field, entry in block.items():
             if isinstance(entry, dict) and "value" in entry:
                 value = entry["value"]
+                if field in VERSION_FIELDS:  # "major.minor", quoted so 10.0 stays "10.0"
+                    assert isinstance(value, str), f"{name}.{prefix}{field}: {value!r}"
+                    continue
                 assert isinstance(value, int | float), f"{name}.{prefix}{field}: {value!r}"
             elif isinstance(entry, dict):  # a nested block: performance, performance.fitted
                 walk(f"{prefix}{field}.", entry)

@@ -90,7 +90,7 @@ def published(row: dict[str, Any]) -> Published | str:
     precision = precision_options(row)
     if precision.get("fp8_param_gather"):  # FP8 primary weights, stored as format and card say
         fmt = fp8_format(str(precision.get("fp8_recipe")))
-        run = replace(run, recipe=with_fp8_params(run.recipe, fmt, case.hardware))
+        run = replace(run, recipe=with_fp8_params(run.recipe, fmt, load_hardware(case.hardware)))
     unmodelled = tuple(
         text
         for key, text in UNMODELLED.items()

@@ -41,6 +41,7 @@ from __future__ import annotations
 from msgspec import Struct, field
 
 from tpcalc.calc.layout.groups import LayoutRun, MemoryTechniques, ParallelLayout
+from tpcalc.calc.params.states import fp8_storage_note
 from tpcalc.choices import ActivationModel, Recompute, Schedule, StateRecipe
 from tpcalc.reports.inputs import node_size, positive, seq_warnings
 from tpcalc.specs import HardwareSpec, ModelSpec
@@ -92,7 +93,8 @@ class Workload(Struct, frozen=True, kw_only=True):
 
         spec = load_model(model) if isinstance(model, str) else model
         hw = load_hardware(hardware) if isinstance(hardware, str) else hardware
-        warnings = tuple(seq_warnings(spec, seq))
+        note = fp8_storage_note(recipe, hw)
+        warnings = (*seq_warnings(spec, seq), *([note] if note else []))
         return cls(
             spec=spec,
             hw=hw,

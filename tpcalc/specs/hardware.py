@@ -36,6 +36,20 @@ class SourcedCount(BaseModel):
     source: str
 
 
+class SourcedCapability(BaseModel):
+    """A CUDA compute capability, "major.minor" (e.g. "9.0"), and where it comes from."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    value: Annotated[str, Field(pattern=r"^[0-9]{1,2}\.[0-9]$")]
+    source: str
+
+    @property
+    def major_minor(self) -> tuple[int, int]:
+        major, minor = self.value.split(".")
+        return int(major), int(minor)
+
+
 class SourcedSeconds(BaseModel):
     """A latency: zero is allowed (the seeds price bandwidth only), negative is not."""
 
@@ -70,3 +84,6 @@ class HardwareSpec(BaseModel):
     performance: PerformanceSpec | None = None
     # GPU <-> host memory, one direction (PCIe or NVLink-C2C): activation offloading (issue 10)
     host_bandwidth_bytes_per_s: Sourced | None = None
+    # CUDA compute capability: which FP8 formats Transformer Engine runs and how it stores FP8
+    # weights (tpcalc.calc.params.states.weight_storage)
+    compute_capability: SourcedCapability | None = None

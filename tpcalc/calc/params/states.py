@@ -25,6 +25,7 @@ from msgspec import Struct
 
 from tpcalc.choices import Fp8Format, StateRecipe
 from tpcalc.errors import InputError
+from tpcalc.specs import HardwareSpec
 from tpcalc.units import Dtype
 
 # Adam keeps two moments per parameter (Kingma & Ba 2015): m and v.
@@ -233,15 +234,6 @@ RECIPES: dict[StateRecipe, StateBytes] = {
 }
 
 
-# Compute capability (major, minor) of the built-in cards: NVIDIA, "CUDA GPUs - Compute
-# Capability" (developer.nvidia.com/cuda-gpus): A100 8.0; H100, H200, H800 9.0; B200, GB200 10.0.
-COMPUTE_CAPABILITY: dict[str, tuple[int, int]] = {
-    "a100-80g": (8, 0), "h100-sxm": (9, 0), "h200": (9, 0), "h800": (9, 0), "b200": (10, 0),
-    "gb200": (10, 0),
-}  # fmt: skip
-COMPUTE_CAPABILITY_SOURCE = (
-    "NVIDIA CUDA GPUs compute capability table (developer.nvidia.com/cuda-gpus)"
-)
 # Transformer Engine's gates (pytorch/quantization.py check_fp8_support, check_mxfp8_support @
 # release_v2.9 lines 47-67): FP8 from 8.9, MXFP8 on 10.0 up to (not including) 12.0.
 FP8_MIN_CAPABILITY = (8, 9)
@@ -250,15 +242,15 @@ MXFP8_CAPABILITIES = ((10, 0), (12, 0))
 NON_TN_CAPABILITIES = (((10, 0), (12, 0)), ((13, 0), (99, 0)))
 
 
-def compute_capability(hardware: str) -> tuple[int, int]:
-    """The compute capability of a built-in card (``COMPUTE_CAPABILITY``)."""
-    if hardware not in COMPUTE_CAPABILITY:
-        known = ", ".join(COMPUTE_CAPABILITY)
+def compute_capability(hw: HardwareSpec) -> tuple[int, int]:
+    """The card's compute capability (its config's ``compute_capability``, sourced)."""
+    if hw.compute_capability is None:
         raise InputError(
-            f"hardware={hardware!r}: its compute capability is not known for FP8 weight "
-            f"storage; valid: {known}"
+            f"hardware {hw.name}: FP8 weight storage needs its compute capability; add "
+            'compute_capability: {value: "9.0", source: ...} to its config (see '
+            "configs/hardware/h100-sxm.yaml)"
         )
-    return COMPUTE_CAPABILITY[hardware]
+    return hw.compute_capability.major_minor
 
 
 def non_tn_fp8_gemm(capability: tuple[int, int]) -> bool:
@@ -267,11 +259,12 @@ def non_tn_fp8_gemm(capability: tuple[int, int]) -> bool:
     return any(lo <= capability < hi for lo, hi in NON_TN_CAPABILITIES)
 
 
-def weight_storage(fmt: Fp8Format, hardware: str) -> WeightStorage:
-    """How Transformer Engine stores an FP8 primary weight of format ``fmt`` on ``hardware``
+def weight_storage(fmt: Fp8Format, hw: HardwareSpec) -> WeightStorage:
+    """How Transformer Engine stores an FP8 primary weight of format ``fmt`` on ``hw``
     during training: per-tensor FP8 keeps its transpose on TN-only GPUs (Hopper) and not on
     Blackwell; MXFP8 keeps both copies with their scales (sources: each ``WeightStorage``)."""
-    cc = compute_capability(hardware)
+    cc = compute_capability(hw)
+    hardware = hw.name
     if cc < FP8_MIN_CAPABILITY:
         raise InputError(
             f"hardware={hardware!r} (compute capability {cc[0]}.{cc[1]}) has no FP8: Transformer "
@@ -300,12 +293,12 @@ FP8_PARAM_RECIPES: dict[tuple[str, Dtype], StateRecipe] = {
 }
 
 
-def fp8_params_recipe(fmt: Fp8Format, hardware: str, grads: Dtype = Dtype.fp32) -> StateRecipe:
-    """The state recipe of FP8 primary weights of format ``fmt`` on ``hardware`` with
+def fp8_params_recipe(fmt: Fp8Format, hw: HardwareSpec, grads: Dtype = Dtype.fp32) -> StateRecipe:
+    """The state recipe of FP8 primary weights of format ``fmt`` on ``hw`` with
     ``grads`` gradients (bf16 or fp32), FP32 master weights and Adam moments."""
     if grads not in (Dtype.fp32, Dtype.bf16):
         raise InputError(f"grads={grads.value}: FP8-parameter recipes keep fp32 or bf16 grads")
-    return FP8_PARAM_RECIPES[(weight_storage(fmt, hardware).name, grads)]
+    return FP8_PARAM_RECIPES[(weight_storage(fmt, hw).name, grads)]
 
 
 # Transformer Engine / Megatron-Bridge names of the FP8 recipes (MixedPrecisionConfig.fp8_recipe)
@@ -328,9 +321,9 @@ def fp8_format(fp8_recipe: str) -> Fp8Format:
     return FP8_RECIPE_FORMATS[fp8_recipe]
 
 
-def with_fp8_params(recipe: StateRecipe, fmt: Fp8Format, hardware: str) -> StateRecipe:
+def with_fp8_params(recipe: StateRecipe, fmt: Fp8Format, hw: HardwareSpec) -> StateRecipe:
     """``recipe`` with its weights kept as FP8 primary weights of format ``fmt`` on
-    ``hardware`` (``fp8_params_recipe``): its gradients stay; it must keep FP32 master weights
+    ``hw`` (``fp8_params_recipe``): its gradients stay; it must keep FP32 master weights
     and Adam moments (zero16, megatron18 or an FP8-parameter recipe)."""
     rb = recipe_bytes(recipe)
     if rb.master_dtype is not Dtype.fp32 or rb.moment_dtype is not Dtype.fp32:
@@ -338,7 +331,43 @@ def with_fp8_params(recipe: StateRecipe, fmt: Fp8Format, hardware: str) -> State
             f"state recipe {recipe.value}: FP8 parameters are priced with FP32 master weights "
             "and moments only; valid: zero16, megatron18"
         )
-    return fp8_params_recipe(fmt, hardware, rb.grad_dtype)
+    return fp8_params_recipe(fmt, hw, rb.grad_dtype)
+
+
+def _fp8_storage(rb: StateBytes) -> WeightStorage:
+    """The storage an FP8-weight recipe prices: its own, or per-tensor data only (1 B)."""
+    return rb.weight_storage or FP8_DATA
+
+
+def fp8_storage_note(recipe: StateRecipe, hw: HardwareSpec) -> str | None:
+    """Why ``recipe``'s FP8 weights are not what Transformer Engine keeps on ``hw``
+    (``weight_storage``), and the recipe that prices what it keeps; None when they are, when
+    the recipe keeps no FP8 weights or when the card states no compute capability. The 1-byte
+    recipes without a named storage (fp8-params, fp8-params-bf16-moments) are per-tensor FP8,
+    data only."""
+    rb = recipe_bytes(recipe)
+    if rb.weight_dtype is not Dtype.fp8 or hw.compute_capability is None:
+        return None
+    priced = _fp8_storage(rb)
+    fmt = Fp8Format.mxfp8 if priced is MXFP8_BOTH else Fp8Format.per_tensor
+    try:
+        kept = weight_storage(fmt, hw)
+    except InputError as exc:
+        return f"--state-recipe {recipe.value}: {exc}"
+    if kept is priced:
+        return None
+    note = (
+        f"--state-recipe {recipe.value} prices {priced.bytes_per_param:g} B per weight "
+        f"({priced.name}); on {hw.name} Transformer Engine keeps {kept.bytes_per_param:g} B "
+        f"({kept.name})"
+    )
+    rest = (rb.grad_dtype, rb.master_dtype, rb.moment_dtype)
+    same = [
+        r for r, b in RECIPES.items()
+        if b.weight_dtype is Dtype.fp8 and _fp8_storage(b) is kept
+        and (b.grad_dtype, b.master_dtype, b.moment_dtype) == rest
+    ]  # fmt: skip
+    return f"{note}: --state-recipe {same[0].value} prices that" if same else note
 
 
 def recipe_bytes(recipe: StateRecipe) -> StateBytes:
