@@ -282,12 +282,18 @@ class Check(Struct, frozen=True):
             reasons.append(self._held_text(self.held))
         best_s = self.best_step_s
         if self.feasible and best_s is not None and not self.pick_as_fast:
-            offload = self.item.memory_case.run.memory.offload_layers
-            unsearched = f" ({offload} layers' activations on the host)" if offload else ""
+            opts = self.item.case.options
+            unsearched = [
+                what for what, used in (
+                    ("a hand-set stage layout", opts.chunk_layers is not None),
+                    (f"block recompute of {opts.recompute_layers} layers",
+                     opts.recompute_layers is not None),
+                ) if used
+            ]  # fmt: skip
+            uses = f" ({', '.join(unsearched)})" if unsearched else ""
             reasons.append(
                 f"the published layout is predicted {1 - self.published_step_s / best_s:.1%} "
-                f"faster than the pick: it fits with options the planner does not search"
-                f"{unsearched}"
+                f"faster than the pick: it uses options the planner does not search{uses}"
             )
         if reasons and self.item.unmodelled:
             reasons.append("not modelled: " + "; ".join(self.item.unmodelled))
@@ -335,7 +341,8 @@ def check(
 def engine_planner(top_k: int = TOP_K, *, hold_zero: bool = False) -> Callable[[Published], Pick]:
     """The planner (``tpcalc.calc.plan``) on a published run's question: same model, hardware,
     GPUs, NVLink domain, sequence, global batch, dtype, state recipe (the published layout's
-    memory recipe: FP8 primary weights where the recipe sets them), memory techniques and
+    memory recipe: FP8 primary weights where the recipe sets them), memory techniques (those the
+    published layout is judged with: activation offloading where the recipe sets it) and
     stage-split rule (the recipe's embedding and loss accounting); the layout, ZeRO stage
     (pinned to the published one with ``hold_zero``), recompute and overlaps searched."""
 
@@ -343,12 +350,12 @@ def engine_planner(top_k: int = TOP_K, *, hold_zero: bool = False) -> Callable[[
         from tpcalc.calc.plan.request import build_request
         from tpcalc.calc.plan.search import plan
 
-        c = item.case
+        c, m = item.case, item.memory_case
         request = build_request(
             load_model(c.model), load_hardware(c.hardware), gpus=c.gpus, seq=c.run.seq,
             global_batch=item.global_batch, gpus_per_node=c.layout.gpus_per_node,
-            recipe=item.memory_case.run.recipe, dtype=c.run.dtype, memory=c.run.memory,
-            top_k=top_k, pins={"zero": [int(item.memory_case.layout.zero)]} if hold_zero else None,
+            recipe=m.run.recipe, dtype=c.run.dtype, memory=m.run.memory,
+            top_k=top_k, pins={"zero": [int(m.layout.zero)]} if hold_zero else None,
             time_options=TimeOptions(
                 overlap=c.options.overlap, embedding_in_split=c.options.embedding_in_split,
                 loss_in_split=c.options.loss_in_split,
