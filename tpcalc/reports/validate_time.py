@@ -128,7 +128,8 @@ def case_of(row: dict[str, Any]) -> Case | str:
     run = LayoutRun(
         seq=row["seq_length"], microbatches=microbatches, micro_batch=mbs, vpp=vp,
         schedule=Schedule.interleaved if vp > 1 else Schedule.one_f_one_b,
-        sp=tp > 1, recompute=Recompute.none, dtype=Dtype(row["dtype"]),
+        sp=tp > 1 and row.get("sequence_parallel") is not False,
+        recompute=Recompute.none, dtype=Dtype(row["dtype"]),
         memory=MemoryTechniques(recompute_modules=modules, mtp=_trains_mtp(row, recipe)),
     )  # fmt: skip
     overlap = Overlap(
@@ -136,6 +137,10 @@ def case_of(row: dict[str, Any]) -> Case | str:
         ep_a2a=bool(
             recipe.get("moe_a2a_overlap") or recipe.get("overlap_moe_expert_parallel_comm")
         ),
+        # a recipe that turns the DDP overlaps off (ddp.overlap_grad_reduce / overlap_param_gather
+        # = False, e.g. Megatron-Bridge perf_recipes DeepSeek-V3 H100) exposes them
+        dp_grad_reduce=recipe.get("overlap_grad_reduce") is not False,
+        dp_param_gather=recipe.get("overlap_param_gather") is not False,
     )
     options = TimeOptions(
         overlap=overlap, recompute_layers=recompute_layers,

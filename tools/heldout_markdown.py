@@ -1,0 +1,77 @@
+"""Print the README's held-out table from `tpcalc validate` (python tools/heldout_markdown.py).
+
+One row per run of tpcalc/validation/heldout.yaml (Megatron-Bridge model verification cards, no
+row used by any fit): the card item, GPUs, layout, measured and predicted tokens/s/GPU and the
+error, then the mean |error| of the dense and of the MoE rows. "same layout in runs.yaml" names
+the performance-summary editions of the shipped rows of the same model, card and layout (any
+dtype), marked "fit" where that row fitted a constant: a held-out measurement of a layout the
+fit has seen.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+from tpcalc.catalog import load_hardware
+from tpcalc.reports.validate_time import Case, layout_text, load_runs, mean_abs, outcomes
+
+HELDOUT = Path(str(resources.files("tpcalc") / "validation" / "heldout.yaml"))
+
+
+def card_of(row: dict) -> str:
+    """`<model dir> <item>` of the card a row was read from."""
+    model_dir = row["source"]["path"].split("/")[-2]
+    return f"{model_dir} `{row['source']['item']}`"
+
+
+def fitted_ids() -> set[str]:
+    """Every runs.yaml row a card's constant was fitted on (named in its config's source)."""
+    ids: set[str] = set()
+    for name in ("h100-sxm", "b200", "gb200"):
+        fitted = load_hardware(name).performance.fitted
+        for entry in (fitted.compute_scale, fitted.moe_layer_overhead_s):
+            if entry is not None:
+                ids |= {i.strip() for i in entry.source.split("rows: ", 1)[-1].split(", ")}
+    return ids
+
+
+def same_layout(c: Case, shipped: list[Case], fitted: set[str]) -> str:
+    key = (c.model, c.hardware, layout_text(c))
+    hits = [s for s in shipped if (s.model, s.hardware, layout_text(s)) == key]
+    # a summary row's edition (mbridge-26.04.01-...) is enough to find it in README's table
+    names = [s.id.split("-")[1] if s.id.startswith("mbridge-") else s.id for s in hits]
+    marks = [f"{n} (fit)" if s.id in fitted else n for n, s in zip(names, hits, strict=True)]
+    return ", ".join(sorted(marks)) or "–"
+
+
+def main() -> None:
+    rows = load_runs(HELDOUT)
+    by_id = {r["id"]: r for r in rows}
+    done, skipped = outcomes(rows)
+    shipped, _ = outcomes(load_runs())
+    fitted = fitted_ids()
+    print(
+        "| run | card | GPUs | layout | measured | predicted | error | same layout in runs.yaml |"
+    )
+    print("|---|---|---:|---|---:|---:|---:|---|")
+    for o in done:
+        c = o.case
+        err = f"{o.error:+.1%}" if o.error is not None else "–"
+        meas = f"{c.measured_tokens_per_s_per_gpu:,.0f}" if c.measured_tokens_per_s_per_gpu else "–"
+        twin = same_layout(c, [s.case for s in shipped], fitted)
+        print(
+            f"| {c.id} | {card_of(by_id[c.id])} | {c.gpus:,} | {layout_text(c)} | {meas} "
+            f"| {o.step.tokens_per_s_per_gpu:,.0f} | {err} | {twin} |"
+        )
+    print()
+    for kind in ("dense", "moe"):
+        errors = [o.error for o in done if o.case.kind == kind and o.error is not None]
+        if errors:
+            print(f"- {kind}: {len(errors)} rows, mean |error| {mean_abs(errors):.1%}")
+    for reason in skipped:
+        print(f"- skipped {reason}")
+
+
+if __name__ == "__main__":
+    main()
