@@ -382,3 +382,66 @@ def test_the_planner_refuses_the_embedding_alone():
     r = run_cli(*ACCOUNTED, BOTH_ENDS[0])
     assert r.code != 0 and r.err.count("\n") == 1
     assert "add loss_in_split" in r.err
+
+
+def test_overlap_pins_and_memory_techniques_reach_the_search(monkeypatch, result):
+    seen = {}
+
+    def fake_plan(workload, progress=None, **kwargs):
+        seen.update(kwargs, memory=workload.memory)
+        return replace(result, top=result.top[: kwargs["top_k"]])
+
+    monkeypatch.setattr("tpcalc.reports.plan.plan_workload", fake_plan)
+    r = run_cli(*ARGS, "--no-ep-overlap", "--cp-overlap", "--no-pp-overlap",
+                "--offload-layers", "4", "--no-mtp", "--router-dtype", "bf16",
+                "--fp8-linear-inputs", "-f", "json")  # fmt: skip
+    assert r.code == 0, r.err
+    pins = {k: tuple(v) for k, v in seen["pins"].items()}
+    assert pins == {"ep_overlap": (False,), "cp_overlap": (True,), "pp_overlap": (False,)}
+    mem = seen["memory"]
+    assert (mem.offload_layers, mem.mtp, mem.router_dtype) == (4, False, "bf16")
+    assert mem.fp8_linear_inputs is True and mem.recompute_modules == ()
+
+
+def test_the_workloads_warnings_reach_stderr_after_the_search(planned):
+    # seed 000's card is Hopper: per-tensor FP8 weights keep a transpose there (TE_NON_TN)
+    r = run_cli(*ARGS, "--hardware", "h100-sxm", "--state-recipe", "fp8-params", "-f", "json")
+    assert r.code == 0, r.err
+    json.loads(r.out)
+    assert "--state-recipe fp8-params-transpose prices that" in r.err
+
+
+def test_inverse_mode_takes_the_memory_techniques_as_layout_does():
+    # --offload-layers 2 moves two layers' activations per rank to the host (Megatron
+    # --cpu-offloading-num-layers): the longest sequence grows, and tpcalc layout with the same
+    # option prices the answer at the same bytes.
+    plain = json.loads(run_cli(*INVERSE, "--max-seq", "-f", "json").out)[0]
+    r = run_cli(*INVERSE, "--max-seq", "--offload-layers", "2", "-f", "json")
+    assert r.code == 0, r.err
+    row = json.loads(r.out)[0]
+    assert row["max_seq_tokens"] > plain["max_seq_tokens"]
+    lay = run_cli("layout", "-m", "llama3-405b", "--tp", "8", "--pp", "16", "--dp", "128",
+                  "--zero", "1", "--microbatches", "16", "--seq", str(row["max_seq_tokens"]),
+                  "--offload-layers", "2", "-f", "json")  # fmt: skip
+    assert json.loads(lay.out)[-1]["memory_bytes_per_rank"] == row["memory_bytes_per_rank"]
+
+
+def test_layouts_planned_with_memory_techniques_reproduce_in_tpcalc_layout():
+    # The techniques apply to every candidate and ride in the reproduction command: 2 layers'
+    # activations offloaded, FP8 inputs kept although the GEMMs run BF16, the router in BF16.
+    from tpcalc.calc.layout.groups import MemoryTechniques
+    from tpcalc.reports.plan import plan
+
+    memory = MemoryTechniques(offload_layers=2, fp8_linear_inputs=True, router_dtype="bf16")
+    got = plan("llama3-8b", "h100-sxm", gpus=8, seq=4096, global_batch=16, top_k=2,
+               memory=memory)  # fmt: skip
+    for c in got.top:
+        assert c.run.memory.offload_layers == 2
+        args = plan_view.layout_args("llama3-8b", "h100-sxm", c)
+        assert "--offload-layers" in args and "--fp8-linear-inputs" in args
+        assert plan_view.unrepresentable(c) == []
+        r = run_cli("layout", *args, "-f", "json")
+        assert r.code == 0, r.err
+        total = json.loads(r.out)[-1]
+        assert total["step_time_s"] == pytest.approx(c.step_time_s, rel=1e-9)
+        assert total["memory_bytes_per_rank"] == pytest.approx(c.memory_bytes, rel=1e-9)

@@ -14,8 +14,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from tpcalc.choices import ActivationModel, PlanObjective, Recompute, Schedule, StateRecipe
-from tpcalc.cli.common import emit, error
+from tpcalc.choices import (
+    ActivationModel,
+    PlanObjective,
+    Recompute,
+    RouterDtype,
+    Schedule,
+    StateRecipe,
+)
+from tpcalc.cli.common import emit, error, warn
 from tpcalc.cli.options import (
     DEFAULT_HARDWARE,
     DEFAULT_MODEL,
@@ -27,7 +34,20 @@ from tpcalc.cli.options import (
     SeqOpt,
     UnitsOpt,
 )
-from tpcalc.cli.parallel_options import ActivationsOpt, GpusPerNodeOpt, StateRecipeOpt, UnevenOpt
+from tpcalc.cli.parallel_options import (
+    ActivationsOpt,
+    CapacityFactorOpt,
+    Fp8CacheOpt,
+    Fp8LinearInputsOpt,
+    GpusPerNodeOpt,
+    MtpOpt,
+    OffloadLayersOpt,
+    ProbsInActOpt,
+    RouterDtypeOpt,
+    StateRecipeOpt,
+    UnevenOpt,
+)
+from tpcalc.cli.request import memory_techniques, techniques_of
 from tpcalc.cli.time_options import AccountEmbeddingOpt, AccountLossOpt
 from tpcalc.errors import TpcalcError
 from tpcalc.render import Format
@@ -215,6 +235,11 @@ def plan(
     sp: Annotated[bool | None, _flag("--sp", "sequence parallelism")] = None,
     tp_comm_overlap: Annotated[bool | None, _flag("--tp-comm-overlap", "TP overlap")] = None,
     dp_overlap: Annotated[bool | None, _flag("--dp-overlap", "DP overlap")] = None,
+    cp_overlap: Annotated[bool | None, _flag("--cp-overlap", "the CP ring's overlap")] = None,
+    ep_overlap: Annotated[
+        bool | None, _flag("--ep-overlap", "the EP all-to-all's overlap (DualPipe-style)")
+    ] = None,
+    pp_overlap: Annotated[bool | None, _flag("--pp-overlap", "PP send/recv overlap")] = None,
     max_tp: Annotated[int | None, _bound("--max-tp", "tensor-parallel size")] = None,
     max_cp: Annotated[int | None, _bound("--max-cp", "context-parallel size")] = None,
     max_pp: Annotated[int | None, _bound("--max-pp", "pipeline-parallel size")] = None,
@@ -234,6 +259,13 @@ def plan(
     dtype: DtypeOpt = Dtype.bf16,
     recipe: StateRecipeOpt = StateRecipe.zero16,
     activations: ActivationsOpt = ActivationModel.exact,
+    fp8_cache: Fp8CacheOpt = False,
+    fp8_linear_inputs: Fp8LinearInputsOpt = None,
+    moe_probs_in_act: ProbsInActOpt = False,
+    mtp: MtpOpt = True,
+    offload_layers: OffloadLayersOpt = 0,
+    capacity_factor: CapacityFactorOpt = None,
+    router_dtype: RouterDtypeOpt = RouterDtype.fp32,
     uneven: UnevenOpt = True,
     account_for_embedding: AccountEmbeddingOpt = False,
     account_for_loss: AccountLossOpt = False,
@@ -263,6 +295,12 @@ def plan(
 
       tpcalc plan -m llama3-8b --gpus 64 --seq 8192 --global-batch 128 --all --format csv
 
+    The run's memory techniques apply to every candidate, as in 'tpcalc layout'; any overlap
+    can be pinned (here: a framework without the EP all-to-all overlap):
+
+      tpcalc plan -m deepseek-v3 --hardware h800 --gpus 256 --seq 4096 --global-batch 1920
+      --no-mtp --no-ep-overlap --offload-layers 2
+
     Layers split as Megatron-Bridge's Llama 3.1 405B recipe splits them (the embedding and the
     loss each count as a layer: pp·vpp may reach 128 for 126 layers):
 
@@ -284,7 +322,15 @@ def plan(
     """
     lists = {"--tp": tp, "--cp": cp, "--pp": pp, "--dp": dp, "--ep": ep, "--etp": etp,
              "--vpp": vpp, "--micro-batch": micro_batch, "--zero": zero}  # fmt: skip
-    switches = {"sp": sp, "tp_comm_overlap": tp_comm_overlap, "dp_overlap": dp_overlap}
+    switches = {
+        "sp": sp, "tp_comm_overlap": tp_comm_overlap, "dp_overlap": dp_overlap,
+        "cp_overlap": cp_overlap, "ep_overlap": ep_overlap, "pp_overlap": pp_overlap,
+    }  # fmt: skip
+    memory = {"fp8_cache": fp8_cache, "fp8_linear_inputs": fp8_linear_inputs,
+              "moe_probs_in_act": moe_probs_in_act, "mtp": mtp, "offload_layers": offload_layers,
+              "capacity_factor": capacity_factor,
+              "router_dtype": router_dtype}  # fmt: skip
+    techniques = techniques_of(memory)
     try:
         pins = _pins(lists, recompute, schedule, recompute_modules, switches)
     except TpcalcError as exc:
@@ -299,9 +345,10 @@ def plan(
             model, hardware, gpus=gpus, pins=pins, seq=seq, global_batch=global_batch,
             headroom=memory_headroom, reserve_gb=reserve_gb, gpus_per_node=gpus_per_node,
             recipe=recipe, dtype=dtype, max_seq=max_seq, fmt=fmt, units=units,
-            ends=(account_for_embedding, account_for_loss),
+            ends=(account_for_embedding, account_for_loss), techniques=techniques,
         )  # fmt: skip
         return
+    notes: list[str] = []  # the workload's warnings (defaulted seq, FP8 storage), after the bar
 
     def search():
         from tpcalc.reports.plan import plan_workload
@@ -310,8 +357,10 @@ def plan(
         _check_sizes(model, gpus, top, seq, global_batch, global_batch_tokens)
         # micro-batch, SP and recompute are searched (pinned above), not the workload's
         work = Workload.load(
-            model, hardware, seq=seq, recipe=recipe, dtype=dtype, activations=activations
-        )
+            model, hardware, seq=seq, recipe=recipe, dtype=dtype, activations=activations,
+            memory=memory_techniques(None, **techniques),
+        )  # fmt: skip
+        notes.extend(work.warnings)
         options: dict[str, Any] = dict(
             global_batch=global_batch, global_batch_tokens=global_batch_tokens,
             pins=pins, bounds=bounds, memory_headroom=memory_headroom,
@@ -330,6 +379,8 @@ def plan(
     except TpcalcError as exc:
         error(str(exc))
         raise typer.Exit(1) from None
+    for note in notes:
+        warn(note)
     if counts is not None and fmt is Format.table:
         emit(lambda: counts, fmt, units=units)
     _print(
@@ -454,11 +505,9 @@ def _inverse(
     model: str, hardware: str, *, gpus: int, pins: dict[str, Any], seq: int | None,
     global_batch: int | None, headroom: float, reserve_gb: float, gpus_per_node: int | None,
     recipe: StateRecipe, dtype: Dtype, max_seq: bool, fmt: Format, units: ByteUnits,
-    ends: tuple[bool, bool],
+    ends: tuple[bool, bool], techniques: dict[str, Any],
 ) -> None:  # fmt: skip
     def build():
-        from tpcalc.calc.layout.groups import MemoryTechniques
-        from tpcalc.cli.parallel_options import recompute_modules as modules_of
         from tpcalc.reports.plan_inverse import max_micro_batch_report, max_seq_report
         from tpcalc.reports.request import Layout, Workload
 
@@ -487,9 +536,7 @@ def _inverse(
             sp=_one(pins, "sp", True),
             recompute=Recompute(_one(pins, "recompute", Recompute.selective.value)),
             recipe=recipe, dtype=dtype,
-            memory=MemoryTechniques(
-                recompute_modules=modules_of(None if modules in (None, "none") else modules)
-            ),
+            memory=memory_techniques(None if modules in (None, "none") else modules, **techniques),
         )  # fmt: skip
         split = Layout(
             tp=tp, cp=cp, pp=pp, dp=dp, ep=_one(pins, "ep", 1), etp=_one(pins, "etp", 1),

@@ -62,19 +62,24 @@ def _given(params: Mapping[str, Any], names: Mapping[str, str]) -> dict[str, Any
     return {field: params[name] for name, field in names.items() if params.get(name) is not None}
 
 
+def techniques_of(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``MemoryTechniques`` fields the shared memory options set (``TECHNIQUE_OPTIONS``),
+    enums as their values (``MemoryTechniques`` keeps str)."""
+    return {
+        field: value.value if isinstance(value, Enum) else value
+        for field, value in _given(params, TECHNIQUE_OPTIONS).items()
+    }
+
+
 def workload_of(params: Mapping[str, Any]) -> Workload:
     """The command's ``Workload`` from its parsed options (``ctx.params``); raises
     ``TpcalcError`` for a model, card or size that cannot be used (call it inside ``build``)."""
     from tpcalc.reports.request import Workload
 
-    techniques = {
-        field: value.value if isinstance(value, Enum) else value  # MemoryTechniques keeps str
-        for field, value in _given(params, TECHNIQUE_OPTIONS).items()
-    }
     return Workload.load(
         params["model"],
         params.get("hardware") or DEFAULT_HARDWARE,
-        memory=memory_techniques(params.get("recompute_modules"), **techniques),
+        memory=memory_techniques(params.get("recompute_modules"), **techniques_of(params)),
         **_given(params, WORKLOAD_OPTIONS),
     )
 

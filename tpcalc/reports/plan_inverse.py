@@ -104,6 +104,14 @@ def _fit_terms(fit: MaxFit, key: str, label: str, budget: Term, count: str) -> l
     ]  # fmt: skip
 
 
+def _storage_note(workload: Workload) -> tuple[str, ...]:
+    """The FP8 weight-storage note of the workload's recipe on its card, if any."""
+    from tpcalc.calc.params.states import fp8_storage_note
+
+    note = fp8_storage_note(workload.recipe, workload.hw)
+    return (note,) if note else ()
+
+
 def _nothing_fits(fit: MaxFit, label: str) -> tuple[str, ...]:
     if fit.value is not None:
         return ()
@@ -139,7 +147,8 @@ def max_seq_report(
     return Report(
         title=f"Longest sequence that fits {spec.name} on {parallel.world} × {hw.name}",
         rows=(row,),
-        warnings=_nothing_fits(fit, "seq"),
+        # the workload's own notes but the defaulted-seq one: the sequence is what is searched
+        warnings=(*_storage_note(workload), *_nothing_fits(fit, "seq")),
     )
 
 

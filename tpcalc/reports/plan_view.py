@@ -16,6 +16,7 @@ from msgspec.structs import replace
 from tpcalc.terms import Report, Row, Scalar, Term, Unit, term
 
 if TYPE_CHECKING:
+    from tpcalc.calc.layout.groups import MemoryTechniques
     from tpcalc.calc.plan.types import Candidate, PlanResult
 
 SRC_PLAN = "tpcalc.calc.plan: the candidate priced by rank_memory and step_time, as tpcalc layout"
@@ -218,6 +219,7 @@ def layout_args(model: str, hardware: str, c: Candidate) -> list[str]:
         args.append("--ep-overlap" if ov.ep_a2a else "--no-ep-overlap")
     if run.memory.recompute_modules:
         args += ["--recompute-modules", ",".join(run.memory.recompute_modules)]
+    args += technique_args(run.memory)
     if opt.recompute_layers is not None:
         args += ["--recompute-layers", str(opt.recompute_layers)]
     if opt.embedding_in_split:
@@ -227,13 +229,38 @@ def layout_args(model: str, hardware: str, c: Candidate) -> list[str]:
     return args
 
 
+def technique_args(memory: MemoryTechniques) -> list[str]:
+    """The ``tpcalc layout`` flags of the memory techniques that differ from its defaults
+    (fp8_linear_inputs always, once decided: its default follows --dtype)."""
+    from tpcalc.calc.layout.groups import MemoryTechniques
+
+    base = MemoryTechniques()
+    args = []
+    if memory.fp8_cache:
+        args.append("--fp8-cache")
+    if memory.fp8_linear_inputs is not None:
+        args.append("--fp8-linear-inputs" if memory.fp8_linear_inputs else "--no-fp8-linear-inputs")
+    if memory.moe_probs_in_act:
+        args.append("--moe-probs-in-act")
+    if not memory.mtp:
+        args.append("--no-mtp")
+    if memory.offload_layers != base.offload_layers:
+        args += ["--offload-layers", str(memory.offload_layers)]
+    if memory.moe_dispatcher != base.moe_dispatcher:
+        args += ["--moe-dispatcher", memory.moe_dispatcher]
+    if memory.capacity_factor is not None:
+        args += ["--capacity-factor", f"{memory.capacity_factor:g}"]
+    if memory.router_dtype != base.router_dtype:
+        args += ["--router-dtype", memory.router_dtype]
+    return args
+
+
 def layout_command(model: str, hardware: str, c: Candidate) -> str:
     return "tpcalc layout " + shlex.join(layout_args(model, hardware, c))
 
 
 def unrepresentable(c: Candidate) -> list[str]:
     """Options of ``c`` that ``tpcalc layout`` has no flag for (its explanation would differ)."""
-    from tpcalc.calc.layout.groups import MemoryTechniques
     from tpcalc.calc.time.step import TimeOptions
 
     out = []
@@ -246,10 +273,9 @@ def unrepresentable(c: Candidate) -> list[str]:
     for name in ("efficiency_scale", "comm_scale", "vocab_pad_multiple", "grad_reduce_dtype"):
         if getattr(c.options, name) != getattr(base, name):
             out.append(name)
-    default = MemoryTechniques()
-    for name in ("fp8_cache", "moe_probs_in_act", "offload_layers", "capacity_factor"):
-        if getattr(c.run.memory, name) != getattr(default, name):
-            out.append(name)
+    # 'tpcalc layout --moe-dispatcher flex' also prices the dispatch node-aware
+    if c.options.ep_node_dedup != (c.run.memory.moe_dispatcher == "flex"):
+        out.append("the dispatcher's memory and its node-aware dispatch differ")
     return out
 
 
