@@ -97,24 +97,33 @@ class _Group(Struct):
     # ``values`` packed for the pipe (``pack``): which entries fit, as bits, their memory, and
     # the array's shape; unpacked when first read (``mem``)
     packed: tuple[np.ndarray, np.ndarray, tuple[int, ...]] | None = None
-    # the whole [V, Z, M, S, R] memory, built from the slabs when first read (``mem``)
-    memory: np.ndarray | None = None
+    # each variant's [Z, M, S, R] memory, built from its slabs when first read (``mem_of``)
+    memory: dict[int, np.ndarray] = field(default_factory=dict)
 
     def mem(self) -> np.ndarray:
-        """The memory [V, Z, M, S, R], inf in the slabs left out (unpacked first if ``pack``
-        packed it): every entry that fits is the screen's, every other above the capacity."""
-        if self.memory is None:
+        """The memory [V, Z, M, S, R] (``mem_of`` of every variant)."""
+        return np.array([self.mem_of(v) for v in range(len(self.live))])
+
+    def mem_of(self, v: int) -> np.ndarray:
+        """Variant v's memory [Z, M, S, R], inf in the slabs left out (unpacked first if
+        ``pack`` packed it): every entry that fits is the screen's, every other above the
+        capacity. Built only for the variants a search lists (its slabs are a run: in C
+        order, by variant first)."""
+        got = self.memory.get(v)
+        if got is None:
             if self.packed is not None:
                 bits, kept, shape = self.packed
                 self.values = np.full(shape, math.inf)
                 keep = np.unpackbits(bits, count=self.values.size).view(bool)
                 self.values.ravel()[keep] = kept
                 self.packed = None
+            live = self.live[v]  # [Z, M]
+            start = int(self.live[:v].sum())
             n_sr = self.values.shape[1]
-            out = np.full((*self.live.shape, n_sr), math.inf)
-            out[self.live] = self.values
-            self.memory = out.reshape(*self.live.shape, len(self.sps), n_sr // len(self.sps))
-        return self.memory
+            out = np.full((*live.shape, n_sr), math.inf)
+            out[live] = self.values[start : start + int(live.sum())]
+            got = self.memory[v] = out.reshape(*live.shape, len(self.sps), -1)
+        return got
 
     def pack(self, capacity: float) -> None:
         """Keep only the memory of the entries that fit (at most ``capacity``; the slabs are
@@ -156,7 +165,7 @@ class _Block(Struct):
     @property
     def memory(self) -> np.ndarray:
         """[Z, M, S, R]"""
-        return self.group.mem()[self.v][:, self.take]
+        return self.group.mem_of(self.v)[:, self.take]
 
 
 class _Listed:
@@ -682,7 +691,7 @@ class _Search:
         the whole group."""
         flats = []
         for v in vs:
-            mem = grp.mem()[v][self._zs][:, grp.used]  # [Z', M', S, R]
+            mem = grp.mem_of(v)[self._zs][:, grp.used]  # [Z', M', S, R]
             fits = (mem <= self.capacity) & (mem < below)
             fits &= grp.allowed[v][grp.used][None, :, None, None]
             flats.append(np.flatnonzero(fits) + v * fits.size)
