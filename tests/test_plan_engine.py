@@ -762,12 +762,17 @@ def test_two_workers_give_the_one_process_search_bit_for_bit(h100, monkeypatch):
 
 def test_packed_memory_keeps_what_fits():
     """A group packed for the pipe (search._Group.pack) unpacks to its memory where the entry
-    fits (at most the capacity, micro-batch allowed) and inf elsewhere."""
+    fits (at most the capacity; its slabs only where the micro-batch is allowed) and inf
+    elsewhere, the slabs left out inf too."""
     mem = np.arange(16, dtype=np.float64).reshape(2, 1, 2, 2, 2) * 0.75  # [V, Z, M, S, R]
-    allowed = np.array([[True, False], [True, True]])  # [V, M]
-    grp = S._Group(Shape(1, 1, 1, 1, 1, 1), [], [1, 2], 2, [False, True], mem.copy(), allowed, [])
+    live = np.array([[[True, False]], [[True, True]]])  # [V, Z, M]: the allowed slabs
+    allowed = live[:, 0]
+    grp = S._Group(
+        Shape(1, 1, 1, 1, 1, 1), [], [1, 2], 2, [False, True], live,
+        mem.reshape(2, 1, 2, 4)[live], allowed, [],
+    )  # fmt: skip
     grp.pack(6.0)
-    assert grp.memory.size == 0 and grp.packed is not None
+    assert grp.values.size == 0 and grp.packed is not None
     want = np.where((mem <= 6.0) & allowed[:, None, :, None, None], mem, np.inf)
     assert np.array_equal(grp.mem(), want)
     assert grp.packed is None and np.array_equal(grp.mem(), want)

@@ -70,15 +70,18 @@ MEMORY = "memory"
 
 class _Group(Struct):
     """The blocks of one shape: the memory of every (variant, zero, micro-batch, sp, mode) over
-    the micro-batches any of its variants allows, [V, Z, M, S, R] (``fit.MemoryScreen.group``),
-    and which micro-batches each variant allows, [V, M]."""
+    the micro-batches any of its variants allows, as slabs (``fit.MemoryScreen.group_slabs``):
+    which (variant, zero, micro-batch) slabs may hold a cell that fits [V, Z, M] and their
+    (sp, mode) cells [slabs, S·R] (every entry left out is above the capacity); and which
+    micro-batches each variant allows, [V, M]."""
 
     shape: Shape
     variants: list[Variant]
     mbs: list[int]
     per_dp: int
     sps: list[bool]
-    memory: np.ndarray
+    live: np.ndarray
+    values: np.ndarray
     allowed: np.ndarray
     blocks: list[int]  # the block index of each variant
     # the micro-batches where something fits (prepare), and the flat indices of the timed
@@ -91,30 +94,60 @@ class _Group(Struct):
     # a group left without bounds (``EAGER_BOUNDS``): what its bounds read, taken with its
     # floors (``_cells``), then each listed block's bounds from it (``_block_bounds``)
     parts: GroupParts | None = None
-    # ``memory`` packed for the pipe (``pack``): which entries fit, as bits, their memory, and
+    # ``values`` packed for the pipe (``pack``): which entries fit, as bits, their memory, and
     # the array's shape; unpacked when first read (``mem``)
     packed: tuple[np.ndarray, np.ndarray, tuple[int, ...]] | None = None
+    # each variant's [Z, M, S, R] memory, built from its slabs when first read (``mem_of``)
+    memory: dict[int, np.ndarray] = field(default_factory=dict)
 
     def mem(self) -> np.ndarray:
-        """``memory``, unpacked first if ``pack`` packed it."""
-        if self.packed is not None:
-            bits, values, shape = self.packed
-            out = np.full(shape, math.inf)
-            keep = np.unpackbits(bits, count=out.size).view(bool)
-            out.ravel()[keep] = values
-            self.memory, self.packed = out, None
-        return self.memory
+        """The memory [V, Z, M, S, R] (``mem_of`` of every variant)."""
+        return np.array([self.mem_of(v) for v in range(len(self.live))])
+
+    def mem_of(self, v: int) -> np.ndarray:
+        """Variant v's memory [Z, M, S, R], inf in the slabs left out (unpacked first if
+        ``pack`` packed it): every entry that fits is the screen's, every other above the
+        capacity. Built only for the variants a search lists (its slabs are a run: in C
+        order, by variant first)."""
+        got = self.memory.get(v)
+        if got is None:
+            if self.packed is not None:
+                bits, kept, shape = self.packed
+                self.values = np.full(shape, math.inf)
+                keep = np.unpackbits(bits, count=self.values.size).view(bool)
+                self.values.ravel()[keep] = kept
+                self.packed = None
+            live = self.live[v]  # [Z, M]
+            start = int(self.live[:v].sum())
+            n_sr = self.values.shape[1]
+            out = np.full((*live.shape, n_sr), math.inf)
+            out[live] = self.values[start : start + int(live.sum())]
+            got = self.memory[v] = out.reshape(*live.shape, len(self.sps), -1)
+        return got
 
     def pack(self, capacity: float) -> None:
-        """Keep only the memory of the entries that fit (at most ``capacity``, micro-batch
-        allowed), the others read as inf once unpacked: after ``_Search._cells`` every reader
-        (``expand``, ``_block_bounds``, ``picks``) takes an entry only where it fits, so
-        they read the same numbers; the child sends about a quarter of the bytes (DeepSeek-V3
-        on 2,048 H800: 112 M of 428 M entries fit) and this process unpacks only the groups
-        it lists."""
-        keep = (self.memory <= capacity) & self.allowed[:, None, :, None, None]
-        self.packed = (np.packbits(keep.ravel()), self.memory[keep], self.memory.shape)
-        self.memory = np.zeros(0)
+        """Keep only the memory of the entries that fit (at most ``capacity``; the slabs are
+        only where the micro-batch is allowed), the others read as inf once unpacked: after
+        ``_Search._cells`` every reader (``expand``, ``_block_bounds``, ``picks``) takes an
+        entry only where it fits, so they read the same numbers; the child sends fewer bytes
+        and this process unpacks only the groups it lists."""
+        keep = self.values <= capacity
+        self.packed = (np.packbits(keep.ravel()), self.values[keep], self.values.shape)
+        self.values = np.zeros((0, self.values.shape[1]))
+
+
+class _Fits(NamedTuple):
+    """The slabs of a group (``_Group``) at the timed ZeRO stages that hold a cell that fits:
+    each one's variant, timed stage and micro-batch (its index in ``used``), which of its
+    (sp, mode) cells fit [slabs, S·R] and their memory; ``used``: the group's micro-batches
+    where something fits, ascending."""
+
+    v: np.ndarray
+    t: np.ndarray
+    mu: np.ndarray
+    fit: np.ndarray
+    values: np.ndarray
+    used: np.ndarray
 
 
 class _Block(Struct):
@@ -132,7 +165,7 @@ class _Block(Struct):
     @property
     def memory(self) -> np.ndarray:
         """[Z, M, S, R]"""
-        return self.group.mem()[self.v][:, self.take]
+        return self.group.mem_of(self.v)[:, self.take]
 
 
 class _Listed:
@@ -223,6 +256,9 @@ class _Search:
         # the domain's order (a view, no copy)
         every = np.array_equal(self.zi, np.arange(len(self.zeros)))
         self._zs: slice | np.ndarray = slice(None) if every else self.zi
+        # each stage's index among the timed stages (-1: not timed)
+        self._timed_at = np.full(len(self.zeros), -1, dtype=np.int64)
+        self._timed_at[self.zi] = np.arange(len(self.zi))
 
     # ---- enumerate, check, fit ----
 
@@ -349,7 +385,7 @@ class _Search:
         want: dict[tuple[bool, int], list[tuple[int, int]]] = {}
         for grp, got in zip(self.groups, fits, strict=True):
             if got is not None:
-                for i in got[2]:
+                for i in got.used:
                     for sp in grp.sps:
                         pair = (grp.shape.ep, grp.shape.etp)
                         want.setdefault((sp and tp > 1, grp.mbs[i]), []).append(pair)
@@ -381,16 +417,19 @@ class _Search:
         used = sorted({b for _, good in kept for b in good})
         allowed = np.array([[b in good for b in used] for _, good in kept])  # [V, M]
         place = {b: i for i, b in enumerate(used)}  # each micro-batch's index in used
-        mem = self.screen.group(
-            shape, [v for v, _ in kept], used, per_dp, ok, modes, self.zeros
-        )  # [V, Z, M, S, R]
-        over = (mem > self.capacity) & allowed[:, None, :, None, None]
-        n_over = over.sum(axis=(1, 2, 3, 4))
-        n_all = allowed.sum(axis=1) * (mem.size // (mem.shape[0] * mem.shape[2]))
+        vs_kept = [v for v, _ in kept]
+        live, values = self.screen.group_slabs(
+            shape, vs_kept, used, per_dp, ok, modes, self.zeros, self.capacity, allowed
+        )  # [V, Z, M] and [slabs, S·R]: every entry that fits, in a slab kept
+        # what fits, per variant, from the slabs kept (the others hold nothing that fits)
+        per_slab = (values <= self.capacity).sum(axis=1)
+        n_fit = np.bincount(np.nonzero(live)[0], per_slab, minlength=len(kept)).astype(np.int64)
+        n_all = allowed.sum(axis=1) * (len(self.zeros) * len(ok) * len(modes))
+        n_over = n_all - n_fit
         if n_over.any():
             self.rejections[MEMORY] += int(n_over.sum())
-        self.fitting += int((n_all - n_over).sum())
-        group = _Group(shape, [v for v, _ in kept], used, per_dp, ok, mem, allowed, [])
+        self.fitting += int(n_fit.sum())
+        group = _Group(shape, vs_kept, used, per_dp, ok, live, values, allowed, [])
         for i, (v, good) in enumerate(kept):
             if n_over[i] < n_all[i]:
                 group.blocks.append(len(self.blocks))
@@ -481,19 +520,22 @@ class _Search:
             self.cell_block, self.cell_mem, self.cell_floor = (np.zeros(0) for _ in range(3))
         self.progress("bounds", 1.0)
 
-    def _fits(self, grp: _Group) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """The timed ZeRO stages' memory of ``grp`` [V, Z', M, S, R], which of it fits (and its
-        micro-batch is allowed), and the micro-batches where something fits; None if none."""
-        mem = grp.memory[:, self._zs]  # [V, Z', M, S, R]
-        fits = (mem <= self.capacity) & grp.allowed[:, None, :, None, None]
+    def _fits(self, grp: _Group) -> _Fits | None:
+        """The slabs of ``grp`` at the timed ZeRO stages that hold a cell that fits, and the
+        micro-batches where something fits (``_Fits``); None if none."""
+        vi, zi, mi = np.nonzero(grp.live)
+        t = self._timed_at[zi]
+        fit = grp.values <= self.capacity  # [slabs, S·R]: slabs only where allowed
+        some = fit.any(axis=1) & (t >= 0)
+        if not some.any():
+            return None
         # floors only for the micro-batches where something fits (the shards of the others
         # are never priced)
-        used = np.flatnonzero(fits.any(axis=(0, 1, 3, 4)))
-        if not len(used):
-            return None
-        return mem, fits, used
+        used = np.unique(mi[some])
+        mu = np.searchsorted(used, mi[some])
+        return _Fits(vi[some], t[some], mu, fit[some], grp.values[some], used)
 
-    def _cells(self, grp: _Group, got: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+    def _cells(self, grp: _Group, got: _Fits) -> None:
         """Per (variant, micro-batch, sp, mode) cell of ``grp``: the least memory over its
         ZeRO stages that fit, and a floor of their bounds (``grp.cells``), from ``_fits``. A
         group with at most ``EAGER_BOUNDS`` candidates that fit gets every bound now
@@ -502,21 +544,33 @@ class _Search:
         (``_block_bounds``)."""
         distributed = [zero >= 1 for zero in self.timed_zeros]
         zeros = [int(z) for z in self.timed_zeros]
-        mem, fits, used = got
-        if len(used) < fits.shape[2]:
-            fits = fits[:, :, used]
-            mem = mem[:, :, used]
+        used = got.used
         grp.used = used
         mbs = [grp.mbs[i] for i in used]
-        least = np.where(fits, mem, math.inf).min(axis=1)  # [V, M, S, R]
-        at = np.flatnonzero(fits)
-        if len(at) <= EAGER_BOUNDS:  # every candidate's bound now, the floors from them
+        n_v, n_t, n_u = len(grp.variants), len(self.zi), len(used)
+        n_s, n_r = len(grp.sps), len(self.d.recompute)
+        n_sr = n_s * n_r
+        # the least over the timed stages that fit, [V, M', S·R] (a minimum is exact in any
+        # order): stage by stage, each (variant, micro-batch) at most once per stage
+        mine = np.where(got.fit, got.values, math.inf)
+        rows = np.full((n_v, n_u, n_sr), math.inf)
+        for t in range(n_t):
+            at_t = got.t == t
+            if at_t.any():
+                v, m = got.v[at_t], got.mu[at_t]
+                rows[v, m] = np.minimum(rows[v, m], mine[at_t])
+        least = rows.reshape(n_v, n_u, n_s, n_r)
+        if int(got.fit.sum()) <= EAGER_BOUNDS:  # every candidate's bound now, floors from them
+            # the flat indices into [V, Z', M', S, R] of the candidates that fit, ascending
+            base = ((got.v * n_t + got.t) * n_u + got.mu) * n_sr
+            order = np.argsort(base)
+            at = (base[order][:, None] + np.arange(n_sr))[got.fit[order]]
             lb = self.bounds.group(
                 grp.shape, grp.variants, mbs, grp.per_dp, grp.sps, self.d.recompute,
                 distributed, zeros, at,
             )  # fmt: skip
             grp.bounds = (used, at, lb)
-            full = np.full(fits.shape, math.inf)
+            full = np.full((n_v, n_t, n_u, n_s, n_r), math.inf)
             full.ravel()[at] = lb
             floor = full.min(axis=1)  # [V, M, S, R], inf where nothing fits
         else:  # the floors without a term per ZeRO stage; the bounds when listed
@@ -524,9 +578,10 @@ class _Search:
                 grp.shape, grp.variants, mbs, grp.per_dp, grp.sps, self.d.recompute,
                 distributed, zeros,
             )  # fmt: skip
-            grp.cells = self._cut_staircase(grp.parts, least, np.asarray(fits.any(axis=(3, 4))))
+            fit_z = np.zeros((n_v, n_t, n_u), dtype=bool)  # [V, Z', M']: something fits
+            fit_z[got.v, got.t, got.mu] = True
+            grp.cells = self._cut_staircase(grp.parts, least, fit_z)
             return
-        n_v = len(grp.variants)
         grp.cells = _staircase(
             least.reshape(n_v, -1), floor.reshape(n_v, -1) * (1 - 2 * BOUND_MARGIN)
         )
@@ -636,7 +691,7 @@ class _Search:
         the whole group."""
         flats = []
         for v in vs:
-            mem = grp.mem()[v][self._zs][:, grp.used]  # [Z', M', S, R]
+            mem = grp.mem_of(v)[self._zs][:, grp.used]  # [Z', M', S, R]
             fits = (mem <= self.capacity) & (mem < below)
             fits &= grp.allowed[v][grp.used][None, :, None, None]
             flats.append(np.flatnonzero(fits) + v * fits.size)
