@@ -237,7 +237,13 @@ def plan(
     dp_overlap: Annotated[bool | None, _flag("--dp-overlap", "DP overlap")] = None,
     cp_overlap: Annotated[bool | None, _flag("--cp-overlap", "the CP ring's overlap")] = None,
     ep_overlap: Annotated[
-        bool | None, _flag("--ep-overlap", "the EP all-to-all's overlap (DualPipe-style)")
+        bool | None,
+        _flag(
+            "--ep-overlap",
+            "the EP all-to-all's overlap (Megatron moe_a2a_overlap; searched on only where "
+            "Megatron-Core allows it: not with full recompute, the moe module, or pp > 1 "
+            "without vpp)",
+        ),
     ] = None,
     pp_overlap: Annotated[bool | None, _flag("--pp-overlap", "PP send/recv overlap")] = None,
     max_tp: Annotated[int | None, _bound("--max-tp", "tensor-parallel size")] = None,

@@ -43,6 +43,8 @@ EpOverlapOpt = Annotated[
     typer.Option(
         "--ep-overlap/--no-ep-overlap",
         help="Hide the EP all-to-all under expert compute (Megatron moe_a2a_overlap). "
+        "Megatron-Core refuses it with full or block recompute, the moe recompute module, "
+        "pp > 1 without --vpp, the allgather dispatcher or more than one MTP layer. "
         "Default: on with --schedule dualpipe (DeepSeek-V3 §3.2.1), else off.",
     ),
 ]

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from msgspec.structs import replace
 
 from tpcalc.choices import TimeModel
+from tpcalc.errors import InputError
 from tpcalc.reports.request import Layout, Workload
 from tpcalc.terms import Report, Row, Scalar
 
@@ -50,6 +51,15 @@ def layout_report(
     parallel = layout.parallel(workload.node(layout))
     run = workload.run(layout, with_latency=with_latency)
     options = time_options if time_options is not None else TimeOptions()
+    if options.overlap.ep_a2a:
+        from tpcalc.calc.time.step import ep_overlap_problem
+
+        problem = ep_overlap_problem(spec, parallel, run, options)
+        if problem is not None:
+            raise InputError(
+                f"--ep-overlap: Megatron-Core refuses the EP all-to-all overlap here ({problem}); "
+                "change that or drop --ep-overlap"
+            )
     if ops:
         from tpcalc.calc.layout.groups import check_layout
         from tpcalc.calc.time.step import step_time

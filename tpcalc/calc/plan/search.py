@@ -61,7 +61,7 @@ from tpcalc.calc.plan.types import (
     ProgressCallback,
 )
 from tpcalc.calc.time.bulk import StepCache
-from tpcalc.calc.time.step import STEP_PARTS, StepTime, TimeOptions
+from tpcalc.calc.time.step import STEP_PARTS, StepTime, TimeOptions, effective_options
 
 BATCH = "batch: dp does not divide the global batch"
 NO_MICRO_BATCH = "batch: no allowed micro-batch splits global batch / dp"
@@ -774,8 +774,10 @@ class _Search:
         worst = max(mem, key=lambda r: r.total_bytes)
         parts = st.parts_s
         top = max(STEP_PARTS, key=lambda n: parts[n])
+        # the options as priced: the EP overlap off where Megatron-Core refuses it (step)
+        options = effective_options(self.req.spec, layout, run, self.opts)
         return Candidate(
-            layout=layout, run=run, options=self.opts, memory_bytes=worst.total_bytes,
+            layout=layout, run=run, options=options, memory_bytes=worst.total_bytes,
             worst_pp_rank=worst.pp_rank, card_memory_bytes=self.req.hw.memory_bytes.value,
             capacity_bytes=self.capacity, step_time_s=st.step_time_s,
             tokens_per_s_per_gpu=st.tokens_per_s_per_gpu, mfu_ratio=st.mfu_ratio,

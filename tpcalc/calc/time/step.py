@@ -19,7 +19,8 @@ What real frameworks overlap, each an explicit ``Overlap`` flag with its source:
 - CP: the ring sends of K, V (and dK, dV) run under the attention blocks (Liu et al. 2023, Ring
   Attention §3; Transformer Engine context parallelism): exposed only beyond the attention time.
 - EP: the all-to-all is exposed unless ``ep_a2a`` (DualPipe, DeepSeek-V3 report §3.2.1, or
-  Megatron's batch-level EP overlap), then only beyond the expert compute.
+  Megatron's batch-level EP overlap where Megatron-Core allows it, ``ep.overlap``), then only
+  beyond the expert compute.
 - PP: sends overlap the steady state (Megatron overlap_p2p_comm); fill and drain expose 2(p−1).
 - DP: gradient reduce-scatter (all-reduce without a distributed optimizer) runs in buckets
   under the backward of the last micro-batch, parameter all-gather under the first forward
@@ -39,9 +40,10 @@ from collections.abc import Iterable
 from functools import cache
 
 from msgspec import Struct, field
-from msgspec.structs import astuple
+from msgspec.structs import astuple, replace
 
 from tpcalc.calc.dp.stage import ZeroStage
+from tpcalc.calc.ep.overlap import a2a_overlap_problem
 from tpcalc.calc.layout.groups import (
     Group,
     LayoutRun,
@@ -653,6 +655,42 @@ def _model_flop_per_token(spec: ModelSpec, seq: int, causal: bool) -> float:
     return FLOP_PER_PARAM_TOKEN * active_matmul_params(spec) + attn
 
 
+def ep_overlap_problem(
+    spec: ModelSpec, layout: ParallelLayout, run: LayoutRun, opts: TimeOptions
+) -> str | None:
+    """Why Megatron-Core refuses the EP all-to-all overlap on this run (``ep.overlap``), or
+    None. DualPipe overlaps by its own schedule (DeepSeek-V3 §3.2.1), outside these rules."""
+    if run.schedule is Schedule.dualpipe:
+        return None
+    return a2a_overlap_problem(
+        pp=layout.pp, vpp=run.vpp, ep=layout.ep, full_recompute=run.recompute is Recompute.full,
+        recompute_modules=run.memory.recompute_modules, recompute_layers=opts.recompute_layers,
+        dispatcher=run.memory.moe_dispatcher, mtp_layers=spec.mtp_layers if run.memory.mtp else 0,
+    )  # fmt: skip
+
+
+def ep_overlap_on(
+    spec: ModelSpec, layout: ParallelLayout, run: LayoutRun, opts: TimeOptions
+) -> bool:
+    """Whether the EP all-to-all runs under compute: ``Overlap.ep_a2a`` where Megatron-Core
+    allows it (``ep_overlap_problem``); unset, on with the DualPipe schedule only."""
+    asked = opts.overlap.ep_a2a
+    if asked is None:
+        return run.schedule is Schedule.dualpipe
+    return asked and ep_overlap_problem(spec, layout, run, opts) is None
+
+
+def effective_options(
+    spec: ModelSpec, layout: ParallelLayout, run: LayoutRun, opts: TimeOptions
+) -> TimeOptions:
+    """``opts`` with the EP overlap this run really gets (``ep_overlap_on``), so a report or a
+    reproduction command of the run says what was priced."""
+    asked = opts.overlap.ep_a2a
+    if asked is None or asked == ep_overlap_on(spec, layout, run, opts):
+        return opts
+    return replace(opts, overlap=replace(opts.overlap, ep_a2a=False))
+
+
 def _context(spec: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, run: LayoutRun,
              opts: TimeOptions) -> _Ctx:  # fmt: skip
     """The rates, the micro-batch's shard and the groups every op and collective is timed on."""
@@ -661,9 +699,7 @@ def _context(spec: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, run: Lay
         etp=layout.etp, sp=run.sp and layout.tp > 1, dtype=Dtype.bf16, gemm_dtype=run.dtype,
         causal=opts.causal, fused_sinks=opts.fused_sinks,
     )  # fmt: skip
-    ep_overlap = opts.overlap.ep_a2a
-    if ep_overlap is None:
-        ep_overlap = run.schedule is Schedule.dualpipe
+    ep_overlap = ep_overlap_on(spec, layout, run, opts)
     r = rates(hw, run.dtype, efficiency_scale=opts.efficiency_scale)
     links = {**place_groups(layout), "edp": expert_dp_group(layout)}
     return _Ctx(spec, layout, shard, r, opts, links, ep_overlap, run.microbatches)
