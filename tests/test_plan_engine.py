@@ -538,8 +538,10 @@ def test_objective_gpus_finds_the_fewest():
         ({"global_batch": None, "global_batch_tokens": 4097}, "global_batch_tokens"),
         ({"bounds": {"tpx": 2}}, "bound tpx"),
         ({"time_options": TimeOptions(recompute_layers=2)}, "recompute_layers"),
+        ({"time_options": TimeOptions(ep_node_dedup=True),
+          "memory": MemoryTechniques(moe_dispatcher="allgather")}, "ep_node_dedup"),
     ],
-)
+)  # fmt: skip
 def test_bad_input_names_the_field(h100, kw, field):
     with pytest.raises(InputError, match=field):
         _request("llama3-8b", h100, **kw)
@@ -562,6 +564,20 @@ def test_engine_bounds_the_sizes(h100, kw, message):
     with pytest.raises(InputError) as err:
         _request("llama3-8b", h100, **kw)
     assert str(err.value) == message
+
+
+def test_the_request_has_one_moe_dispatcher_for_memory_and_time(h100):
+    """Every candidate is timed and sized with the same dispatcher, as `tpcalc layout
+    --moe-dispatcher` sets both: flex memory times the dispatch node-aware, and a node-aware
+    dispatch over alltoall memory (the same bytes) is flex."""
+    plain = _request("qwen3-30b-a3b", h100)
+    assert (plain.memory.moe_dispatcher, plain.time_options.ep_node_dedup) == ("alltoall", False)
+    flex = _request("qwen3-30b-a3b", h100, memory=MemoryTechniques(moe_dispatcher="flex"))
+    assert (flex.memory.moe_dispatcher, flex.time_options.ep_node_dedup) == ("flex", True)
+    dedup = _request("qwen3-30b-a3b", h100, time_options=TimeOptions(ep_node_dedup=True))
+    assert (dedup.memory.moe_dispatcher, dedup.time_options.ep_node_dedup) == ("flex", True)
+    gather = _request("qwen3-30b-a3b", h100, memory=MemoryTechniques(moe_dispatcher="allgather"))
+    assert (gather.memory.moe_dispatcher, gather.time_options.ep_node_dedup) == ("allgather", False)
 
 
 def test_largest_sizes_are_accepted(h100):
