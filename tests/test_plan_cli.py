@@ -394,12 +394,13 @@ def test_overlap_pins_and_memory_techniques_reach_the_search(monkeypatch, result
     monkeypatch.setattr("tpcalc.reports.plan.plan_workload", fake_plan)
     r = run_cli(*ARGS, "--no-ep-overlap", "--cp-overlap", "--no-pp-overlap",
                 "--offload-layers", "4", "--no-mtp", "--router-dtype", "bf16",
-                "--fp8-linear-inputs", "-f", "json")  # fmt: skip
+                "--fp8-linear-inputs", "--moe-dispatcher", "flex", "-f", "json")  # fmt: skip
     assert r.code == 0, r.err
     pins = {k: tuple(v) for k, v in seen["pins"].items()}
     assert pins == {"ep_overlap": (False,), "cp_overlap": (True,), "pp_overlap": (False,)}
     mem = seen["memory"]
     assert (mem.offload_layers, mem.mtp, mem.router_dtype) == (4, False, "bf16")
+    assert mem.moe_dispatcher == "flex"
     assert mem.fp8_linear_inputs is True and mem.recompute_modules == ()
 
 
@@ -445,3 +446,49 @@ def test_layouts_planned_with_memory_techniques_reproduce_in_tpcalc_layout():
         total = json.loads(r.out)[-1]
         assert total["step_time_s"] == pytest.approx(c.step_time_s, rel=1e-9)
         assert total["memory_bytes_per_rank"] == pytest.approx(c.memory_bytes, rel=1e-9)
+
+
+# A DeepEP / HybridEP run (Megatron-Core --moe-token-dispatcher-type flex): Qwen3 30B-A3B on two
+# H100 nodes with EP 16, so the dispatch crosses the network. Every candidate is timed with the
+# node-aware dispatch, the option is echoed, and the printed reproduction command carries it:
+# `tpcalc layout` prices the pick at the planner's step time, and without the option slower.
+FLEX = (
+    "plan", "-m", "qwen3-30b-a3b", "--gpus", "16", "--seq", "4096", "--global-batch", "64",
+    "--ep", "16", "--top", "2", "--moe-dispatcher", "flex",
+)  # fmt: skip
+
+
+def test_plan_with_the_flex_dispatcher_reproduces_in_tpcalc_layout():
+    import shlex
+
+    r = run_cli(*FLEX, "-f", "json")
+    assert r.code == 0, r.err
+    rows = json.loads(r.out)
+    assert rows and all(row["ep"] == 16 for row in rows)
+    assert all(
+        (row["moe_dispatcher"], row["ep_dispatch"]) == ("flex", "node-aware") for row in rows
+    )
+    table = run_cli(*FLEX)
+    assert table.code == 0, table.err
+    assert "moe_dispatcher=flex" in table.out and "ep_dispatch=node-aware" in table.out
+    line = next(x for x in table.out.splitlines() if x.startswith("Reproduce the best: "))
+    command = shlex.split(line.removeprefix("Reproduce the best: "))
+    assert command[:2] == ["tpcalc", "layout"] and "--moe-dispatcher" in command
+    assert command[command.index("--moe-dispatcher") + 1] == "flex"
+    lay = run_cli(*command[1:], "-f", "json")
+    assert lay.code == 0, lay.err
+    total = json.loads(lay.out)[-1]
+    assert total["ep_dispatch"] == "node-aware"
+    assert total["step_time_s"] == pytest.approx(rows[0]["step_time_s"], rel=1e-9)
+    assert total["memory_bytes_per_rank"] == pytest.approx(
+        rows[0]["memory_bytes_per_rank"], rel=1e-9
+    )
+    # the same layout with NCCL's all-to-all (every copy over the network) is slower
+    at = command.index("--moe-dispatcher")
+    nccl = run_cli(*command[1:at], *command[at + 2 :], "-f", "json")
+    assert json.loads(nccl.out)[-1]["step_time_s"] > total["step_time_s"]
+
+
+def test_help_shows_the_dispatcher():
+    text = " ".join(run_cli("plan", "--help").out.split())
+    assert "--moe-dispatcher" in text and "--global-batch 64 --moe-dispatcher flex" in text

@@ -538,8 +538,10 @@ def test_objective_gpus_finds_the_fewest():
         ({"global_batch": None, "global_batch_tokens": 4097}, "global_batch_tokens"),
         ({"bounds": {"tpx": 2}}, "bound tpx"),
         ({"time_options": TimeOptions(recompute_layers=2)}, "recompute_layers"),
+        ({"time_options": TimeOptions(ep_node_dedup=True),
+          "memory": MemoryTechniques(moe_dispatcher="allgather")}, "ep_node_dedup"),
     ],
-)
+)  # fmt: skip
 def test_bad_input_names_the_field(h100, kw, field):
     with pytest.raises(InputError, match=field):
         _request("llama3-8b", h100, **kw)
@@ -562,6 +564,20 @@ def test_engine_bounds_the_sizes(h100, kw, message):
     with pytest.raises(InputError) as err:
         _request("llama3-8b", h100, **kw)
     assert str(err.value) == message
+
+
+def test_the_request_has_one_moe_dispatcher_for_memory_and_time(h100):
+    """Every candidate is timed and sized with the same dispatcher, as `tpcalc layout
+    --moe-dispatcher` sets both: flex memory times the dispatch node-aware, and a node-aware
+    dispatch over alltoall memory (the same bytes) is flex."""
+    plain = _request("qwen3-30b-a3b", h100)
+    assert (plain.memory.moe_dispatcher, plain.time_options.ep_node_dedup) == ("alltoall", False)
+    flex = _request("qwen3-30b-a3b", h100, memory=MemoryTechniques(moe_dispatcher="flex"))
+    assert (flex.memory.moe_dispatcher, flex.time_options.ep_node_dedup) == ("flex", True)
+    dedup = _request("qwen3-30b-a3b", h100, time_options=TimeOptions(ep_node_dedup=True))
+    assert (dedup.memory.moe_dispatcher, dedup.time_options.ep_node_dedup) == ("flex", True)
+    gather = _request("qwen3-30b-a3b", h100, memory=MemoryTechniques(moe_dispatcher="allgather"))
+    assert (gather.memory.moe_dispatcher, gather.time_options.ep_node_dedup) == ("allgather", False)
 
 
 def test_largest_sizes_are_accepted(h100):
@@ -999,3 +1015,37 @@ def test_cut_staircase_takes_a_second_round_of_floors():
     assert got[2].tolist() == [10.0 * scale, 6.0 * scale]
     want = S._staircase(mem, floors * scale)
     assert all(np.array_equal(x, y) for x, y in zip(got, want, strict=True))
+
+
+# ---- a node-aware dispatcher (Megatron-Core flex: DeepEP / HybridEP) ----
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_bounds_never_exceed_step_time_with_a_node_aware_dispatcher(h100, batched, monkeypatch):
+    """Qwen3 30B-A3B on 16 H100 (two nodes), ``ep_node_dedup`` on and the EP all-to-all
+    exposed: every bound of every candidate is at most ``step_time`` under the same options,
+    whether the bounds are taken over the (ep, etp) pairs at once (``StepBounds.prime``) or
+    shard by shard (``StepBounds.work``). The bounds price the dispatch as step._layer_work
+    does (``roofline.dispatch_time_s``); the plain all-to-all of every copy is the larger once
+    EP spans nodes (EP 16 here)."""
+    from tpcalc.calc.layout.groups import place_groups
+    from tpcalc.calc.plan.bounds import StepBounds
+    from tpcalc.calc.time.step import step_time
+
+    if not batched:
+        monkeypatch.setattr(StepBounds, "prime", lambda self, *a: None)
+    req = _request(
+        "qwen3-30b-a3b", h100, time_options=TimeOptions(ep_node_dedup=True),
+        pins={"recompute": ("selective",), "sp": (True,), "ep_overlap": (False,), "ep": (8, 16)},
+    )  # fmt: skip
+    s, picks, _, lbs = _search(req)
+    assert s.opts.ep_node_dedup and s.bounds.opts.ep_node_dedup
+    # shards taken one by one are cached in ``_work``; ``prime``'s are counted in ``shards`` only
+    assert (len(s.bounds._work) < s.bounds.shards) == batched
+    across = 0
+    for j, row in enumerate(picks):
+        layout, run = s.layout_run(_pick(row))
+        across += place_groups(layout)["ep"].nodes > 1
+        t = step_time(req.spec, req.hw, layout, run, s.opts).step_time_s
+        assert lbs[j] <= t, (layout, run, lbs[j], t)
+    assert across > 0  # some candidates send the dispatch over the network

@@ -228,3 +228,34 @@ def test_llama2_13b_holds_once_the_planner_is_held_to_the_distributed_optimizer(
     assert not ch.holds and ch.pick.choices[0]["ZeRO"] == 3
     assert ch.held is not None and all(c["ZeRO"] == 1 for c in ch.held.choices)
     assert ch.holds_when_held, ch.why()
+
+
+# --- the MoE dispatcher ---------------------------------------------------------------------
+# Megatron-Bridge 26.04.01, Qwen3-30B-A3B on 16 H100 (FP8): the recipe's dispatcher is flex
+# (moe_token_dispatcher_type, HybridEP; recorded in runs.yaml), so `tpcalc validate` prices the
+# published layout's dispatch node-aware across its two nodes (EP 16). The planner is asked the
+# same question: every candidate timed node-aware too, its memory with the same dispatcher. The
+# 26.02.01 run of the same model keeps NCCL's all-to-all, and so does its planner.
+@pytest.mark.parametrize(
+    ("run_id", "flex"),
+    [("mbridge-26.04.01-qwen3-30b-a3b-h100-sxm-16-fp8", True),
+     ("mbridge-26.02.01-qwen3-30b-a3b-h100-sxm-16-fp8", False)],
+)  # fmt: skip
+@pytest.mark.parametrize("hold_zero", [False, True])
+def test_the_planner_gets_the_rows_dispatcher(monkeypatch, run_id, flex, hold_zero):
+    from types import SimpleNamespace
+
+    item = _item(run_id)
+    assert item.case.options.ep_node_dedup is flex
+    asked = []
+
+    def fake_plan(request, progress=None):
+        asked.append(request)
+        return SimpleNamespace(top=())
+
+    monkeypatch.setattr("tpcalc.calc.plan.search.plan", fake_plan)
+    engine_planner(hold_zero=hold_zero)(item)
+    (request,) = asked
+    assert request.time_options.ep_node_dedup is flex
+    assert request.memory.moe_dispatcher == ("flex" if flex else "alltoall")
+    assert request.time_options.overlap == item.case.options.overlap

@@ -16,6 +16,7 @@ import typer
 
 from tpcalc.choices import (
     ActivationModel,
+    MoeDispatcher,
     PlanObjective,
     Recompute,
     RouterDtype,
@@ -37,6 +38,7 @@ from tpcalc.cli.options import (
 from tpcalc.cli.parallel_options import (
     ActivationsOpt,
     CapacityFactorOpt,
+    DispatcherOpt,
     Fp8CacheOpt,
     Fp8LinearInputsOpt,
     GpusPerNodeOpt,
@@ -270,6 +272,7 @@ def plan(
     moe_probs_in_act: ProbsInActOpt = False,
     mtp: MtpOpt = True,
     offload_layers: OffloadLayersOpt = 0,
+    moe_dispatcher: DispatcherOpt = MoeDispatcher.alltoall,
     capacity_factor: CapacityFactorOpt = None,
     router_dtype: RouterDtypeOpt = RouterDtype.fp32,
     uneven: UnevenOpt = True,
@@ -307,6 +310,13 @@ def plan(
       tpcalc plan -m deepseek-v3 --hardware h800 --gpus 256 --seq 4096 --global-batch 1920
       --no-mtp --no-ep-overlap --offload-layers 2
 
+    A DeepEP / HybridEP run (Megatron-Core --moe-token-dispatcher-type flex): every candidate's
+    dispatch sends a token over the network once per remote node, as 'tpcalc layout
+    --moe-dispatcher flex' prices it:
+
+      tpcalc plan -m qwen3-30b-a3b --gpus 16 --seq 4096 --global-batch 64
+      --moe-dispatcher flex
+
     Layers split as Megatron-Bridge's Llama 3.1 405B recipe splits them (the embedding and the
     loss each count as a layer: pp·vpp may reach 128 for 126 layers):
 
@@ -334,7 +344,7 @@ def plan(
     }  # fmt: skip
     memory = {"fp8_cache": fp8_cache, "fp8_linear_inputs": fp8_linear_inputs,
               "moe_probs_in_act": moe_probs_in_act, "mtp": mtp, "offload_layers": offload_layers,
-              "capacity_factor": capacity_factor,
+              "moe_dispatcher": moe_dispatcher, "capacity_factor": capacity_factor,
               "router_dtype": router_dtype}  # fmt: skip
     techniques = techniques_of(memory)
     try:

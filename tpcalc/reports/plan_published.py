@@ -342,9 +342,11 @@ def engine_planner(top_k: int = TOP_K, *, hold_zero: bool = False) -> Callable[[
     """The planner (``tpcalc.calc.plan``) on a published run's question: same model, hardware,
     GPUs, NVLink domain, sequence, global batch, dtype, state recipe (the published layout's
     memory recipe: FP8 primary weights where the recipe sets them), memory techniques (those the
-    published layout is judged with: activation offloading where the recipe sets it) and
-    stage-split rule (the recipe's embedding and loss accounting); the layout, ZeRO stage
-    (pinned to the published one with ``hold_zero``), recompute and overlaps searched."""
+    published layout is judged with: activation offloading where the recipe sets it),
+    stage-split rule (the recipe's embedding and loss accounting) and MoE dispatch (node-aware
+    where the recipe's dispatcher is flex, as ``tpcalc validate`` prices the published layout);
+    the layout, ZeRO stage (pinned to the published one with ``hold_zero``), recompute and
+    overlaps searched."""
 
     def run(item: Published) -> Pick:
         from tpcalc.calc.plan.request import build_request
@@ -358,7 +360,7 @@ def engine_planner(top_k: int = TOP_K, *, hold_zero: bool = False) -> Callable[[
             top_k=top_k, pins={"zero": [int(m.layout.zero)]} if hold_zero else None,
             time_options=TimeOptions(
                 overlap=c.options.overlap, embedding_in_split=c.options.embedding_in_split,
-                loss_in_split=c.options.loss_in_split,
+                loss_in_split=c.options.loss_in_split, ep_node_dedup=c.options.ep_node_dedup,
             ),
         )  # fmt: skip
         result = plan(request)

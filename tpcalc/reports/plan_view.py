@@ -96,6 +96,8 @@ def _shared(result: PlanResult) -> dict[str, Scalar]:
         "global_batch": req.global_batch, "objective": req.objective.value,
         "embedding_in_split": req.time_options.embedding_in_split,
         "loss_in_split": req.time_options.loss_in_split,
+        "moe_dispatcher": req.memory.moe_dispatcher,
+        "ep_dispatch": "node-aware" if req.time_options.ep_node_dedup else "all-to-all",
     }  # fmt: skip
 
 

@@ -59,7 +59,7 @@ from tpcalc.calc.time.ops import (
     moe_ops,
     mtp_ops,
 )
-from tpcalc.calc.time.roofline import Rates, collective_time_s, op_time_s, rates
+from tpcalc.calc.time.roofline import Rates, collective_time_s, dispatch_time_s, op_time_s, rates
 from tpcalc.calc.time.step import (
     A2A_PER_PASS,
     ADAM_BYTES_PER_PARAM,
@@ -367,15 +367,20 @@ class StepBounds:
         return blocks * one
 
     def _a2a(self, shard: Shard, ep: int, nodes: int) -> float:
-        """A MoE layer's dispatch and combine all-to-all in one pass (step._layer_work)."""
-        key = (shard.tokens, shard.tp, shard.dtype, ep, nodes)  # all it reads of the shard
+        """A MoE layer's dispatch and combine in one pass, as step._layer_work prices them
+        (``roofline.dispatch_time_s``: every copy, or once per remote node with a node-aware
+        dispatcher, ``opts.ep_node_dedup``). The key is all it reads of the shard and the
+        group; the rest (model, options, rates) is fixed for this object."""
+        key = (shard.tokens, shard.tp, shard.dtype, ep, nodes)
         got = self._a2as.get(key)
         if got is None:
-            routed = shard.tokens // shard.tp * (self.spec.num_experts_per_tok or 1)
-            msg = routed * self.spec.hidden_size * shard.dtype.bytes * self.opts.comm_scale
-            got = self._a2as[key] = A2A_PER_PASS * collective_time_s(
-                self.r, Collective.all_to_all, msg, ep, nodes
-            )
+            spec = self.spec
+            token_bytes = spec.hidden_size * shard.dtype.bytes * self.opts.comm_scale
+            got = self._a2as[key] = A2A_PER_PASS * dispatch_time_s(
+                self.r, shard.tokens // shard.tp, spec.num_experts_per_tok or 1,
+                spec.n_routed_experts or 1, token_bytes, ep, nodes,
+                node_dedup=self.opts.ep_node_dedup,
+            )  # fmt: skip
         return got
 
     def stage_counts(self, pp: int, vpp: int) -> np.ndarray:

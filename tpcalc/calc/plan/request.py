@@ -7,11 +7,13 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from msgspec.structs import replace
+
 from tpcalc.calc.dp.zero import zero_stage
 from tpcalc.calc.layout.groups import MemoryTechniques, resolve_fp8_inputs
 from tpcalc.calc.plan.types import OPTION_DIMS, PIN_DIMS, SIZE_DIMS, Objective, PlanRequest
 from tpcalc.calc.time.step import RECOMPUTE_MODULE_OPS, TimeOptions
-from tpcalc.choices import ActivationModel, Recompute, Schedule, StateRecipe
+from tpcalc.choices import ActivationModel, MoeDispatcher, Recompute, Schedule, StateRecipe
 from tpcalc.errors import InputError
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.units import Dtype
@@ -144,7 +146,8 @@ def build_request(
     obj = _choice(Objective, objective, "objective")
     if obj is Objective.gpus and (target_step_time_s is None or not target_step_time_s > 0):
         raise InputError("objective gpus needs a positive target_step_time_s")
-    opts = _searchable(time_options or TimeOptions())
+    memory, opts = _dispatcher(memory or MemoryTechniques(), time_options or TimeOptions())
+    opts = _searchable(opts)
     node = _positive_int(gpus_per_node or hw.gpus_per_node.value, "gpus_per_node")
     gemm_dtype = _choice(Dtype, dtype, "dtype")
     return PlanRequest(
@@ -156,8 +159,29 @@ def build_request(
         tp_within_node=tp_within_node, allow_uneven=allow_uneven, gpus_per_node=node,
         recipe=_choice(StateRecipe, recipe, "recipe"), dtype=gemm_dtype,
         activations=_choice(ActivationModel, activations, "activations"),
-        memory=resolve_fp8_inputs(memory or MemoryTechniques(), gemm_dtype), time_options=opts,
+        memory=resolve_fp8_inputs(memory, gemm_dtype), time_options=opts,
     )  # fmt: skip
+
+
+def _dispatcher(
+    memory: MemoryTechniques, opts: TimeOptions
+) -> tuple[MemoryTechniques, TimeOptions]:
+    """One MoE dispatcher for every candidate's memory and step time, as `tpcalc layout
+    --moe-dispatcher` sets both (cli/time_options.py): flex (DeepEP / HybridEP, Megatron-Core
+    --moe-token-dispatcher-type flex) prices the dispatch node-aware (``ep_node_dedup``), and a
+    node-aware dispatch is flex's, whose memory is alltoall's (``choices.MoeDispatcher``), so
+    ``ep_node_dedup`` over alltoall memory is flex. With allgather it is an ``InputError``."""
+    flex = MoeDispatcher.flex.value
+    if memory.moe_dispatcher == flex:
+        return memory, replace(opts, ep_node_dedup=True)
+    if not opts.ep_node_dedup:
+        return memory, opts
+    if memory.moe_dispatcher != MoeDispatcher.alltoall.value:
+        raise InputError(
+            f"time_options ep_node_dedup: a node-aware dispatch is the flex dispatcher's, but "
+            f"memory moe_dispatcher is {memory.moe_dispatcher!r}; give moe_dispatcher 'flex'"
+        )
+    return replace(memory, moe_dispatcher=flex), opts
 
 
 def _searchable(opts: TimeOptions) -> TimeOptions:
