@@ -869,8 +869,13 @@ def test_bounds_splits_slowest_is_the_stage_max_bit_for_bit():
         shape = Shape(tp=tp, cp=1, pp=pp, dp=256 // (tp * pp), ep=ep, etp=etp)
         vs = space.variants(s.d, req, pp)
         slowest, f0, total0 = bounds.splits(shape, vs, mbs, sps, modes)
-        kind, kind_f, first, last, first_f = bounds.kind_arrays(shape, mbs, sps, modes)
+        kind_on, kind_f_on, first, last, first_f = bounds.kind_arrays(shape, mbs, sps, modes)
+        df, db = bounds.ep_gaps(shape, mbs, sps)  # the EP overlap is searched (DeepSeek)
         for i, v in enumerate(vs):
+            # where Megatron-Core refuses the overlap, each MoE layer's all-to-all exposed
+            at = bounds.refused(shape, v, modes)[None, None, :, None]
+            kind = np.where(at, kind_on + (df + db)[:, :, None, :], kind_on)
+            kind_f = np.where(at, kind_f_on + df[:, :, None, :], kind_f_on)
             counts = bounds.stage_counts(pp, v.vpp)
             per = kind @ counts.T  # [M, S, R, stages]
             per[..., 0] += first

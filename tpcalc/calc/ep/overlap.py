@@ -18,6 +18,36 @@ SRC_RULES = (
 MAX_MTP_LAYERS = 1
 
 
+def pipeline_problem(pp: int, vpp: int) -> str | None:
+    """The pipeline rule: with pp > 1 the overlap runs in the interleaved schedule only."""
+    if pp > 1 and vpp == 1:
+        return "with pp > 1 it needs virtual pipeline stages (--vpp 2 or more)"
+    return None
+
+
+def recompute_problem(
+    full_recompute: bool, recompute_modules: tuple[str, ...], recompute_layers: int | None
+) -> str | None:
+    """The recompute rules: no full or block recompute, no recomputed moe module."""
+    if full_recompute:
+        return "it cannot run with full recompute (--recompute selective or none)"
+    if recompute_layers is not None:
+        return "it cannot run with block recompute (drop --recompute-layers)"
+    if "moe" in recompute_modules:
+        return "it cannot recompute the moe module (drop moe from --recompute-modules)"
+    return None
+
+
+def setup_problem(dispatcher: str, mtp_layers: int) -> str | None:
+    """The rules on the run's set-up: the dispatcher and the MTP depth (``mtp_layers``: the
+    MTP layers the run trains, 0 when it trains none)."""
+    if dispatcher not in ("alltoall", "flex"):
+        return f"it needs the alltoall or flex dispatcher, not {dispatcher}"
+    if mtp_layers > MAX_MTP_LAYERS:
+        return f"it supports at most {MAX_MTP_LAYERS} MTP layer, not {mtp_layers} (--no-mtp)"
+    return None
+
+
 def a2a_overlap_problem(
     *,
     pp: int,
@@ -30,21 +60,11 @@ def a2a_overlap_problem(
     mtp_layers: int,
 ) -> str | None:
     """The first of Megatron-Core's rules for the EP all-to-all overlap that this run breaks,
-    in words a user can act on, or None when the overlap is allowed (``SRC_RULES``).
-
-    ``mtp_layers``: the MTP layers the run trains (0 when it trains none)."""
-    if pp > 1 and vpp == 1:
-        return "with pp > 1 it needs virtual pipeline stages (--vpp 2 or more)"
+    in words a user can act on, or None when the overlap is allowed (``SRC_RULES``)."""
     if ep == 1:
         return "it needs expert parallelism (--ep 2 or more)"
-    if dispatcher not in ("alltoall", "flex"):
-        return f"it needs the alltoall or flex dispatcher, not {dispatcher}"
-    if full_recompute:
-        return "it cannot run with full recompute (--recompute selective or none)"
-    if recompute_layers is not None:
-        return "it cannot run with block recompute (drop --recompute-layers)"
-    if "moe" in recompute_modules:
-        return "it cannot recompute the moe module (drop moe from --recompute-modules)"
-    if mtp_layers > MAX_MTP_LAYERS:
-        return f"it supports at most {MAX_MTP_LAYERS} MTP layer, not {mtp_layers} (--no-mtp)"
-    return None
+    return (
+        pipeline_problem(pp, vpp)
+        or setup_problem(dispatcher, mtp_layers)
+        or recompute_problem(full_recompute, recompute_modules, recompute_layers)
+    )

@@ -32,6 +32,7 @@ from typing import NamedTuple
 import numpy as np
 from msgspec import Struct
 
+from tpcalc.calc.ep.overlap import pipeline_problem, recompute_problem
 from tpcalc.calc.layout.groups import (
     Group,
     MemoryTechniques,
@@ -163,6 +164,8 @@ class StepBounds:
         self._dense_kind: dict[tuple, tuple] = {}
         self._tp_passes: dict[tuple, float] = {}
         self._end_lead: dict[tuple, tuple[float, float, float]] = {}
+        self._ep_gaps: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        self._refusals: dict[tuple, np.ndarray] = {}
 
     def work(self, shape: Shape, b: int, sp: bool) -> ShardWork:
         sp = sp and shape.tp > 1
@@ -833,18 +836,24 @@ class StepBounds:
     ) -> GroupTerms:  # fmt: skip
         """``group``'s terms that need no stage split (``GroupTerms``)."""
 
-        f, bi, w, sends, m = self.sums(shape, mbs, per_dp, sps, modes)
+        f_on, bi_on, w, sends, m = self.sums(shape, mbs, per_dp, sps, modes)
         p, n_v, n_z = shape.pp, len(vs), len(zeros)
-        fp, bp, wp = f / p, bi / p, w / p
-        mean = (f + bi + w) / p
-        bubble = np.empty((n_v, *f.shape))
+        gaps = self.ep_gaps(shape, mbs, sps)
+        bubble = np.empty((n_v, *f_on.shape))
         seen: dict[Variant, int] = {}
         for i, v in enumerate(vs):
             if v in seen:
                 bubble[i] = bubble[seen[v]]
-            else:
-                bubble[i] = _bubble(v, p, fp, bp, wp, mean)
-                seen[v] = i
+                continue
+            seen[v] = i
+            f, bi = f_on, bi_on
+            refused = self.refused(shape, v, modes)
+            if gaps is not None and refused.any():  # summed over every layer, where refused
+                at = refused[None, None, :]
+                counts = self.kind_counts
+                f = np.where(at, f_on + (gaps[0] @ counts)[..., None], f_on)
+                bi = np.where(at, bi_on + (gaps[1] @ counts)[..., None], bi_on)
+            bubble[i] = _bubble(v, p, f / p, bi / p, w / p, (f + bi + w) / p)
         ov = self.opts.overlap
         # the terms read the variant's vpp only: taken once per vpp (rows in the order first
         # seen), then every variant takes its vpp's row (copies of the same floats)
@@ -892,6 +901,56 @@ class StepBounds:
             groups.append((a_z[inv], da[inv], c_z[inv], dc[inv]))  # each [V, Z, M]
         return GroupTerms(m, sends + bubble, const[inv], groups)
 
+    def refused(self, shape: Shape, v: Variant, modes: list[RecomputeMode]) -> np.ndarray:
+        """Which modes [R] run the EP all-to-all exposed on this variant though the search
+        overlaps it: where Megatron-Core refuses the overlap (``step.ep_overlap_problem``: pp > 1
+        without vpp, full recompute, the moe module; DualPipe overlaps by its own schedule).
+        The run's set-up (dispatcher, MTP) is settled for the whole search (``space.overlap``)."""
+        key = (shape.pp, v.vpp, v.schedule, self._mode_key(modes), "refused")
+        got = self._refusals.get(key)
+        if got is None:
+            if v.schedule is Schedule.dualpipe or not self.opts.overlap.ep_a2a:
+                got = np.zeros(len(modes), dtype=bool)
+            elif pipeline_problem(shape.pp, v.vpp) is not None:
+                got = np.ones(len(modes), dtype=bool)
+            else:
+                got = np.array(
+                    [recompute_problem(m.recompute is Recompute.full, m.modules, None) is not None
+                     for m in modes], dtype=bool,
+                )  # fmt: skip
+            self._refusals[key] = got
+        return got
+
+    def ep_gaps(
+        self, shape: Shape, mbs: list[int], sps: list[bool]
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """What the EP all-to-all adds to one layer of each kind, in F and in B [M, S, K],
+        where the overlap is refused (``refused``): the part ``work`` takes as hidden, the
+        all-to-all less its exposed part, over the same passes ``_kind_entry`` hides it under.
+        None when the search hides none (EP overlap off, ep 1)."""
+        if not self.opts.overlap.ep_a2a or shape.ep == 1 or not self.spec.is_moe:
+            return None
+        key = (shape.tp, shape.cp, shape.ep, shape.etp, tuple(mbs), tuple(sps))
+        got = self._ep_gaps.get(key)
+        if got is None:
+            over = self.r.moe_layer_overhead_s
+            links = self._shard_links_of(shape.tp, shape.cp, shape.ep, shape.etp)
+            df = np.zeros((len(mbs), len(sps), len(self.kinds)))
+            db = np.zeros_like(df)
+            for i, b in enumerate(mbs):
+                for j, sp in enumerate(sps):
+                    shard = self._shard(
+                        shape.tp, shape.cp, shape.ep, shape.etp, sp and shape.tp > 1, b
+                    )
+                    a2a = self._a2a(shard, shape.ep, links["ep"].nodes)
+                    for k, (first, _, moe) in enumerate(self.kinds):
+                        if moe:
+                            kf, kb, kw = self._kind_ops(shard, first, True)[:3]
+                            df[i, j, k] = a2a - _exposed(a2a, kb + over + kw, True)
+                            db[i, j, k] = a2a - _exposed(a2a, kf + over, True)
+            got = self._ep_gaps[key] = (df, db)
+        return got
+
     def splits(
         self, shape: Shape, vs: list[Variant], mbs: list[int], sps: list[bool],
         modes: list[RecomputeMode],
@@ -900,20 +959,29 @@ class StepBounds:
         variant at once, each [V, 1, M, S, R]: the per-kind sums of every (micro-batch, sp,
         mode) times each vpp's layers per stage (``stage_counts``, as ``step.stage_layers``
         splits them), the ends on the first and last stage."""
-        kind, kind_f, first, last, first_f = self.kind_arrays(shape, mbs, sps, modes)
+        kind_on, kind_f_on, first, last, first_f = self.kind_arrays(shape, mbs, sps, modes)
+        gaps = self.ep_gaps(shape, mbs, sps)
         n_v = len(vs)
         out = (
             np.empty((n_v, 1, *first.shape)),
             np.empty((n_v, 1, *first.shape)),
             np.empty((n_v, 1, *first.shape)),
         )
-        done: dict[int, int] = {}
+        done: dict[tuple, int] = {}
         for i, v in enumerate(vs):
-            if v.vpp in done:
+            refused = self.refused(shape, v, modes)
+            seen = (v.vpp, refused.tobytes())
+            if seen in done:
                 for x in out:
-                    x[i] = x[done[v.vpp]]
+                    x[i] = x[done[seen]]
                 continue
-            done[v.vpp] = i
+            done[seen] = i
+            kind, kind_f = kind_on, kind_f_on
+            if gaps is not None and refused.any():  # the all-to-all exposed where refused
+                at = refused[None, None, :, None]
+                df, db = gaps[0][:, :, None, :], gaps[1][:, :, None, :]
+                kind = np.where(at, kind_on + (df + db), kind_on)
+                kind_f = np.where(at, kind_f_on + df, kind_f_on)
             counts = self.stage_counts(shape.pp, v.vpp)  # [stages, K]
             per = kind @ counts.T  # [M, S, R, stages]
             per[..., 0] += first

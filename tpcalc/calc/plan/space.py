@@ -31,6 +31,7 @@ from msgspec import Struct
 
 from tpcalc.calc.activations.paper import sp_seq_problem
 from tpcalc.calc.dp.zero import ZeroStage
+from tpcalc.calc.ep.overlap import setup_problem
 from tpcalc.calc.plan.types import PlanRequest
 from tpcalc.calc.time.ops import Shard, layer_ops
 from tpcalc.calc.time.step import RECOMPUTE_MODULE_OPS, Overlap
@@ -128,13 +129,18 @@ def recompute_modes(req: PlanRequest) -> list[RecomputeMode]:
 
 
 def overlap(req: PlanRequest) -> Overlap:
-    """The overlap searched: on where allowed (never slower, module docstring)."""
+    """The overlap searched: on where allowed (never slower, module docstring). The EP
+    all-to-all's is on only where the run's set-up lets Megatron-Core overlap it
+    (``ep.overlap.setup_problem``); what each candidate's pipeline and recompute allow is
+    decided per candidate (``step.ep_overlap_on``, ``bounds.StepBounds.ep_gaps``)."""
 
     def flag(dim: str) -> bool:
         return True in _allowed(req, dim, [True, False])
 
+    mtp = req.spec.mtp_layers if req.memory.mtp else 0
+    ep_a2a = flag("ep_overlap") and setup_problem(req.memory.moe_dispatcher, mtp) is None
     return Overlap(
-        tp_comm=flag("tp_comm_overlap"), cp_ring=flag("cp_overlap"), ep_a2a=flag("ep_overlap"),
+        tp_comm=flag("tp_comm_overlap"), cp_ring=flag("cp_overlap"), ep_a2a=ep_a2a,
         pp_p2p=flag("pp_overlap"), dp_grad_reduce=flag("dp_overlap"),
         dp_param_gather=flag("dp_overlap"),
     )  # fmt: skip
