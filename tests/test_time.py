@@ -25,6 +25,7 @@ from tpcalc.calc.time.roofline import (
     rates,
 )
 from tpcalc.calc.time.step import (
+    RECOMPUTE_MODULE_OPS,
     STEP_PARTS,
     Overlap,
     StepTime,
@@ -369,3 +370,24 @@ def test_pipeline_layout_strings_are_read_or_refused_with_the_reason():
     for (text, stages), message in bad.items():
         with pytest.raises(InputError, match=re.escape(message)):
             parse_pipeline_layout(text, stages)
+
+
+def test_routed_experts_fc2_bias_is_priced_unfused_where_the_model_has_one():
+    """GPT-OSS's experts carry biases (mlp_bias): Megatron-Core adds fc2's after the grouped
+    GEMM, weighted by each copy's fp32 routing probability (TEGroupedMLP._apply_bias): 28 bytes
+    per output element forward, 36 backward (ops.EXPERT_BIAS_*_BYTES, counted kernel by kernel
+    in its comment), over every token a rank's experts compute; Qwen3 has no expert bias."""
+    from tpcalc.calc.time.ops import moe_ops, moe_tokens_per_expert
+
+    gpt_oss, qwen = load_model("gpt-oss-120b"), load_model("qwen3-30b-a3b")
+    shard = Shard(seq=4096, micro_batch=4, tp=1, cp=1, ep=8, etp=1, sp=False,
+                  dtype=Dtype.bf16, gemm_dtype=Dtype.bf16)  # fmt: skip
+    bias = [o for o in moe_ops(gpt_oss, shard) if o.name == "expert_bias"]
+    # 8 ranks' 4096·4 tokens, 4 copies each, over 128 experts: 4,096 each, 16 local per rank
+    assert moe_tokens_per_expert(gpt_oss, shard) == 4096
+    outputs = 4096 * 16 * 2880
+    assert {(o.phase, o.bytes) for o in bias} == {
+        (Pass.forward, 28 * outputs), (Pass.backward_input, 36 * outputs)
+    }  # fmt: skip
+    assert not [o for o in moe_ops(qwen, shard) if o.name == "expert_bias"]
+    assert "expert_bias" in RECOMPUTE_MODULE_OPS["moe"]

@@ -52,6 +52,17 @@ ROPE_RW = (2, 2)  # q, k rotated in place; the backward rotates the gradient bac
 UNFUSED_SOFTMAX_RW = (2, 3)
 GATE_RW = (3, 4)  # sigmoid output gate: o, g -> y; o, g, dy -> do, dg
 PERMUTE_RW = (2, 2)  # MoE token permute / unpermute: a gather and its scatter
+# The routed experts' fc2 bias (models with mlp_bias: GPT-OSS), added unfused after the grouped
+# GEMM, weighted by each copy's routing probability (Megatron-Core TEGroupedMLP._apply_bias,
+# core_r0.15.0/0.16.0 megatron/core/transformer/moe/experts.py: fc2 has skip_bias_add=True, then
+# per expert cat(t + b·p).to(dtype), with p fp32). Bytes per output element, forward: b·p
+# writes fp32; t + b·p reads bf16 t and fp32 b·p, writes fp32; cat copies fp32; the cast reads
+# fp32 and writes bf16. Backward (autograd): the cast's gradient to fp32, its cast back for t,
+# and the two broadcast reductions of b·p's gradient (g·p summed over tokens for b, g·b summed
+# over the hidden for p), each a product written and read.
+FP32, BF16 = 4, 2
+EXPERT_BIAS_FWD_BYTES = FP32 + (BF16 + FP32 + FP32) + (FP32 + FP32) + (FP32 + BF16)
+EXPERT_BIAS_BWD_BYTES = (BF16 + FP32) + (FP32 + BF16) + 2 * (FP32 + FP32 + FP32)
 EMBED_RW = (1, 3)  # lookup writes T·h; the backward scatter-adds dy into the table
 # FP8 GEMMs (Transformer Engine on Hopper) take FP8 operands in the TN layout: the input is cast
 # and transposed by one fused kernel before the forward (read 2 B, write 1 B + 1 B transposed per
@@ -347,7 +358,15 @@ def moe_ops(spec: ModelSpec, shard: Shard) -> tuple[Op, ...]:
     ops = [*elementwise("mlp_norm", t_sp * h, NORM_RW, dt)]
     ops += gemm("router", shard.tokens // shard.tp, experts, h, dt)
     ops += elementwise("permute", routed * h, PERMUTE_RW, dt)
-    ops += _mlp("expert_", spec, shard, moe_tokens_per_expert(spec, shard), width, local)
+    per_expert = moe_tokens_per_expert(spec, shard)
+    ops += _mlp("expert_", spec, shard, per_expert, width, local)
+    if spec.mlp_bias:
+        outputs = per_expert * local * h
+        ops += (
+            Op("expert_bias", OpKind.memory, Pass.forward, 0.0, EXPERT_BIAS_FWD_BYTES * outputs),
+            Op("expert_bias", OpKind.memory, Pass.backward_input, 0.0,
+               EXPERT_BIAS_BWD_BYTES * outputs),
+        )  # fmt: skip
     ops += elementwise("unpermute", routed * h, PERMUTE_RW, dt)
     shared = shared_expert_intermediate(spec)
     if shared:

@@ -458,7 +458,15 @@ RECOMPUTE_MODULE_OPS: dict[str, tuple[str, ...]] = {
     "mla_up_proj": ("q_up_proj", "kv_up_proj"),
     "mlp": ("fc1", "act", "fc2"),
     "moe_act": ("expert_act",),
-    "moe": ("router", "permute", "expert_fc1", "expert_act", "expert_fc2", "unpermute"),
+    "moe": (
+        "router",
+        "permute",
+        "expert_fc1",
+        "expert_act",
+        "expert_fc2",
+        "expert_bias",
+        "unpermute",
+    ),
     "shared_experts": ("shared_fc1", "shared_act", "shared_fc2"),
 }
 
