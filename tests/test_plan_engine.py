@@ -874,7 +874,10 @@ def test_bounds_splits_slowest_is_the_stage_max_bit_for_bit():
         for i, v in enumerate(vs):
             # where Megatron-Core refuses the overlap, each MoE layer's all-to-all exposed
             at = bounds.refused(shape, v, modes)[None, None, :, None]
-            kind = np.where(at, kind_on + (df + db)[:, :, None, :], kind_on)
+            # ... and once more in the forward that full recompute re-runs
+            full = np.array([m.recompute is Recompute.full for m in modes])[None, None, :, None]
+            again = full * df[:, :, None, :]
+            kind = np.where(at, kind_on + ((df + db)[:, :, None, :] + again), kind_on)
             kind_f = np.where(at, kind_f_on + df[:, :, None, :], kind_f_on)
             counts = bounds.stage_counts(pp, v.vpp)
             per = kind @ counts.T  # [M, S, R, stages]

@@ -839,6 +839,12 @@ class StepBounds:
         f_on, bi_on, w, sends, m = self.sums(shape, mbs, per_dp, sps, modes)
         p, n_v, n_z = shape.pp, len(vs), len(zeros)
         gaps = self.ep_gaps(shape, mbs, sps)
+        wp = w / p
+        # the mean stage's F, B and F + B + W, per pattern of refused modes (``refused``: none,
+        # all, or the modes'), each taken once: with the all-to-all exposed where refused
+        means: dict[bytes | None, tuple[np.ndarray, np.ndarray, np.ndarray]] = {
+            None: (f_on / p, bi_on / p, (f_on + bi_on + w) / p)
+        }
         bubble = np.empty((n_v, *f_on.shape))
         seen: dict[Variant, int] = {}
         for i, v in enumerate(vs):
@@ -846,14 +852,19 @@ class StepBounds:
                 bubble[i] = bubble[seen[v]]
                 continue
             seen[v] = i
-            f, bi = f_on, bi_on
-            refused = self.refused(shape, v, modes)
-            if gaps is not None and refused.any():  # summed over every layer, where refused
+            refused = None if gaps is None else self.refused(shape, v, modes)
+            pattern = None if refused is None or not refused.any() else refused.tobytes()
+            if pattern not in means and gaps is not None and refused is not None:
+                # every layer's all-to-all, where refused
                 at = refused[None, None, :]
                 counts = self.kind_counts
-                f = np.where(at, f_on + (gaps[0] @ counts)[..., None], f_on)
-                bi = np.where(at, bi_on + (gaps[1] @ counts)[..., None], bi_on)
-            bubble[i] = _bubble(v, p, f / p, bi / p, w / p, (f + bi + w) / p)
+                df, db = (gaps[0] @ counts)[..., None], (gaps[1] @ counts)[..., None]
+                again = self._full_modes(modes)[None, None, :] * df  # the recomputed forward
+                f = np.where(at, f_on + df, f_on)
+                bi = np.where(at, bi_on + (db + again), bi_on)
+                means[pattern] = (f / p, bi / p, (f + bi + w) / p)
+            fp, bp, mean = means[pattern]
+            bubble[i] = _bubble(v, p, fp, bp, wp, mean)
         ov = self.opts.overlap
         # the terms read the variant's vpp only: taken once per vpp (rows in the order first
         # seen), then every variant takes its vpp's row (copies of the same floats)
@@ -921,6 +932,25 @@ class StepBounds:
             self._refusals[key] = got
         return got
 
+    def _full_modes(self, modes: list[RecomputeMode]) -> np.ndarray:
+        """1.0 for each mode [R] that recomputes whole layers (full), else 0.0."""
+        key = (self._mode_key(modes), "full")
+        got = self._refusals.get(key)
+        if got is None:
+            got = np.array([m.recompute is Recompute.full for m in modes], dtype=np.float64)
+            self._refusals[key] = got
+        return got
+
+    def _moe_passes(self, shard: Shard, first: int) -> tuple[float, float, float]:
+        """``_kind_ops(shard, first, True)``'s F, B, W (the same additions), without its
+        per-name forward: the rest of the layer's sums plus the experts' own."""
+        experts, own, _ = self._experts(shard)
+        rest = self._layer_ops.get((shard.tp, shard.cp, shard.sp, shard.micro_batch, first))
+        if rest is None:  # not taken yet, or not shareable: as ``_kind_ops`` takes it
+            f, b, w = self._kind_ops(shard, first, True)[:3]
+            return f, b, w
+        return rest[0] + own[0], rest[1] + own[1], rest[2] + own[2]
+
     def ep_gaps(
         self, shape: Shape, mbs: list[int], sps: list[bool]
     ) -> tuple[np.ndarray, np.ndarray] | None:
@@ -945,7 +975,7 @@ class StepBounds:
                     a2a = self._a2a(shard, shape.ep, links["ep"].nodes)
                     for k, (first, _, moe) in enumerate(self.kinds):
                         if moe:
-                            kf, kb, kw = self._kind_ops(shard, first, True)[:3]
+                            kf, kb, kw = self._moe_passes(shard, first)
                             df[i, j, k] = a2a - _exposed(a2a, kb + over + kw, True)
                             db[i, j, k] = a2a - _exposed(a2a, kf + over, True)
             got = self._ep_gaps[key] = (df, db)
@@ -968,20 +998,28 @@ class StepBounds:
             np.empty((n_v, 1, *first.shape)),
         )
         done: dict[tuple, int] = {}
+        exposed: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
         for i, v in enumerate(vs):
-            refused = self.refused(shape, v, modes)
-            seen = (v.vpp, refused.tobytes())
+            refused = None if gaps is None else self.refused(shape, v, modes)
+            seen = (v.vpp, None if refused is None else refused.tobytes())
             if seen in done:
                 for x in out:
                     x[i] = x[done[seen]]
                 continue
             done[seen] = i
             kind, kind_f = kind_on, kind_f_on
-            if gaps is not None and refused.any():  # the all-to-all exposed where refused
-                at = refused[None, None, :, None]
-                df, db = gaps[0][:, :, None, :], gaps[1][:, :, None, :]
-                kind = np.where(at, kind_on + (df + db), kind_on)
-                kind_f = np.where(at, kind_f_on + df, kind_f_on)
+            if gaps is not None and refused is not None and refused.any():  # exposed where refused
+                pattern = refused.tobytes()  # a few per call: none, all, the modes'
+                if pattern not in exposed:
+                    at = refused[None, None, :, None]
+                    df, db = gaps[0][:, :, None, :], gaps[1][:, :, None, :]
+                    # full recompute re-runs the forward, its all-to-all included (step._stage)
+                    again = self._full_modes(modes)[None, None, :, None] * df
+                    exposed[pattern] = (
+                        np.where(at, kind_on + (df + db + again), kind_on),
+                        np.where(at, kind_f_on + df, kind_f_on),
+                    )
+                kind, kind_f = exposed[pattern]
             counts = self.stage_counts(shape.pp, v.vpp)  # [stages, K]
             per = kind @ counts.T  # [M, S, R, stages]
             per[..., 0] += first
