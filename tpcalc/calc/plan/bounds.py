@@ -166,6 +166,7 @@ class StepBounds:
         self._end_lead: dict[tuple, tuple[float, float, float]] = {}
         self._ep_gaps: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._refusals: dict[tuple, np.ndarray] = {}
+        self._full: dict[int, np.ndarray] = {}
 
     def work(self, shape: Shape, b: int, sp: bool) -> ShardWork:
         sp = sp and shape.tp > 1
@@ -852,8 +853,8 @@ class StepBounds:
                 bubble[i] = bubble[seen[v]]
                 continue
             seen[v] = i
-            refused = None if gaps is None else self.refused(shape, v, modes)
-            pattern = None if refused is None or not refused.any() else refused.tobytes()
+            refused = self._refused_where(gaps, shape, v, modes)
+            pattern = None if refused is None else refused.tobytes()
             if pattern not in means and gaps is not None and refused is not None:
                 # every layer's all-to-all, where refused
                 at = refused[None, None, :]
@@ -932,13 +933,24 @@ class StepBounds:
             self._refusals[key] = got
         return got
 
+    def _refused_where(
+        self, gaps: tuple[np.ndarray, np.ndarray] | None, shape: Shape, v: Variant,
+        modes: list[RecomputeMode],
+    ) -> np.ndarray | None:  # fmt: skip
+        """``refused`` where the overlap hides something (``ep_gaps`` not None) and some mode
+        of the variant is refused, else None: the sums then stay as ``work`` took them."""
+        if gaps is None:
+            return None
+        refused = self.refused(shape, v, modes)
+        return refused if refused.any() else None
+
     def _full_modes(self, modes: list[RecomputeMode]) -> np.ndarray:
         """1.0 for each mode [R] that recomputes whole layers (full), else 0.0."""
-        key = (self._mode_key(modes), "full")
-        got = self._refusals.get(key)
+        key = self._mode_key(modes)
+        got = self._full.get(key)
         if got is None:
             got = np.array([m.recompute is Recompute.full for m in modes], dtype=np.float64)
-            self._refusals[key] = got
+            self._full[key] = got
         return got
 
     def _moe_passes(self, shard: Shard, first: int) -> tuple[float, float, float]:
@@ -997,19 +1009,19 @@ class StepBounds:
             np.empty((n_v, 1, *first.shape)),
             np.empty((n_v, 1, *first.shape)),
         )
-        done: dict[tuple, int] = {}
+        done: dict[tuple[int, bytes | None], int] = {}
         exposed: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
         for i, v in enumerate(vs):
-            refused = None if gaps is None else self.refused(shape, v, modes)
-            seen = (v.vpp, None if refused is None else refused.tobytes())
-            if seen in done:
+            refused = self._refused_where(gaps, shape, v, modes)
+            pattern = None if refused is None else refused.tobytes()  # none, all, the modes'
+            if (v.vpp, pattern) in done:
                 for x in out:
-                    x[i] = x[done[seen]]
+                    x[i] = x[done[v.vpp, pattern]]
                 continue
-            done[seen] = i
+            done[v.vpp, pattern] = i
             kind, kind_f = kind_on, kind_f_on
-            if gaps is not None and refused is not None and refused.any():  # exposed where refused
-                pattern = refused.tobytes()  # a few per call: none, all, the modes'
+            if gaps is not None and refused is not None and pattern is not None:
+                # the all-to-all exposed where refused, taken once per pattern
                 if pattern not in exposed:
                     at = refused[None, None, :, None]
                     df, db = gaps[0][:, :, None, :], gaps[1][:, :, None, :]

@@ -693,10 +693,9 @@ def effective_options(
 ) -> TimeOptions:
     """``opts`` with the EP overlap this run really gets (``ep_overlap_on``), so a report or a
     reproduction command of the run says what was priced."""
-    asked = opts.overlap.ep_a2a
-    if asked is None or asked == ep_overlap_on(spec, layout, run, opts):
-        return opts
-    return replace(opts, overlap=replace(opts.overlap, ep_a2a=False))
+    if opts.overlap.ep_a2a and not ep_overlap_on(spec, layout, run, opts):
+        return replace(opts, overlap=replace(opts.overlap, ep_a2a=False))
+    return opts
 
 
 def _context(spec: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, run: LayoutRun,
