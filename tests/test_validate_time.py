@@ -12,6 +12,7 @@ import json
 import pytest
 
 from tpcalc.catalog import load_hardware
+from tpcalc.choices import Recompute
 from tpcalc.reports.validate_time import (
     case_of,
     layout_chunk_layers,
@@ -195,3 +196,22 @@ def test_a_preset_differing_only_in_global_batch_lends_its_options():
     other = by_id["mbridge-25.11-qwen3-235b-a22b-gb200-256-bf16"]
     assert "expert_model_parallel_size" in other["recipe"]["disagrees_with_row"]
     assert recipe_options(other) == {}
+
+
+def test_recipes_stating_selective_recompute_without_modules_recompute_the_core_attention():
+    # NeMo 24.07's launcher config names Megatron-Core's recompute_granularity
+    # activations_checkpoint_granularity; "selective" with no module list is Megatron-Core's
+    # default recompute_modules ["core_attn"], tpcalc's selective recompute (Korthikanti §5)
+    by_id = {r["id"]: r for r in load_runs()}
+    nemotron = by_id["nemo-24.07-nemotron-340b-h100-128"]
+    assert nemotron["recipe"]["fields"]["activations_checkpoint_granularity"] == "selective"
+    assert case_of(nemotron).run.recompute is Recompute.selective
+    # with a module list the modules say what is recomputed, not the granularity
+    gpt_oss = by_id["mbridge-26.04.01-gpt-oss-120b-b200-64-bf16"]
+    assert recipe_options(gpt_oss)["recompute_granularity"] == "selective"
+    run = case_of(gpt_oss).run
+    assert run.recompute is Recompute.none
+    assert run.memory.recompute_modules == ("layernorm", "moe_act")
+    # a recipe that states no recompute
+    llama = case_of(by_id["mbridge-26.02.01-llama3-70b-h100-sxm-64-fp8"])
+    assert llama.run.recompute is Recompute.none and llama.run.memory.recompute_modules == ()

@@ -1,5 +1,7 @@
 """Print the README's published-choice table (issue 11 §3): python tools/plan_markdown.py [-j 2]
 
+``--only ID`` (repeatable) prints the rows of those runs alone, with their summary line.
+
 For every published run tpcalc computes (tpcalc/validation/runs.yaml), the planner plans the same
 model on the same GPUs, sequence and global batch; the table shows the published layout, the
 planner's pick, both predicted step times, the published layout's rank, and whether the three
@@ -58,8 +60,11 @@ def _line(ch: Check) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-j", "--jobs", type=int, default=1, help="processes (one plan each)")
+    parser.add_argument(
+        "--only", action="append", metavar="ID", help="just this run (repeatable): one row to paste"
+    )
     args = parser.parse_args()
-    items, skipped = published_items()
+    items, skipped = published_items(set(args.only) if args.only else None)
     ids = [i.case.id for i in items]
     print(
         "| run | GPUs | published | planner's pick | published step (s) | best step (s) "

@@ -119,6 +119,7 @@ def case_of(row: dict[str, Any]) -> Case | str:
     recipe = recipe_options(row)
     recompute_layers = recipe.get("recompute_num_layers")
     modules = tuple(recipe.get("recompute_modules") or ())
+    recompute = _granularity(recipe, modules)
     layout = ParallelLayout(
         gpus_per_node=JOB_NVLINK_DOMAIN.get(
             row["hardware"], load_hardware(row["hardware"]).gpus_per_node.value
@@ -129,7 +130,7 @@ def case_of(row: dict[str, Any]) -> Case | str:
         seq=row["seq_length"], microbatches=microbatches, micro_batch=mbs, vpp=vp,
         schedule=Schedule.interleaved if vp > 1 else Schedule.one_f_one_b,
         sp=tp > 1 and row.get("sequence_parallel") is not False,
-        recompute=Recompute.none, dtype=Dtype(row["dtype"]),
+        recompute=recompute, dtype=Dtype(row["dtype"]),
         memory=MemoryTechniques(recompute_modules=modules, mtp=_trains_mtp(row, recipe)),
     )  # fmt: skip
     overlap = Overlap(
@@ -160,6 +161,24 @@ def case_of(row: dict[str, Any]) -> Case | str:
         measured_tokens_per_s_per_gpu=measured.get("tokens_per_s_per_gpu"),
         measured_tflop_per_s_per_gpu=measured.get("model_tflop_per_s_per_gpu"), source=where,
     )  # fmt: skip
+
+
+# NeMo 1.x launcher configs name Megatron-Core's recompute_granularity
+# activations_checkpoint_granularity (NeMo megatron_base_model: the transformer config's
+# recompute_granularity is read from it).
+GRANULARITY_KEYS = ("recompute_granularity", "activations_checkpoint_granularity")
+
+
+def _granularity(recipe: dict[str, Any], modules: tuple[str, ...]) -> Recompute:
+    """The recompute a recipe states for time: "selective" with no module list is
+    Megatron-Core's default selective recompute, the core attention (TransformerConfig
+    recompute_modules default ["core_attn"]; Korthikanti et al. 2022 §5), tpcalc's
+    ``Recompute.selective``; with a module list the modules say it (``recompute_modules``).
+    Full recompute is read by the memory case and ``recompute_num_layers`` (block)."""
+    granularity = next((recipe[k] for k in GRANULARITY_KEYS if recipe.get(k)), None)
+    if granularity == Recompute.selective.value and not modules:
+        return Recompute.selective
+    return Recompute.none
 
 
 def layout_chunk_layers(layout: Any, stages: int) -> tuple[int, ...] | None:
