@@ -1057,3 +1057,23 @@ def test_bounds_never_exceed_step_time_with_a_node_aware_dispatcher(h100, batche
         t = step_time(req.spec, req.hw, layout, run, s.opts).step_time_s
         assert lbs[j] <= t, (layout, run, lbs[j], t)
     assert across > 0  # some candidates send the dispatch over the network
+
+
+def test_bounds_carry_the_nic_floor_of_link_bound_candidates():
+    """Where the EP all-to-all and ZeRO-2/3's per-micro-batch traffic share each GPU's NIC
+    (DeepSeek-V3 on 256 H800, TP4 inside a node, EP128 and DP64 across nodes), the step is at
+    least their times added (step.py, link contention); stage 0's share of that traffic
+    (``bounds._net_dp`` + ``_net_ep``) keeps each bound at most its step and, with one stage,
+    within the margin of it."""
+    req = build_request(
+        load_model("deepseek-v3"), load_hardware("h800"), gpus=256, seq=4096, global_batch=960,
+        dtype="fp8", pins={"tp": (4,), "cp": (1,), "pp": (1,), "zero": (2, 3), "ep": (128,),
+                           "micro_batch": (1,), "recompute": ("none",)},
+    )  # fmt: skip
+    s, picks, _, lbs = _search(req)
+    assert len(picks) >= 2
+    for j in range(len(picks)):
+        st = s.exact(_pick(picks[j]))
+        assert st.link_contention_time_s > 0
+        assert lbs[j] <= st.step_time_s
+        assert lbs[j] >= st.step_time_s * (1 - 1e-6)

@@ -165,6 +165,11 @@ LAYOUTS = st.sampled_from(
         (LLAMA70, ParallelLayout(tp=8, pp=2, dp=4, gpus_per_node=8)),
         (QWEN_MOE, ParallelLayout(pp=2, dp=8, ep=8, zero=ZeroStage.optimizer, gpus_per_node=8)),
         (QWEN_MOE, ParallelLayout(tp=2, dp=16, ep=16, zero=ZeroStage.optimizer, gpus_per_node=8)),
+        # ZeRO-3 and the all-to-all across nodes: link-bound when the all-to-all is overlapped
+        (
+            load_model("deepseek-v3"),
+            ParallelLayout(tp=4, dp=64, ep=128, zero=ZeroStage.parameters, gpus_per_node=8),
+        ),
     ]
 )
 RUNS = st.builds(
@@ -391,3 +396,31 @@ def test_routed_experts_fc2_bias_is_priced_unfused_where_the_model_has_one():
     }  # fmt: skip
     assert not [o for o in moe_ops(qwen, shard) if o.name == "expert_bias"]
     assert "expert_bias" in RECOMPUTE_MODULE_OPS["moe"]
+
+
+def deepseek_zero3_step(overlap: Overlap) -> StepTime:
+    """DeepSeek-V3 on 256 H800, TP4 (inside a node) × DP64 × EP128, ZeRO-3: the all-to-all and
+    the per-micro-batch parameter gathers and gradient reduce-scatters all cross nodes."""
+    lay = ParallelLayout(tp=4, dp=64, ep=128, zero=ZeroStage.parameters, gpus_per_node=8)
+    run = LayoutRun(seq=4096, microbatches=30, sp=True, dtype=Dtype.fp8)
+    return step_time(
+        load_model("deepseek-v3"), load_hardware("h800"), lay, run, TimeOptions(overlap=overlap)
+    )
+
+
+def test_collectives_sharing_a_nic_make_the_step_at_least_their_sum():
+    # hidden under compute, the EP all-to-all and the ZeRO-3 traffic still share each GPU's
+    # NIC: the step is at least their times added (step.py module docstring, link contention)
+    st = deepseek_zero3_step(Overlap(tp_comm=True, ep_a2a=True))
+    assert st.link_contention_time_s > 0
+    network = st.ep_comm_time_s + st.dp_comm_time_s  # both groups span nodes; TP 4 does not
+    assert st.step_time_s == pytest.approx(network, rel=1e-12)
+    assert sum(st.parts_s.values()) == pytest.approx(st.step_time_s, rel=1e-12)
+    # exposed, the collectives already add up in the step: nothing is left to contend
+    none = Overlap(tp_comm=False, cp_ring=False, ep_a2a=False, pp_p2p=False,
+                   dp_grad_reduce=False, dp_param_gather=False)  # fmt: skip
+    exposed = deepseek_zero3_step(none)
+    assert exposed.link_contention_time_s == 0
+    assert exposed.step_time_s >= st.step_time_s
+    # a run whose traffic fits beside its compute is not link-bound
+    assert llama405_step().link_contention_time_s == 0

@@ -100,12 +100,16 @@ class ShardWork(Struct, frozen=True):
 class GroupTerms(NamedTuple):
     """The parts of ``StepBounds.group``'s bound that need no stage split: micro-batch counts
     [M, 1, 1], bubble + sends [V, M, S, R], the constant of stage 0's tail [V, Z] and each
-    parameter group's hinges (A, d_a, C, d_c), each [V, Z, M]."""
+    parameter group's hinges (A, d_a, C, d_c), each [V, Z, M]; and stage 0's traffic through
+    its NIC (``link_floor``): the data-parallel part [V, Z, M] and the all-to-all part
+    [V, M, S, R]."""
 
     m: np.ndarray
     rest: np.ndarray
     const: np.ndarray
     hinges: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+    net_dp: np.ndarray
+    net_ep: np.ndarray
 
 
 class GroupParts(NamedTuple):
@@ -447,15 +451,7 @@ class StepBounds:
             if not params:
                 got = (0.0, -math.inf, -math.inf, None)
             else:
-                # the group reads the shape only: placed once for every vpp and ZeRO stage
-                group = self._expert_groups.get(shape)
-                if group is None:
-                    group = self._expert_groups[shape] = expert_dp_group(
-                        ParallelLayout(
-                            gpus_per_node=self.node, tp=shape.tp, cp=shape.cp, pp=shape.pp,
-                            dp=shape.dp, ep=shape.ep, etp=shape.etp,
-                        )
-                    )  # fmt: skip
+                group = self._expert_group(shape)
                 got = self._collectives(params, group.size, group.nodes, shape.dp, distributed)
             self._expert_rest[key] = got
         return got
@@ -790,7 +786,8 @@ class StepBounds:
                   for a, da, c, dc in t.hinges]  # fmt: skip
         slowest, f0, total0 = (x.ravel()[cell] for x in parts.splits)
         hidden = _least_exposed(t.m.ravel()[im], slowest, f0, total0, hinges)
-        return hidden + t.const.ravel()[vz] + t.rest.ravel()[cell]
+        bound = hidden + t.const.ravel()[vz] + t.rest.ravel()[cell]
+        return np.maximum(bound, t.net_dp.ravel()[vzm] + t.net_ep.ravel()[cell])
 
     def floors(self, parts: GroupParts, fit_z: np.ndarray, cells: np.ndarray) -> np.ndarray:
         """A lower bound on ``group``'s bound of every ZeRO stage of each cell ``cells``
@@ -817,7 +814,7 @@ class StepBounds:
         const = np.where(fit_z, t.const[:, :, None], inf).min(axis=1).ravel()[vm]
         slowest, f0, total0 = (x.ravel()[cells] for x in parts.splits)
         hidden = _least_exposed(t.m.ravel()[im], slowest, f0, total0, hinges)
-        return hidden + const + t.rest.ravel()[cells]
+        return np.maximum(hidden + const + t.rest.ravel()[cells], _link_floor(t, fit_z, cells, vm))
 
     def floor_cuts(self, parts: GroupParts, fit_z: np.ndarray, cells: np.ndarray) -> np.ndarray:
         """A lower bound on ``floors`` of the same cells in a few operations each: m · the
@@ -829,7 +826,8 @@ class StepBounds:
         vm = cells // n_sr
         const = np.where(fit_z, t.const[:, :, None], math.inf).min(axis=1).ravel()[vm]
         slowest = parts.splits[0].ravel()[cells]
-        return t.m.ravel()[vm % n_m] * slowest + const + t.rest.ravel()[cells]
+        cut = t.m.ravel()[vm % n_m] * slowest + const + t.rest.ravel()[cells]
+        return np.maximum(cut, _link_floor(t, fit_z, cells, vm))
 
     def terms(
         self, shape: Shape, vs: list[Variant], mbs: list[int], per_dp: int, sps: list[bool],
@@ -911,7 +909,81 @@ class StepBounds:
             )
             dc = np.where(gc[..., None], mm, d[..., None])  # each [U, Z, M]
             groups.append((a_z[inv], da[inv], c_z[inv], dc[inv]))  # each [V, Z, M]
-        return GroupTerms(m, sends + bubble, const[inv], groups)
+        net_dp = self._net_dp(shape, uniq, zeros, distributed, mm)[inv]
+        net_ep = np.ascontiguousarray(
+            np.broadcast_to(self._net_ep(shape, uniq, mbs, sps, m)[inv], bubble.shape)
+        )
+        return GroupTerms(m, sends + bubble, const[inv], groups, net_dp, net_ep)
+
+    def _net_dp(
+        self, shape: Shape, uniq: list[Variant], zeros: list[int], distributed: list[bool],
+        mm: np.ndarray,
+    ) -> np.ndarray:  # fmt: skip
+        """Seconds stage 0's data-parallel collectives keep its NIC busy in a step [U, Z, M]
+        (``step._dp_exposed``'s totals of the groups that cross nodes: once per step, or per
+        micro-batch under ZeRO-2/3), for each vpp of ``uniq``."""
+        out = np.zeros((len(uniq), len(zeros), mm.shape[-1]))
+        for i, v in enumerate(uniq):
+            for j, (z, dist) in enumerate(zip(zeros, distributed, strict=True)):
+                for params, group in self._dp_groups(shape, v):
+                    if group.nodes <= 1:
+                        continue
+                    got = self._collectives(params, group.size, group.nodes, shape.dp, dist)[3]
+                    if got is None:
+                        continue
+                    one, gather, buckets = got
+                    if z >= 3:
+                        out[i, j] += mm[0, 0] * buckets * (one + 2 * gather)
+                    elif z == 2:
+                        out[i, j] += mm[0, 0] * buckets * one + buckets * gather
+                    else:
+                        out[i, j] += buckets * (one + gather)
+        return out
+
+    def _dp_groups(self, shape: Shape, v: Variant) -> list[tuple[int, Group]]:
+        """Stage 0's dense and routed-expert parameters with the group each is reduced over."""
+        out = [(self.first_stage_dense(shape, v), self.links(shape)["dp"])]
+        experts = self.first_stage_experts(shape, v) if self.spec.is_moe else 0
+        if experts:
+            out.append((experts, self._expert_group(shape)))
+        return out
+
+    def _expert_group(self, shape: Shape) -> Group:
+        """The routed experts' data-parallel group; it reads the shape only, so it is placed
+        once for every vpp and ZeRO stage."""
+        group = self._expert_groups.get(shape)
+        if group is None:
+            group = self._expert_groups[shape] = expert_dp_group(
+                ParallelLayout(
+                    gpus_per_node=self.node, tp=shape.tp, cp=shape.cp, pp=shape.pp,
+                    dp=shape.dp, ep=shape.ep, etp=shape.etp,
+                )
+            )  # fmt: skip
+        return group
+
+    def _net_ep(
+        self, shape: Shape, uniq: list[Variant], mbs: list[int], sps: list[bool], m: np.ndarray
+    ) -> np.ndarray:
+        """Seconds stage 0's EP all-to-alls keep its NIC busy in a step [U, M, S, 1]: the
+        dispatch and combine of its MoE layers in every micro-batch's forward and backward
+        (``step._layer_work``; a recomputed forward's are left out), 0 where the EP group stays
+        in a node."""
+        out = np.zeros((len(uniq), len(mbs), len(sps), 1))
+        if not self.spec.is_moe or shape.ep == 1:
+            return out
+        nodes = self._shard_links_of(shape.tp, shape.cp, shape.ep, shape.etp)["ep"].nodes
+        if nodes <= 1:
+            return out
+        moe = np.array([1.0 if k[2] else 0.0 for k in self.kinds])
+        for i, v in enumerate(uniq):
+            layers = float(self.stage_counts(shape.pp, v.vpp)[0] @ moe)
+            for a, b in enumerate(mbs):
+                for c, sp in enumerate(sps):
+                    shard = self._shard(
+                        shape.tp, shape.cp, shape.ep, shape.etp, sp and shape.tp > 1, b
+                    )
+                    out[i, a, c, 0] = m[a, 0, 0] * layers * 2 * self._a2a(shard, shape.ep, nodes)
+        return out
 
     def refused(self, shape: Shape, v: Variant, modes: list[RecomputeMode]) -> np.ndarray:
         """Which modes [R] run the EP all-to-all exposed on this variant though the search
@@ -1163,6 +1235,13 @@ def _least(
     for x, d in hinges:
         np.minimum(best, at(np.maximum(lo, x / d)), out=best)
     return best
+
+
+def _link_floor(t: GroupTerms, fit_z: np.ndarray, cells: np.ndarray, vm: np.ndarray) -> np.ndarray:
+    """The least stage 0's NIC traffic (``GroupTerms.net_dp`` + ``net_ep``) of the cells
+    ``cells`` over every ZeRO stage that fits some cell of their (variant, micro-batch)."""
+    dp = np.where(fit_z, t.net_dp, math.inf).min(axis=1).ravel()[vm]
+    return dp + t.net_ep.ravel()[cells]
 
 
 def _least_exposed(

@@ -29,6 +29,11 @@ SRC_DP = (
     "Megatron-Core DDP overlap_grad_reduce / overlap_param_gather, buckets of max(40M, 1M·dp) "
     "parameters; Li et al. 2020 (PyTorch DDP) §3.2.3"
 )
+SRC_LINK = (
+    "roofline (Williams et al. 2009) applied per link: collectives sharing a GPU's NIC or "
+    "NVLink add their transfer times whatever they overlap; DeepSeek-V3 report §3.2.1-3.2.2 "
+    "(the all-to-all budgeted against the per-GPU IB bandwidth); tpcalc.calc.time.step"
+)
 SRC_ADAM = "Kingma & Ba 2015 (Adam); Megatron distributed optimizer: fp32 main params, m, v"
 SRC_MFU = "Chowdhery et al. 2022 (PaLM) App. B: MFU = model FLOP/s / peak FLOP/s"
 
@@ -96,9 +101,16 @@ STEP_EXPLANATIONS: dict[str, Explanation] = {
         "optimizer step", Unit.seconds,
         "params of the optimizer shard · 34 B / (HBM bandwidth · efficiency)", SRC_ADAM, STEP,
     ),
+    "link_contention_time_s": Explanation(
+        "link contention", Unit.seconds,
+        "max(0, Σ collective times on the busiest link (NIC for groups across nodes, else "
+        "NVLink) − the other parts)",
+        SRC_LINK, STEP,
+    ),
     "step_time_s": Explanation(
         "step time", Unit.seconds,
-        "m · (F + B + W) of the bottleneck stage + bubble + exposed p2p + DP tail + optimizer",
+        "m · (F + B + W) of the bottleneck stage + bubble + exposed p2p + DP tail + optimizer "
+        "+ link contention",
         "Narayanan et al. 2021 §2.2; Qi et al. 2023 §2; tpcalc.calc.time.step",
     ),
     "tokens_per_step": Explanation(

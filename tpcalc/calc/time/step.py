@@ -7,9 +7,18 @@ A micro-batch on stage s costs F_s, B_s, W_s: the roofline times of its ops (``o
 part of its TP, CP and EP collectives. The step is
 
     step = m · (F + B + W)_bottleneck + bubble + exposed p2p + DP tail + optimizer
+           + link contention
 
 with the bubble of the schedule over the mean stage times (``pipeline.bubble_time_s``:
 GPipe/1F1B, interleaved, ZB-H1, DualPipe), so the parts add up to the step by construction.
+
+Link contention: hiding a collective under compute does not widen the link it crosses. The
+collectives that share a link class (each GPU's NIC for groups that cross nodes, NVLink inside
+one) add their times on it, each at the bandwidth it would get alone, and a step is at least as
+long as its busiest link is busy (the roofline, Williams et al. 2009, applied to a link instead
+of HBM; the DeepSeek-V3 report §3.2.1-3.2.2 budgets its all-to-all against the same per-GPU IB
+bandwidth the other traffic uses). What the busiest link carries beyond the rest of the step is
+the last part; where no link is that busy it is zero.
 
 What real frameworks overlap, each an explicit ``Overlap`` flag with its source:
 - TP: exposed unless ``tp_comm`` (Transformer Engine userbuffers, Megatron --tp-comm-overlap):
@@ -52,6 +61,7 @@ from tpcalc.calc.layout.groups import (
     place_groups,
 )
 from tpcalc.calc.links.collectives import Collective
+from tpcalc.calc.links.link import Link
 from tpcalc.calc.params.counts import (
     embedding_params,
     final_norm_params,
@@ -225,6 +235,7 @@ class StepTime(Struct, frozen=True):
     pp_exposed_time_s: float
     dp_exposed_time_s: float
     optimizer_time_s: float
+    link_contention_time_s: float
     step_time_s: float
     tokens_per_step: int
     tokens_per_s_per_gpu: float
@@ -263,6 +274,7 @@ STEP_PARTS = (
     "pp_exposed_time_s",
     "dp_exposed_time_s",
     "optimizer_time_s",
+    "link_contention_time_s",
 )
 
 
@@ -579,9 +591,12 @@ def _stage_params(
 # ---- data parallel tail and optimizer ----
 
 
-def _dp_exposed(ctx: _Ctx, st: StageWork, zero: ZeroStage, vpp: int, m: int) -> tuple[float, float]:
-    """(exposed seconds, total seconds) of the stage's gradient reduction and parameter
-    gather over its data-parallel groups (module docstring).
+def _dp_exposed(
+    ctx: _Ctx, st: StageWork, zero: ZeroStage, vpp: int, m: int
+) -> tuple[float, float, float]:
+    """(exposed seconds, total seconds, the part of the total on groups that cross nodes) of the
+    stage's gradient reduction and parameter gather over its data-parallel groups (module
+    docstring).
 
     A bucket's reduce-scatter starts once its gradients are final, in the backward of the last
     micro-batch; under pipeline parallelism those backwards spread over the drain, (p−1)/v more
@@ -594,14 +609,13 @@ def _dp_exposed(ctx: _Ctx, st: StageWork, zero: ZeroStage, vpp: int, m: int) -> 
     grad_bytes = ctx.opts.grad_reduce_dtype.bytes * ctx.opts.comm_scale
     param_bytes = ctx.shard.dtype.bytes * ctx.opts.comm_scale
     distributed = zero >= ZeroStage.optimizer
-    exposed = total = 0.0
+    exposed = total = network = 0.0
     links = ctx.links
-    for params, size, nodes in (
-        (st.dense_params, links["dp"].size, links["dp"].nodes),
-        (st.expert_params, links["edp"].size, links["edp"].nodes),
-    ):
+    for params, group in ((st.dense_params, links["dp"]), (st.expert_params, links["edp"])):
+        size, nodes = group.size, group.nodes
         if params == 0 or size == 1:
             continue
+        before = total
         bucket = min(params, max(DDP_BUCKET_MIN_PARAMS, DDP_BUCKET_PARAMS_PER_DP_RANK * lay.dp))
         buckets = math.ceil(params / bucket)
         if distributed:
@@ -625,7 +639,9 @@ def _dp_exposed(ctx: _Ctx, st: StageWork, zero: ZeroStage, vpp: int, m: int) -> 
             exposed += _exposed(reduce_s, bwd * drain, ov.dp_grad_reduce, one)
             exposed += _exposed(gather_s, fwd * drain, ov.dp_param_gather, gather)
             total += reduce_s + gather_s
-    return exposed, total
+        if group.link is Link.inter_node:
+            network += total - before
+    return exposed, total, network
 
 
 def _optimizer_s(ctx: _Ctx, st: StageWork, zero: ZeroStage) -> float:
@@ -725,30 +741,33 @@ def _bubble_s(stages: tuple[StageWork, ...], run: LayoutRun, p: int) -> float:
 
 def _tail(
     ctx: _Ctx, stages: tuple[StageWork, ...], neck: StageWork, vpp: int,
-    costs: list[tuple[float, float, float]] | None = None,
-) -> tuple[float, float, float]:  # fmt: skip
-    """(exposed DP, optimizer, total DP) seconds after the last backward. The stage that
-    finishes last decides: in 1F1B stage s finishes its last backward s backward-steps before
-    stage 0, so its tail starts that much earlier. ``costs``: each stage's ``_stage_tail``,
-    when the caller has them."""
+    costs: list[tuple[float, float, float, float]] | None = None,
+) -> tuple[float, float, float, float]:  # fmt: skip
+    """(exposed DP, optimizer, total DP, the total's part across nodes) seconds after the last
+    backward. The stage that finishes last decides: in 1F1B stage s finishes its last backward
+    s backward-steps before stage 0, so its tail starts that much earlier. ``costs``: each
+    stage's ``_stage_tail``, when the caller has them."""
     step_back = neck.times.backward_input_s + neck.times.backward_weight_s
-    best = (-1.0, 0.0, 0.0)
+    best = (-1.0, 0.0, 0.0, 0.0)
     for i, st in enumerate(stages):
-        dp_exp, dp_total, opt = costs[i] if costs is not None else _stage_tail(ctx, st, vpp)
+        dp_exp, dp_total, opt, dp_network = (
+            costs[i] if costs is not None else _stage_tail(ctx, st, vpp)
+        )
         tail = max(0.0, dp_exp + opt - st.stage * step_back)
         if tail > best[0]:
-            best = (tail, dp_exp, dp_total)
-    tail, dp_exp, dp_total = best
+            best = (tail, dp_exp, dp_total, dp_network)
+    tail, dp_exp, dp_total, dp_network = best
     optimizer = max(0.0, tail - dp_exp)
-    return tail - optimizer, optimizer, dp_total
+    return tail - optimizer, optimizer, dp_total, dp_network
 
 
-def _stage_tail(ctx: _Ctx, st: StageWork, vpp: int) -> tuple[float, float, float]:
-    """(exposed DP, total DP, optimizer) seconds of one stage (``_dp_exposed``,
-    ``_optimizer_s``): they read the stage's work and parameters, not its index."""
+def _stage_tail(ctx: _Ctx, st: StageWork, vpp: int) -> tuple[float, float, float, float]:
+    """(exposed DP, total DP, optimizer, total DP across nodes) seconds of one stage
+    (``_dp_exposed``, ``_optimizer_s``): they read the stage's work and parameters, not its
+    index."""
     zero = ctx.layout.zero
-    dp_exp, dp_total = _dp_exposed(ctx, st, zero, vpp, ctx.microbatches)
-    return dp_exp, dp_total, _optimizer_s(ctx, st, zero)
+    dp_exp, dp_total, dp_network = _dp_exposed(ctx, st, zero, vpp, ctx.microbatches)
+    return dp_exp, dp_total, _optimizer_s(ctx, st, zero), dp_network
 
 
 def step_time(
@@ -774,7 +793,8 @@ def step_time(
 
 def _step_of_stages(
     ctx: _Ctx, run: LayoutRun, stages: tuple[StageWork, ...], details: tuple[list[OpTime], ...],
-    costs: list[tuple[float, float, float]] | None = None, bubble_s: float | None = None,
+    costs: list[tuple[float, float, float, float]] | None = None,
+    bubble_s: float | None = None,
     hardware_flop: float | None = None,
 ) -> StepTime:  # fmt: skip
     """``step_time`` from its stages' work and details; ``costs`` (each stage's
@@ -784,7 +804,9 @@ def _step_of_stages(
     m = run.microbatches
     neck = max(stages, key=lambda st: st.total_s)
     pp_s, pp_total = _pp_exposed(ctx, m, run.vpp, run.schedule)
-    dp_s, opt_s, dp_total = _tail(ctx, stages, neck, run.vpp, costs)
+    if costs is None:
+        costs = [_stage_tail(ctx, st, run.vpp) for st in stages]
+    dp_s, opt_s, dp_total, _ = _tail(ctx, stages, neck, run.vpp, costs)
     work, rec = neck.work.scaled(m), neck.recompute.scaled(m)
     parts = {
         "gemm_time_s": work.gemm_s, "attention_time_s": work.attention_s,
@@ -796,6 +818,11 @@ def _step_of_stages(
         "bubble_time_s": _bubble_s(stages, run, layout.pp) if bubble_s is None else bubble_s,
         "pp_exposed_time_s": pp_s, "dp_exposed_time_s": dp_s, "optimizer_time_s": opt_s,
     }  # fmt: skip
+    busiest = max(
+        _busiest_link_s(ctx, st.work.scaled(m) + st.recompute.scaled(m), pp_total, cost)
+        for st, cost in zip(stages, costs, strict=True)
+    )
+    parts["link_contention_time_s"] = max(0.0, busiest - sum(parts.values()))
     step_s = sum(parts.values())
     tokens = run.seq * run.micro_batch * m * layout.dp
     gpu_s = step_s * layout.world
@@ -827,6 +854,29 @@ def _step_of_stages(
         stages=tuple(stages),
         bottleneck_ops=tuple(details[neck.stage]),
     )
+
+
+def _busiest_link_s(
+    ctx: _Ctx, work: Work, pp_s: float, tail: tuple[float, float, float, float]
+) -> float:
+    """Seconds the busier link class of one pipeline rank carries traffic in a step: each
+    collective's time at the bandwidth it would get alone, summed over the collectives sharing
+    the link (the rank's NIC for groups that cross nodes, its NVLink otherwise). ``work``: the
+    stage's m micro-batches (with any recompute), ``pp_s`` its pipeline sends, ``tail`` its
+    ``_stage_tail``. However well the collectives hide under compute, the step is at least
+    this long (module docstring: link contention)."""
+    _, dp_total, _, dp_network = tail
+    busy = dict.fromkeys(Link, 0.0)
+    for dim, seconds in (
+        ("tp", work.tp_comm_s),
+        ("cp", work.cp_comm_s),
+        ("ep", work.ep_comm_s),
+        ("pp", pp_s),
+    ):
+        busy[ctx.links[dim].link] += seconds
+    busy[Link.inter_node] += dp_network
+    busy[Link.intra_node] += dp_total - dp_network
+    return max(busy.values())
 
 
 def _hardware_flop(details: tuple[list[OpTime], ...]) -> float:
