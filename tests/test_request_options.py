@@ -36,13 +36,20 @@ SWEEPS: dict[str, tuple[str, ...]] = {
     "ep": ("ep",),
     "layout": (),
 }
+# `tpcalc plan` searches these: each is a pin ("--pp 1,2,4", its own definition with the search's
+# help), never a default, so they are checked apart (test_plan_pins_default_to_the_whole_search);
+# every other request option plan declares is held to the one definition and default.
+PLAN_PINS = (
+    "tp", "cp", "pp", "dp", "ep", "etp", "vpp", "micro_batch", "zero", "recompute",
+    "recompute_modules", "schedule", "sp",
+)  # fmt: skip
 # Defaults that differ on purpose, each with its reason; anything else that differs is drift.
 DIFFERENT_DEFAULTS = {
     # dp prices one step of gradient accumulation by default; a pipeline needs m ≥ pp to fill
     # (32 is seed 003's and the Megatron recipes' order of magnitude)
     "microbatches": {"dp": 1, "pipeline": 32, "layout": 32},
     # flops: None follows --params ('all' counts the MTP module); layout counts it by default
-    "mtp": {"flops": None, "layout": True},
+    "mtp": {"flops": None, "layout": True, "plan": True},
 }
 # One flag, two definitions, on purpose: flops' --mtp is tri-state (None follows --params) and
 # changing it would change what 'tpcalc flops' prints by default.
@@ -66,6 +73,9 @@ def declarations(command: str) -> dict[str, tuple[object, object]]:
 
 
 ALL = {command: declarations(command) for command in SWEEPS}
+PLAN = declarations("plan")
+ALL["plan"] = {k: v for k, v in PLAN.items() if k not in PLAN_PINS}
+SWEEPS = {**SWEEPS, "plan": ()}
 
 
 @pytest.mark.parametrize("option", sorted(REQUEST | set(LAYOUT_OPTIONS)))
@@ -188,3 +198,12 @@ def test_calc_inputs_convert_back_to_the_request_they_came_from():
     work, lay = Workload.of_run("llama3-70b", "h100-sxm", run), Layout.of(parallel, run)
     assert lay.parallel(work.node(lay)) == parallel
     assert work.run(lay, with_latency=run.with_latency) == run
+
+
+def test_plan_pins_default_to_the_whole_search() -> None:
+    # every dimension plan searches is a pin with no default (None: search every value), and
+    # each takes the list syntax the other commands sweep with (a str parsed as "1,2,4")
+    for name in PLAN_PINS:
+        annotation, default = PLAN[name]
+        assert default is None, name
+        assert typing.get_args(annotation)[0] in (str | None, bool | None), name
