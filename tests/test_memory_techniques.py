@@ -86,6 +86,10 @@ def test_dualpipe_holds_p_minus_r_and_r_plus_1_micro_batches():
     [
         (StateRecipe.bf16_moments, 2 + 4 + 4 + 2 + 2),  # DeepSeek-V3 §3.3.3
         (StateRecipe.bf16_grads_moments, 2 + 2 + 4 + 2 + 2),
+        (
+            StateRecipe.bf16_states,
+            2 + 2 + 2 + 2,
+        ),  # Apex DistributedFusedAdam, dtype bf16, no master
         (StateRecipe.fp8_params, 1 + 4 + 4 + 4 + 4),  # TE FP8 params, FP32 main params
         (StateRecipe.fp8_params_bf16_moments, 1 + 4 + 4 + 2 + 2),
     ],

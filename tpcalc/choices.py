@@ -146,6 +146,8 @@ class StateRecipe(str, Enum):
     # Megatron --use-precision-aware-optimizer variants and TE FP8 parameters (sources below)
     bf16_moments = "bf16-moments"
     bf16_grads_moments = "bf16-grads-moments"
+    # Apex DistributedFusedAdam with dtype bf16 (NeMo 1.x's distributed_fused_adam, optim.dtype)
+    bf16_states = "bf16-states"
     fp8_params = "fp8-params"
     fp8_params_bf16_moments = "fp8-params-bf16-moments"
     # Transformer Engine FP8 primary weights as each format and GPU stores them

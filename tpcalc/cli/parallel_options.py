@@ -158,6 +158,8 @@ StateRecipeOpt = Annotated[
         help="Bytes/param of model states: zero16 = 2+2+12 with bf16 grads (ZeRO); "
         "megatron18 = 2+4+12 with fp32 grads (Megatron); bf16-moments = 2+4+4+2+2 "
         "(--use-precision-aware-optimizer, DeepSeek-V3 §3.3.3); bf16-grads-moments = 2+2+4+2+2; "
+        "bf16-states = 2+2+2+2 (Apex DistributedFusedAdam with dtype bf16, no master copy: "
+        "NeMo 1.x optim.dtype bf16); "
         "fp8-params = 1+4+12 (TE FP8 param gather); fp8-params-bf16-moments = 1+4+4+2+2. "
         "FP8 weights as Transformer Engine stores them: fp8-params is per-tensor FP8 on "
         "Blackwell; fp8-params-transpose = 2+4+12 (per-tensor FP8 on Hopper keeps a transpose); "

@@ -10,6 +10,8 @@ cases), plan the same model on the same GPUs, sequence and global batch, then ch
 The published layout's step time is ``tpcalc validate``'s prediction (the calibrated one);
 whether it fits is judged with the memory options its source states (a row's ``validate_time``
 case prices time only): Megatron FSDP as ZeRO-3, CPU offloading of activations, full recompute,
+NeMo 1.x's Apex optimizer in BF16 where the launcher config sets optim.dtype and
+optim.grad_sync_dtype bf16 (``StateRecipe.bf16_states``),
 and FP8 primary weights where the recipe sets ``fp8_param_gather`` (``recipe.precision``),
 stored as Transformer Engine stores that FP8 format on that card (``states.weight_storage``).
 Where a check fails, ``why`` says what differs, and lists the options the source
@@ -30,7 +32,7 @@ from tpcalc.calc.params.states import fp8_format, with_fp8_params
 from tpcalc.calc.plan.inverse import worst_rank_bytes
 from tpcalc.calc.time.step import STEP_PARTS, StepTime, TimeOptions, hand_split, step_time
 from tpcalc.catalog import load_hardware, load_model
-from tpcalc.choices import Recompute
+from tpcalc.choices import Recompute, StateRecipe
 from tpcalc.reports.validate_time import (
     Case,
     case_of,
@@ -87,6 +89,11 @@ def published(row: dict[str, Any]) -> Published | str:
         run = replace(run, recompute=Recompute.full)
     if offload := recipe.get("cpu_offloading_num_layers"):
         run = replace(run, memory=replace(run.memory, offload_layers=int(offload)))
+    if (
+        recipe.get("optimizer_dtype") == "bf16"
+        and recipe.get("optimizer_grad_sync_dtype") == "bf16"
+    ):
+        run = replace(run, recipe=StateRecipe.bf16_states)  # NeMo 1.x Apex optimizer in BF16
     precision = precision_options(row)
     if precision.get("fp8_param_gather"):  # FP8 primary weights, stored as format and card say
         fmt = fp8_format(str(precision.get("fp8_recipe")))

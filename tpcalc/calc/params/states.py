@@ -130,7 +130,7 @@ class StateBytes(Struct, frozen=True):
 
     weight_dtype: Dtype
     grad_dtype: Dtype
-    master_dtype: Dtype
+    master_dtype: Dtype | None  # None: no separate master copy (the weights are the master)
     moment_dtype: Dtype
     source: str
     # How the weights are stored when that is not one element of weight_dtype (FP8 weights
@@ -158,8 +158,10 @@ class StateBytes(Struct, frozen=True):
 
     @property
     def optimizer_bytes(self) -> int:
-        """fp32 master copy + Adam's two moments (ZeRO's K = 12)."""
-        return self.master_dtype.bytes + ADAM_MOMENTS * self.moment_dtype.bytes
+        """Master copy (none when the weights are the master) + Adam's two moments (ZeRO's
+        K = 12 with fp32 master and moments)."""
+        master = self.master_dtype.bytes if self.master_dtype is not None else 0
+        return master + ADAM_MOMENTS * self.moment_dtype.bytes
 
     @property
     def total_bytes(self) -> float:
@@ -175,6 +177,16 @@ PRECISION_AWARE_SOURCE = (
 PRECISION_AWARE_GRADS_SOURCE = (
     "Megatron-LM --use-precision-aware-optimizer --main-grads-dtype bf16 --exp-avg-dtype bf16 "
     "--exp-avg-sq-dtype bf16: BF16 weights, grads and moments, FP32 main params"
+)
+APEX_BF16_SOURCE = (
+    "Apex DistributedFusedAdam with dtype and grad_sync_dtype bf16 "
+    "(apex/contrib/optimizers/distributed_fused_adam.py: 'dtype: datatype for optimizer "
+    "state', StateBucket's exp_avg_shard and exp_avg_sq_shard in it, _init_grad_buffer's "
+    "buffer in grad_sync_dtype), as NeMo builds it from optim.dtype / optim.grad_sync_dtype "
+    "with store_params=False when the optimizer dtype is the model's (NVIDIA/NeMo "
+    "megatron_base_model.py setup_optimization @ 8e3d65d, the 24.07 performance-summary "
+    "commit, lines 791-809; NeMo-Framework-Launcher nemotron_340b.yaml @ 8325688d, tag "
+    "24.07, lines 158-162): BF16 weights, gradients and moments, no separate master copy"
 )
 FP8_PARAMS_SOURCE = (
     "Megatron-LM --fp8-param-gather (Transformer Engine FP8 parameters): the model keeps FP8 "
@@ -209,6 +221,7 @@ RECIPES: dict[StateRecipe, StateBytes] = {
     StateRecipe.bf16_grads_moments: StateBytes(
         Dtype.bf16, Dtype.bf16, Dtype.fp32, Dtype.bf16, PRECISION_AWARE_GRADS_SOURCE
     ),
+    StateRecipe.bf16_states: StateBytes(Dtype.bf16, Dtype.bf16, None, Dtype.bf16, APEX_BF16_SOURCE),
     # 1 B weights: per-tensor FP8 without a transpose (Blackwell; FP8_DATA); on Hopper use
     # fp8-params-transpose, with MXFP8 mxfp8-params (weight_storage).
     StateRecipe.fp8_params: StateBytes(

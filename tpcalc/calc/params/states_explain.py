@@ -14,7 +14,7 @@ STATES_TOTAL = "model_states_bytes"
 PARTS = (
     ("weights_bytes", "weights", "weight_bytes", "weights_divisor"),
     ("grads_bytes", "gradients", "grad_bytes", "grads_divisor"),
-    ("optimizer_bytes", "optimizer (fp32 master + Adam m, v)", "optimizer_bytes",
+    ("optimizer_bytes", "optimizer (master + Adam m, v)", "optimizer_bytes",
      "optimizer_divisor"),
 )  # fmt: skip
 
