@@ -22,6 +22,13 @@ exposes at least those), and stage 0's data-parallel tail, which the step's tail
 stages, ``step._tail``) is at least: its first gradient bucket (and first parameter gather with
 a distributed optimizer), exposed whatever the overlap (``step._dp_exposed``), plus its Adam step
 over the dense shard (``step._optimizer_s``).
+
+The step is also at least as long as its busiest link is busy (``step._busiest_link_s``, link
+contention), so each bound is the larger of the sum above and stage 0's NIC traffic: its
+data-parallel collectives over groups that cross nodes (once per step, or per micro-batch under
+ZeRO-2/3, ``_net_dp``) and its MoE layers' all-to-alls in every micro-batch's forward and backward
+where the EP group crosses nodes (``_net_ep``). Both are part of what stage 0's NIC carries, and
+the step's busiest link carries at least that.
 """
 
 from __future__ import annotations
@@ -82,6 +89,8 @@ from tpcalc.units import Dtype
 # per stage); above, one reduce over a transposed copy is cheaper (measured: 4 stages 4.5 µs
 # against 5.4 µs, 16 stages 21 µs against 9 µs, on a [6, 2, 29, stages] array).
 FEW_STAGES = 6
+# A MoE layer's dispatch and combine run in its forward and again in its backward (step._layer_work)
+A2A_PASSES = 2
 
 
 class ShardWork(Struct, frozen=True):
@@ -101,7 +110,7 @@ class GroupTerms(NamedTuple):
     """The parts of ``StepBounds.group``'s bound that need no stage split: micro-batch counts
     [M, 1, 1], bubble + sends [V, M, S, R], the constant of stage 0's tail [V, Z] and each
     parameter group's hinges (A, d_a, C, d_c), each [V, Z, M]; and stage 0's traffic through
-    its NIC (``link_floor``): the data-parallel part [V, Z, M] and the all-to-all part
+    its NIC (``_link_floor``): the data-parallel part [V, Z, M] and the all-to-all part
     [V, M, S, R]."""
 
     m: np.ndarray
@@ -982,7 +991,8 @@ class StepBounds:
                     shard = self._shard(
                         shape.tp, shape.cp, shape.ep, shape.etp, sp and shape.tp > 1, b
                     )
-                    out[i, a, c, 0] = m[a, 0, 0] * layers * 2 * self._a2a(shard, shape.ep, nodes)
+                    a2a = self._a2a(shard, shape.ep, nodes)
+                    out[i, a, c, 0] = m[a, 0, 0] * layers * A2A_PASSES * a2a
         return out
 
     def refused(self, shape: Shape, v: Variant, modes: list[RecomputeMode]) -> np.ndarray:

@@ -742,23 +742,21 @@ def _bubble_s(stages: tuple[StageWork, ...], run: LayoutRun, p: int) -> float:
 def _tail(
     ctx: _Ctx, stages: tuple[StageWork, ...], neck: StageWork, vpp: int,
     costs: list[tuple[float, float, float, float]] | None = None,
-) -> tuple[float, float, float, float]:  # fmt: skip
-    """(exposed DP, optimizer, total DP, the total's part across nodes) seconds after the last
-    backward. The stage that finishes last decides: in 1F1B stage s finishes its last backward
-    s backward-steps before stage 0, so its tail starts that much earlier. ``costs``: each
-    stage's ``_stage_tail``, when the caller has them."""
+) -> tuple[float, float, float]:  # fmt: skip
+    """(exposed DP, optimizer, total DP) seconds after the last backward. The stage that
+    finishes last decides: in 1F1B stage s finishes its last backward s backward-steps before
+    stage 0, so its tail starts that much earlier. ``costs``: each stage's ``_stage_tail``,
+    when the caller has them."""
     step_back = neck.times.backward_input_s + neck.times.backward_weight_s
-    best = (-1.0, 0.0, 0.0, 0.0)
+    best = (-1.0, 0.0, 0.0)
     for i, st in enumerate(stages):
-        dp_exp, dp_total, opt, dp_network = (
-            costs[i] if costs is not None else _stage_tail(ctx, st, vpp)
-        )
+        dp_exp, dp_total, opt, _ = costs[i] if costs is not None else _stage_tail(ctx, st, vpp)
         tail = max(0.0, dp_exp + opt - st.stage * step_back)
         if tail > best[0]:
-            best = (tail, dp_exp, dp_total, dp_network)
-    tail, dp_exp, dp_total, dp_network = best
+            best = (tail, dp_exp, dp_total)
+    tail, dp_exp, dp_total = best
     optimizer = max(0.0, tail - dp_exp)
-    return tail - optimizer, optimizer, dp_total, dp_network
+    return tail - optimizer, optimizer, dp_total
 
 
 def _stage_tail(ctx: _Ctx, st: StageWork, vpp: int) -> tuple[float, float, float, float]:
@@ -806,7 +804,7 @@ def _step_of_stages(
     pp_s, pp_total = _pp_exposed(ctx, m, run.vpp, run.schedule)
     if costs is None:
         costs = [_stage_tail(ctx, st, run.vpp) for st in stages]
-    dp_s, opt_s, dp_total, _ = _tail(ctx, stages, neck, run.vpp, costs)
+    dp_s, opt_s, dp_total = _tail(ctx, stages, neck, run.vpp, costs)
     work, rec = neck.work.scaled(m), neck.recompute.scaled(m)
     parts = {
         "gemm_time_s": work.gemm_s, "attention_time_s": work.attention_s,
