@@ -931,23 +931,29 @@ class StepBounds:
         """Seconds stage 0's data-parallel collectives keep its NIC busy in a step [U, Z, M]
         (``step._dp_exposed``'s totals of the groups that cross nodes: once per step, or per
         micro-batch under ZeRO-2/3), for each vpp of ``uniq``."""
-        out = np.zeros((len(uniq), len(zeros), mm.shape[-1]))
+        once = np.zeros((len(uniq), len(zeros)))  # per step
+        each = np.zeros((len(uniq), len(zeros)))  # per micro-batch
         for i, v in enumerate(uniq):
-            for j, (z, dist) in enumerate(zip(zeros, distributed, strict=True)):
-                for params, group in self._dp_groups(shape, v):
-                    if group.nodes <= 1:
-                        continue
-                    got = self._collectives(params, group.size, group.nodes, shape.dp, dist)[3]
+            for params, group in self._dp_groups(shape, v):
+                if group.nodes <= 1:
+                    continue
+                per_dist = {
+                    dist: self._collectives(params, group.size, group.nodes, shape.dp, dist)[3]
+                    for dist in set(distributed)
+                }
+                for j, (z, dist) in enumerate(zip(zeros, distributed, strict=True)):
+                    got = per_dist[dist]
                     if got is None:
                         continue
                     one, gather, buckets = got
                     if z >= 3:
-                        out[i, j] += mm[0, 0] * buckets * (one + 2 * gather)
+                        each[i, j] += buckets * (one + 2 * gather)
                     elif z == 2:
-                        out[i, j] += mm[0, 0] * buckets * one + buckets * gather
+                        once[i, j] += buckets * gather
+                        each[i, j] += buckets * one
                     else:
-                        out[i, j] += buckets * (one + gather)
-        return out
+                        once[i, j] += buckets * (one + gather)
+        return once[:, :, None] + each[:, :, None] * mm[0, 0][None, None, :]
 
     def _dp_groups(self, shape: Shape, v: Variant) -> list[tuple[int, Group]]:
         """Stage 0's dense and routed-expert parameters with the group each is reduced over."""
@@ -983,16 +989,15 @@ class StepBounds:
         nodes = self._shard_links_of(shape.tp, shape.cp, shape.ep, shape.etp)["ep"].nodes
         if nodes <= 1:
             return out
+        # a micro-batch's all-to-alls per MoE layer, per (micro-batch size, sp), then the layers
+        per_layer = np.zeros((len(mbs), len(sps)))
+        for a, b in enumerate(mbs):
+            for c, sp in enumerate(sps):
+                shard = self._shard(shape.tp, shape.cp, shape.ep, shape.etp, sp and shape.tp > 1, b)
+                per_layer[a, c] = m[a, 0, 0] * A2A_PASSES * self._a2a(shard, shape.ep, nodes)
         moe = np.array([1.0 if k[2] else 0.0 for k in self.kinds])
-        for i, v in enumerate(uniq):
-            layers = float(self.stage_counts(shape.pp, v.vpp)[0] @ moe)
-            for a, b in enumerate(mbs):
-                for c, sp in enumerate(sps):
-                    shard = self._shard(
-                        shape.tp, shape.cp, shape.ep, shape.etp, sp and shape.tp > 1, b
-                    )
-                    a2a = self._a2a(shard, shape.ep, nodes)
-                    out[i, a, c, 0] = m[a, 0, 0] * layers * A2A_PASSES * a2a
+        layers = np.array([self.stage_counts(shape.pp, v.vpp)[0] @ moe for v in uniq])
+        out[..., 0] = layers[:, None, None] * per_layer[None]
         return out
 
     def refused(self, shape: Shape, v: Variant, modes: list[RecomputeMode]) -> np.ndarray:
