@@ -1,15 +1,21 @@
-"""Held-out published runs: Megatron-Bridge model verification cards (issue 9 §5).
+"""Held-out published runs: Megatron-Bridge model verification cards and the GB200 rows of the
+26.08 performance summary (issue 9 §5).
 
-`tpcalc/validation/heldout.yaml` holds runs no fit has seen. These tests check that the file
-adds up, that every row computes through `tpcalc validate --runs`, that no row fitted a constant,
-and pin one prediction so a model change is noticed (the errors themselves are reported, not
-asserted: this is an out-of-sample check, nothing is tuned to it).
+`tpcalc/validation/heldout.yaml` holds runs no fit has seen. These tests check each source's rows
+by that source's rules (a card prints 3-decimal metrics and a step time; the summary prints
+integers in a table line), that the file adds up, that every row computes through
+`tpcalc validate --runs`, that no row fitted a constant, and pin one prediction so a model change
+is noticed (the errors themselves are reported, not asserted: this is an out-of-sample check,
+nothing is tuned to it).
 """
 
 from __future__ import annotations
 
+import fnmatch
+import importlib.util
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,11 +23,18 @@ import pytest
 from tpcalc.catalog import load_hardware
 from tpcalc.reports.validate_time import case_of, load_runs, outcomes
 
-HELDOUT = Path(__file__).resolve().parents[1] / "tpcalc" / "validation" / "heldout.yaml"
+REPO = Path(__file__).resolve().parents[1]
+HELDOUT = REPO / "tpcalc" / "validation" / "heldout.yaml"
 SHA = re.compile(r"^[0-9a-f]{40}$")
 CARD_PATH = re.compile(r"^examples/model_verification_cards/[^/]+/card\.yaml$")
+SUMMARY_PATH = "docs/performance-summary.md"
+SUMMARY_TABLE = "26.08 NeMo Container / Pre-Training Performance / Model: "
 # A card prints its metrics with 3 decimals (half a unit: 0.0005).
 HALF_LAST_DIGIT = 0.0005
+# The summary's column order: System, #-GPUs, Precision, GBS, MBS, Sequence Length, TP, PP, CP,
+# VP, EP, Tokens / sec / GPU, Model TFLOP / sec / GPU.
+SUMMARY_COLUMNS = 13
+SYSTEM_HARDWARE = {"DGX-GB200": "gb200"}
 
 
 @pytest.fixture(scope="module")
@@ -29,14 +42,39 @@ def rows():
     return load_runs(HELDOUT)
 
 
-def test_ids_are_unique_and_sources_complete(rows):
-    assert len(rows) >= 7  # every verified H100/GB200 pretrain_performance item with a config
+def is_card(row: dict) -> bool:
+    return bool(CARD_PATH.match(row["source"]["path"]))
+
+
+def is_summary(row: dict) -> bool:
+    return row["source"]["path"] == SUMMARY_PATH
+
+
+@pytest.fixture(scope="module")
+def cards(rows):
+    return [r for r in rows if is_card(r)]
+
+
+@pytest.fixture(scope="module")
+def summary_rows(rows):
+    return [r for r in rows if is_summary(r)]
+
+
+def test_every_row_has_one_known_source(rows, cards, summary_rows):
+    assert len(cards) >= 7  # every verified H100/GB200 pretrain_performance item with a config
+    # the 26.08 GB200 rows of DeepSeekV3, GPT OSS 120B, Qwen3_30B_a3B, Qwen3_235B_a22B
+    assert len(summary_rows) >= 4
+    assert len(cards) + len(summary_rows) == len(rows)
     ids = [r["id"] for r in rows]
     assert len(set(ids)) == len(ids)
     for r in rows:
+        assert r["source"]["repository"] == "NVIDIA-NeMo/Megatron-Bridge", r["id"]
+
+
+def test_card_sources_complete(cards):
+    for r in cards:
         src = r["source"]
-        assert src["repository"] == "NVIDIA-NeMo/Megatron-Bridge", r["id"]
-        assert CARD_PATH.match(src["path"]), r["id"]
+        assert r["id"].startswith("mbcard-"), r["id"]
         assert SHA.match(src["commit"]) and SHA.match(src["bridge_commit"]), r["id"]
         assert src["item"].startswith("pretrain_performance."), r["id"]
         assert src["status"] == "verified" and src["last_verified"], r["id"]
@@ -45,6 +83,60 @@ def test_ids_are_unique_and_sources_complete(rows):
         recipe = r["recipe"]
         assert recipe["path"].endswith(".py") and SHA.match(recipe["commit"]), r["id"]
         assert recipe["commit"] == src["bridge_commit"], r["id"]
+
+
+def test_summary_sources_complete(summary_rows):
+    for r in summary_rows:
+        src, recipe = r["source"], r["recipe"]
+        assert r["id"].startswith("mbridge-26.08-"), r["id"]
+        assert src["document"] == "Megatron-Bridge performance summary", r["id"]
+        assert SHA.match(src["commit"]) and src["container"] == "NeMo 26.08", r["id"]
+        assert src["table"] == SUMMARY_TABLE + r["model"]["published"], r["id"]
+        assert src["url"] == (
+            f"https://github.com/{src['repository']}/blob/{src['commit']}/{SUMMARY_PATH}"
+        ), r["id"]
+        # the flat performance recipe the launcher resolves for the row, at the summary's commit
+        # (scripts/performance/utils/utils.py _recipe_function_name)
+        assert recipe["commit"] == src["commit"], r["id"]
+        assert recipe["path"].startswith("src/megatron/bridge/perf_recipes/"), r["id"]
+        assert recipe["path"].endswith(".py"), r["id"]
+        assert recipe["function"].endswith(
+            f"_pretrain_{r['gpus']}gpu_{r['hardware']}_fp8mx_config"
+        ), r["id"]
+
+
+def test_summary_rows_are_the_printed_lines(summary_rows):
+    # Every number of a summary row is the table line's cell as printed: integers, no rounding.
+    for r in summary_rows:
+        text = r["source"]["row_text"]
+        assert text.startswith("| ") and text.endswith(" |"), r["id"]
+        cells = [c.strip() for c in text[1:-1].split("|")]
+        assert len(cells) == SUMMARY_COLUMNS, r["id"]
+        system, gpus, precision, gbs, mbs, seq, tp, pp, cp, vp, ep, tokens, tflops = cells
+        assert system == r["system"] and SYSTEM_HARDWARE[system] == r["hardware"], r["id"]
+        row = f"{system}, {r['model']['published']}, {gpus} GPUs, {precision}"
+        assert r["source"]["row"] == row, r["id"]
+        assert precision == "MXFP8", r["id"]
+        assert r["dtype"] == "fp8" and r["fp8_recipe"] == "MXFP8 block scaling", r["id"]
+        assert r["recipe"]["precision"]["fp8_recipe"] == "mxfp8", r["id"]
+        printed = {
+            "gpus": gpus, "global_batch": gbs, "micro_batch": mbs, "seq_length": seq,
+            "tp": tp, "pp": pp, "cp": cp, "ep": ep,
+        }  # fmt: skip
+        for field, cell in printed.items():
+            assert type(r[field]) is int and str(r[field]) == cell, (r["id"], field)
+        assert r["vp"] is None if vp == "n/a" else str(r["vp"]) == vp, r["id"]
+        m = r["measured"]
+        for field, cell in (
+            ("tokens_per_s_per_gpu", tokens), ("model_tflop_per_s_per_gpu", tflops)
+        ):  # fmt: skip
+            assert type(m[field]) is int and str(m[field]) == cell, (r["id"], field)
+        # not printed: ETP, GA, recompute, step time
+        assert r["etp"] is None and r["grad_accum_printed"] is None, r["id"]
+        assert r["recompute"] is None and m["step_time_s"] is None, r["id"]
+        assert r["dp_derived"] is True and r["fsdp"] == 0, r["id"]
+        if r["kind"] == "moe":
+            assert "(footnote)" in r["options"]["moe_token_distribution"], r["id"]
 
 
 def test_layouts_add_up(rows):
@@ -62,13 +154,16 @@ def test_layouts_add_up(rows):
         assert fields["micro_batch_size"] == r["micro_batch"], r["id"]
         assert fields["seq_length"] == r["seq_length"], r["id"]
         assert fields["sequence_parallel"] == r["sequence_parallel"], r["id"]
+        if r["ep"] is not None:
+            # the experts of a layer spread over EP ranks of the expert data-parallel group
+            assert (tp * cp * r["dp"]) % (r["ep"] * (r["etp"] or 1)) == 0, r["id"]
 
 
-def test_measured_numbers_agree_with_the_printed_step_time(rows):
+def test_measured_numbers_agree_with_the_printed_step_time(cards):
     # The card prints tokens/s/GPU (GBS · seq / step time / GPUs, its "token-slot throughput")
     # and the step time separately, each to 3 decimals: a mistyped number breaks this. Tolerance:
     # the rounding of the tokens/s cell plus that of the step time carried through the division.
-    for r in rows:
+    for r in cards:
         m = r["measured"]
         tokens = r["global_batch"] * r["seq_length"]
         from_step = tokens / (m["step_time_ms"] / 1e3) / r["gpus"]
@@ -97,6 +192,20 @@ def test_no_held_out_row_fitted_a_constant(rows):
         assert not any(r["id"] in s for s in sources), r["id"]
 
 
+def test_no_held_out_row_is_a_fit_row(rows, monkeypatch):
+    # tools/fit_time.py fits on the runs.yaml rows its patterns name; none may name a row here
+    spec = importlib.util.spec_from_file_location("fit_time", REPO / "tools" / "fit_time.py")
+    assert spec is not None and spec.loader is not None
+    fit_time = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "fit_time", fit_time)  # its dataclasses look it up
+    spec.loader.exec_module(fit_time)
+    patterns = [p for table in (fit_time.FIT_ROWS, fit_time.MOE_FIT_ROWS) for ps in table.values()
+                for p in ps]  # fmt: skip
+    assert patterns
+    for r in rows:
+        assert not any(fnmatch.fnmatch(r["id"], p) for p in patterns), r["id"]
+
+
 def test_recipe_options_reach_the_model(rows):
     by_id = {r["id"]: r for r in rows}
     # DeepSeek-V3 H100 perf recipe: cfg.ddp.overlap_grad_reduce = False, TP comm not overlapped
@@ -111,6 +220,23 @@ def test_recipe_options_reach_the_model(rows):
     assert qw.layout.tp == 2 and not qw.run.sp
     assert not qw.options.overlap.dp_grad_reduce and not qw.options.overlap.dp_param_gather
     assert not qw.run.memory.mtp
+    # DeepSeek-V3 26.08 GB200 MXFP8 recipe: HybridEP (flex), EP overlap, the layout of
+    # _get_deepseek_v3_pipeline_layout(4, 4, 1), MTP trained, recompute mla_up_proj only
+    ds8 = case_of(by_id["mbridge-26.08-deepseekv3-gb200-256-mxfp8"])
+    assert not isinstance(ds8, str)
+    assert ds8.options.ep_node_dedup and ds8.options.overlap.ep_a2a
+    assert ds8.options.chunk_layers == (4,) * 15 + (1,)  # "Et*4|(t*4|)*14tmL"
+    assert ds8.run.memory.mtp and ds8.run.memory.recompute_modules == ("mla_up_proj",)
+    # Qwen3-235B-A22B 26.08: the embedding and the loss count in the pipeline split
+    q235 = case_of(by_id["mbridge-26.08-qwen3-235b-a22b-gb200-256-mxfp8"])
+    assert not isinstance(q235, str)
+    assert q235.options.embedding_in_split and q235.options.loss_in_split
+    assert q235.options.ep_node_dedup and q235.options.overlap.ep_a2a
+    # GPT-OSS-120B 26.08 MXFP8: flex dispatcher and EP overlap from the full-iteration helper
+    go = case_of(by_id["mbridge-26.08-gpt-oss-120b-gb200-64-mxfp8"])
+    assert not isinstance(go, str)
+    assert go.options.ep_node_dedup and go.options.overlap.ep_a2a
+    assert go.run.memory.recompute_modules == ()
 
 
 def test_one_prediction_is_pinned(rows):
