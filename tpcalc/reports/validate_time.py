@@ -174,9 +174,13 @@ def _granularity(recipe: dict[str, Any], modules: tuple[str, ...]) -> Recompute:
     Megatron-Core's default selective recompute, the core attention (TransformerConfig
     recompute_modules default ["core_attn"]; Korthikanti et al. 2022 §5), tpcalc's
     ``Recompute.selective``; with a module list the modules say it (``recompute_modules``).
+    An empty list is not "no module list": Megatron-Core fills the default only when
+    recompute_modules is None (``if self.recompute_modules is None``), so "selective" with []
+    recomputes nothing (Megatron-Bridge perf_recipes GPT-OSS-120B GB200 MXFP8 @ 4ab94df).
     Full recompute is read by the memory case and ``recompute_num_layers`` (block)."""
     granularity = next((recipe[k] for k in GRANULARITY_KEYS if recipe.get(k)), None)
-    if granularity == Recompute.selective.value and not modules:
+    stated = recipe.get("recompute_modules") is not None
+    if granularity == Recompute.selective.value and not modules and not stated:
         return Recompute.selective
     return Recompute.none
 
