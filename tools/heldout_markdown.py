@@ -1,8 +1,9 @@
 """Print the README's held-out table from `tpcalc validate` (python tools/heldout_markdown.py).
 
-One row per run of tpcalc/validation/heldout.yaml (Megatron-Bridge model verification cards, no
-row used by any fit): the card item, GPUs, layout, measured and predicted tokens/s/GPU and the
-error, then the mean |error| of the dense and of the MoE rows. "same layout in runs.yaml" names
+One row per run of tpcalc/validation/heldout.yaml (Megatron-Bridge model verification cards and
+the 26.08 performance summary's GB200 rows, no row used by any fit): the card item or summary
+edition, GPUs, layout, measured and predicted tokens/s/GPU and the error, then the mean |error|
+of the dense and of the MoE rows. "same layout in runs.yaml" names
 the performance-summary editions of the shipped rows of the same model, card and layout (any
 dtype), marked "fit" where that row fitted a constant: a held-out measurement of a layout the
 fit has seen.
@@ -19,10 +20,17 @@ from tpcalc.reports.validate_time import Case, layout_text, load_runs, mean_abs,
 HELDOUT = Path(str(resources.files("tpcalc") / "validation" / "heldout.yaml"))
 
 
-def card_of(row: dict) -> str:
-    """`<model dir> <item>` of the card a row was read from."""
-    model_dir = row["source"]["path"].split("/")[-2]
-    return f"{model_dir} `{row['source']['item']}`"
+SUMMARY_PATH = "docs/performance-summary.md"
+
+
+def source_of(row: dict) -> str:
+    """`<model dir> <item>` of the card a row was read from, or `<edition> performance summary`
+    for a row of Megatron-Bridge's performance summary (container "NeMo 26.08" -> 26.08)."""
+    src = row["source"]
+    if src["path"] == SUMMARY_PATH:
+        return f"{src['container'].removeprefix('NeMo ')} performance summary"
+    model_dir = src["path"].split("/")[-2]
+    return f"{model_dir} `{src['item']}`"
 
 
 def fitted_ids() -> set[str]:
@@ -52,7 +60,7 @@ def main() -> None:
     shipped, _ = outcomes(load_runs())
     fitted = fitted_ids()
     print(
-        "| run | card | GPUs | layout | measured | predicted | error | same layout in runs.yaml |"
+        "| run | source | GPUs | layout | measured | predicted | error | same layout in runs.yaml |"
     )
     print("|---|---|---:|---|---:|---:|---:|---|")
     for o in done:
@@ -61,7 +69,7 @@ def main() -> None:
         meas = f"{c.measured_tokens_per_s_per_gpu:,.0f}" if c.measured_tokens_per_s_per_gpu else "–"
         twin = same_layout(c, [s.case for s in shipped], fitted)
         print(
-            f"| {c.id} | {card_of(by_id[c.id])} | {c.gpus:,} | {layout_text(c)} | {meas} "
+            f"| {c.id} | {source_of(by_id[c.id])} | {c.gpus:,} | {layout_text(c)} | {meas} "
             f"| {o.step.tokens_per_s_per_gpu:,.0f} | {err} | {twin} |"
         )
     print()
