@@ -1,5 +1,5 @@
-"""Held-out published runs: Megatron-Bridge model verification cards and the GB200 rows of the
-26.08 performance summary (issue 9 §5).
+"""Held-out published runs: Megatron-Bridge model verification cards, the GB200 rows of the
+26.08 performance summary and the GB200 and H100 rows of the 26.06 one (issue 9 §5).
 
 `tpcalc/validation/heldout.yaml` holds runs no fit has seen. These tests check each source's rows
 by that source's rules (a card prints 3-decimal metrics and a step time; the summary prints
@@ -29,13 +29,53 @@ HELDOUT = REPO / "tpcalc" / "validation" / "heldout.yaml"
 SHA = re.compile(r"^[0-9a-f]{40}$")
 CARD_PATH = re.compile(r"^examples/model_verification_cards/[^/]+/card\.yaml$")
 SUMMARY_PATH = "docs/performance-summary.md"
-SUMMARY_TABLE = "26.08 NeMo Container / Pre-Training Performance / Model: "
+SUMMARY_TABLE = "{edition} NeMo Container / Pre-Training Performance / Model: "
+# Each summary edition: the commit it was read at and where its performance recipes live then.
+# 26.08 (4ab94df): flat perf_recipes functions; 26.06 (8f341b0): scripts/performance presets.
+SUMMARY_EDITIONS = {
+    "26.08": "4ab94dfad36641cabdeb96452b21bf676aac4772",
+    "26.06": "8f341b04f7b44af14ffc79a0b97a679b4dd633d8",
+}
+PRESET_DIR = "scripts/performance/configs/"
 # A card prints its metrics with 3 decimals (half a unit: 0.0005).
 HALF_LAST_DIGIT = 0.0005
 # The summary's column order: System, #-GPUs, Precision, GBS, MBS, Sequence Length, TP, PP, CP,
 # VP, EP, Tokens / sec / GPU, Model TFLOP / sec / GPU.
 SUMMARY_COLUMNS = 13
-SYSTEM_HARDWARE = {"DGX-GB200": "gb200"}
+SYSTEM_HARDWARE = {"DGX-GB200": "gb200", "DGX-H100": "h100-sxm"}
+# The printed precision -> the row's fp8_recipe and the recipe's fp8 recipe (Megatron-Bridge
+# mixed_precision.py: bf16_with_mxfp8_mixed "mxfp8"; FP8 read as FP8_CS, "tensorwise").
+SUMMARY_PRECISION = {
+    "MXFP8": ("MXFP8 block scaling", "mxfp8"),
+    "FP8": ("not stated (column prints FP8)", "tensorwise"),
+}
+# Row field -> WorkloadBaseConfig field, and the WorkloadBaseConfig defaults a preset leaves
+# unset (scripts/performance/utils/utils.py @ 8f341b0), for rows that name a preset.
+PRESET_LAYOUT = {
+    "gpus": "num_gpus",
+    "tp": "tensor_model_parallel_size",
+    "pp": "pipeline_model_parallel_size",
+    "cp": "context_parallel_size",
+    "vp": "virtual_pipeline_model_parallel_size",
+    "ep": "expert_model_parallel_size",
+    "global_batch": "global_batch_size",
+    "micro_batch": "micro_batch_size",
+}
+PRESET_DEFAULTS = {
+    "num_gpus": 1,
+    "tensor_model_parallel_size": 1,
+    "pipeline_model_parallel_size": 1,
+    "context_parallel_size": 1,
+    "virtual_pipeline_model_parallel_size": None,
+    "expert_model_parallel_size": 1,
+    "global_batch_size": 1,
+    "micro_batch_size": 1,
+}
+
+
+def edition(row: dict) -> str:
+    """The summary edition of a summary row ("NeMo 26.08" -> "26.08")."""
+    return row["source"]["container"].removeprefix("NeMo ")
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +104,10 @@ def summary_rows(rows):
 def test_every_row_has_one_known_source(rows, cards, summary_rows):
     assert len(cards) >= 7  # every verified H100/GB200 pretrain_performance item with a config
     # the 26.08 GB200 rows of DeepSeekV3, GPT OSS 120B, Qwen3_30B_a3B, Qwen3_235B_a22B
-    assert len(summary_rows) >= 4
+    assert sum(edition(r) == "26.08" for r in summary_rows) >= 4
+    # the 26.06 GB200 and H100 FP8/MXFP8 rows of LLAMA3.1_405B (3), DeepSeekV3, GPT OSS 120B,
+    # Qwen3_30B_a3B (2) and Qwen3_235B_a22B
+    assert sum(edition(r) == "26.06" for r in summary_rows) >= 8
     assert len(cards) + len(summary_rows) == len(rows)
     ids = [r["id"] for r in rows]
     assert len(set(ids)) == len(ids)
@@ -89,16 +132,32 @@ def test_card_sources_complete(cards):
 def test_summary_sources_complete(summary_rows):
     for r in summary_rows:
         src, recipe = r["source"], r["recipe"]
-        assert r["id"].startswith("mbridge-26.08-"), r["id"]
+        ed = edition(r)
+        assert ed in SUMMARY_EDITIONS and r["id"].startswith(f"mbridge-{ed}-"), r["id"]
         assert src["document"] == "Megatron-Bridge performance summary", r["id"]
-        assert SHA.match(src["commit"]) and src["container"] == "NeMo 26.08", r["id"]
-        assert src["table"] == SUMMARY_TABLE + r["model"]["published"], r["id"]
+        assert src["commit"] == SUMMARY_EDITIONS[ed], r["id"]
+        table = SUMMARY_TABLE.format(edition=ed)
+        assert src["table"] == table + r["model"]["published"], r["id"]
         assert src["url"] == (
             f"https://github.com/{src['repository']}/blob/{src['commit']}/{SUMMARY_PATH}"
         ), r["id"]
+        assert recipe["commit"] == src["commit"], r["id"]
+        if "preset" in recipe:
+            # 26.06: the preset get_workload_base_config names for the row
+            # (<MODEL>_PRETRAIN_CONFIG_<GPU>_<DTYPE>_<VARIANT>), its launcher beside it
+            assert ed == "26.06", r["id"]
+            assert recipe["path"].startswith(PRESET_DIR), r["id"]
+            assert recipe["path"].endswith("_workload_base_configs.py"), r["id"]
+            assert recipe["launcher"]["path"].startswith(PRESET_DIR), r["id"]
+            gpu = r["system"].removeprefix("DGX-")
+            dtype = {"MXFP8": "FP8_MX", "FP8": "FP8_CS"}[r["source"]["row"].split(", ")[-1]]
+            assert re.fullmatch(
+                rf"[A-Z0-9_]+_PRETRAIN_CONFIG_{gpu}_{dtype}_V[12]", recipe["preset"]
+            ), r["id"]
+            assert "disagrees_with_row" not in recipe, r["id"]
+            continue
         # the flat performance recipe the launcher resolves for the row, at the summary's commit
         # (scripts/performance/utils/utils.py _recipe_function_name)
-        assert recipe["commit"] == src["commit"], r["id"]
         assert recipe["path"].startswith("src/megatron/bridge/perf_recipes/"), r["id"]
         assert recipe["path"].endswith(".py"), r["id"]
         assert recipe["function"].endswith(
@@ -117,16 +176,23 @@ def test_summary_rows_are_the_printed_lines(summary_rows):
         assert system == r["system"] and SYSTEM_HARDWARE[system] == r["hardware"], r["id"]
         row = f"{system}, {r['model']['published']}, {gpus} GPUs, {precision}"
         assert r["source"]["row"] == row, r["id"]
-        assert precision == "MXFP8", r["id"]
-        assert r["dtype"] == "fp8" and r["fp8_recipe"] == "MXFP8 block scaling", r["id"]
-        assert r["recipe"]["precision"]["fp8_recipe"] == "mxfp8", r["id"]
+        fp8_recipe, recipe_fp8 = SUMMARY_PRECISION[precision]
+        assert precision == "MXFP8" or edition(r) == "26.06", r["id"]
+        assert r["dtype"] == "fp8" and r["fp8_recipe"] == fp8_recipe, r["id"]
+        assert r["recipe"]["precision"]["fp8_recipe"] == recipe_fp8, r["id"]
         printed = {
             "gpus": gpus, "global_batch": gbs, "micro_batch": mbs, "seq_length": seq,
-            "tp": tp, "pp": pp, "cp": cp, "ep": ep,
+            "tp": tp, "pp": pp, "cp": cp,
         }  # fmt: skip
         for field, cell in printed.items():
             assert type(r[field]) is int and str(r[field]) == cell, (r["id"], field)
+        # "n/a": VP no interleaving, EP a dense model (no experts)
         assert r["vp"] is None if vp == "n/a" else str(r["vp"]) == vp, r["id"]
+        if ep == "n/a":
+            assert r["ep"] is None, r["id"]
+        else:
+            assert type(r["ep"]) is int and str(r["ep"]) == ep, r["id"]
+        assert (ep == "n/a") == (r["kind"] == "dense"), r["id"]
         m = r["measured"]
         for field, cell in (
             ("tokens_per_s_per_gpu", tokens), ("model_tflop_per_s_per_gpu", tflops)
@@ -146,6 +212,17 @@ def test_layouts_add_up(rows):
         assert r["gpus"] == tp * pp * cp * r["dp"], r["id"]
         assert r["dp"] * r["grad_accum"] * r["micro_batch"] == r["global_batch"], r["id"]
         fields = r["recipe"]["fields"]
+        if "preset" in r["recipe"]:
+            # a preset states only what differs from WorkloadBaseConfig
+            preset = {**PRESET_DEFAULTS, **r["recipe"].get("defaults", {}), **fields}
+            for row_field, name in PRESET_LAYOUT.items():
+                # a dense row prints no EP ("n/a"): the preset's is WorkloadBaseConfig's 1
+                printed = 1 if row_field == "ep" and r["ep"] is None else r[row_field]
+                assert preset[name] == printed, (r["id"], name)
+            assert r["sequence_parallel"] is (tp > 1), r["id"]  # WorkloadBaseConfig rule
+            if r["ep"] is not None:
+                assert (tp * cp * r["dp"]) % (r["ep"] * (r["etp"] or 1)) == 0, r["id"]
+            continue
         assert fields["tensor_model_parallel_size"] == tp, r["id"]
         assert fields["pipeline_model_parallel_size"] == pp, r["id"]
         assert fields["context_parallel_size"] == cp, r["id"]

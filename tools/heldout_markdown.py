@@ -1,9 +1,10 @@
 """Print the README's held-out table from `tpcalc validate` (python tools/heldout_markdown.py).
 
-One row per run of tpcalc/validation/heldout.yaml (Megatron-Bridge model verification cards and
-the 26.08 performance summary's GB200 rows, no row used by any fit): the card item or summary
-edition, GPUs, layout, measured and predicted tokens/s/GPU and the error, then the mean |error|
-of the dense and of the MoE rows. "same layout in runs.yaml" names
+One row per run of tpcalc/validation/heldout.yaml (Megatron-Bridge model verification cards,
+the 26.08 performance summary's GB200 rows and the 26.06 one's GB200 and H100 rows, no row used
+by any fit): the card item or summary edition ("26.06 performance summary"), GPUs, layout,
+measured and predicted tokens/s/GPU and the error, then the mean |error| of the dense and of the
+MoE rows. "same layout in runs.yaml" names
 the performance-summary editions of the shipped rows of the same model, card and layout (any
 dtype), marked "fit" where that row fitted a constant: a held-out measurement of a layout the
 fit has seen.
