@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.mbridge_presets import PRESET_DEFAULTS, PRESET_LAYOUT
 from tpcalc.catalog import load_hardware
 from tpcalc.choices import Recompute
 from tpcalc.reports.validate_time import case_of, load_runs, outcomes
@@ -48,28 +49,6 @@ SYSTEM_HARDWARE = {"DGX-GB200": "gb200", "DGX-H100": "h100-sxm"}
 SUMMARY_PRECISION = {
     "MXFP8": ("MXFP8 block scaling", "mxfp8"),
     "FP8": ("not stated (column prints FP8)", "tensorwise"),
-}
-# Row field -> WorkloadBaseConfig field, and the WorkloadBaseConfig defaults a preset leaves
-# unset (scripts/performance/utils/utils.py @ 8f341b0), for rows that name a preset.
-PRESET_LAYOUT = {
-    "gpus": "num_gpus",
-    "tp": "tensor_model_parallel_size",
-    "pp": "pipeline_model_parallel_size",
-    "cp": "context_parallel_size",
-    "vp": "virtual_pipeline_model_parallel_size",
-    "ep": "expert_model_parallel_size",
-    "global_batch": "global_batch_size",
-    "micro_batch": "micro_batch_size",
-}
-PRESET_DEFAULTS = {
-    "num_gpus": 1,
-    "tensor_model_parallel_size": 1,
-    "pipeline_model_parallel_size": 1,
-    "context_parallel_size": 1,
-    "virtual_pipeline_model_parallel_size": None,
-    "expert_model_parallel_size": 1,
-    "global_batch_size": 1,
-    "micro_batch_size": 1,
 }
 
 

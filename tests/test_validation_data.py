@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.mbridge_presets import PRESET_DEFAULTS, PRESET_LAYOUT
+
 ROOT = Path(__file__).parents[1]
 RUNS = ROOT / "tpcalc" / "validation" / "runs.yaml"
 README = ROOT / "tpcalc" / "validation" / "README.md"
@@ -168,31 +170,6 @@ def test_spot_checks_against_the_printed_cells(run_id, tokens, tflops):
 
 
 MBRIDGE_ROWS = [r for r in ROWS if r["source"].get("repository") == "NVIDIA-NeMo/Megatron-Bridge"]
-
-# Row field -> WorkloadBaseConfig field (Megatron-Bridge scripts/performance/utils/utils.py).
-PRESET_LAYOUT = {
-    "gpus": "num_gpus",
-    "tp": "tensor_model_parallel_size",
-    "pp": "pipeline_model_parallel_size",
-    "cp": "context_parallel_size",
-    "vp": "virtual_pipeline_model_parallel_size",
-    "ep": "expert_model_parallel_size",
-    "global_batch": "global_batch_size",
-    "micro_batch": "micro_batch_size",
-}
-# WorkloadBaseConfig defaults at every commit read (25.11 @ 5776a6d, 26.02.01 @ cfeddcd,
-# 26.04.01 @ 21d102f): tp = pp = cp = ep = 1, num_gpus = global_batch_size = 1,
-# micro_batch_size = 1, virtual_pipeline_model_parallel_size = None.
-PRESET_DEFAULTS = {
-    "num_gpus": 1,
-    "tensor_model_parallel_size": 1,
-    "pipeline_model_parallel_size": 1,
-    "context_parallel_size": 1,
-    "virtual_pipeline_model_parallel_size": None,
-    "expert_model_parallel_size": 1,
-    "global_batch_size": 1,
-    "micro_batch_size": 1,
-}
 
 
 def test_every_megatron_bridge_row_is_counted():
