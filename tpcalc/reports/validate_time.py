@@ -119,7 +119,7 @@ def case_of(row: dict[str, Any]) -> Case | str:
     recipe = recipe_options(row)
     recompute_layers = recipe.get("recompute_num_layers")
     modules = tuple(recipe.get("recompute_modules") or ())
-    recompute = _granularity(recipe, modules)
+    recompute = _granularity(recipe)
     layout = ParallelLayout(
         gpus_per_node=JOB_NVLINK_DOMAIN.get(
             row["hardware"], load_hardware(row["hardware"]).gpus_per_node.value
@@ -169,7 +169,7 @@ def case_of(row: dict[str, Any]) -> Case | str:
 GRANULARITY_KEYS = ("recompute_granularity", "activations_checkpoint_granularity")
 
 
-def _granularity(recipe: dict[str, Any], modules: tuple[str, ...]) -> Recompute:
+def _granularity(recipe: dict[str, Any]) -> Recompute:
     """The recompute a recipe states for time: "selective" with no module list is
     Megatron-Core's default selective recompute, the core attention (TransformerConfig
     recompute_modules default ["core_attn"]; Korthikanti et al. 2022 §5), tpcalc's
@@ -179,8 +179,7 @@ def _granularity(recipe: dict[str, Any], modules: tuple[str, ...]) -> Recompute:
     recomputes nothing (Megatron-Bridge perf_recipes GPT-OSS-120B GB200 MXFP8 @ 4ab94df).
     Full recompute is read by the memory case and ``recompute_num_layers`` (block)."""
     granularity = next((recipe[k] for k in GRANULARITY_KEYS if recipe.get(k)), None)
-    stated = recipe.get("recompute_modules") is not None
-    if granularity == Recompute.selective.value and not modules and not stated:
+    if granularity == Recompute.selective.value and recipe.get("recompute_modules") is None:
         return Recompute.selective
     return Recompute.none
 
