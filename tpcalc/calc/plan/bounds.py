@@ -842,18 +842,43 @@ class StepBounds:
         self, shape: Shape, vs: list[Variant], mbs: list[int], per_dp: int, sps: list[bool],
         modes: list[RecomputeMode], distributed: list[bool], zeros: list[int],
     ) -> GroupTerms:  # fmt: skip
-        """``group``'s terms that need no stage split (``GroupTerms``)."""
-
+        """``group``'s terms that need no stage split (``GroupTerms``): bubble + sends, stage
+        0's tail constant and hinges per parameter group, and the NIC floor."""
         f_on, bi_on, w, sends, m = self.sums(shape, mbs, per_dp, sps, modes)
-        p, n_v, n_z = shape.pp, len(vs), len(zeros)
-        gaps = self.ep_gaps(shape, mbs, sps)
+        bubble = self._bubbles(shape, vs, modes, f_on, bi_on, w, self.ep_gaps(shape, mbs, sps))
+        # the terms read the variant's vpp only: taken once per vpp (rows in the order first
+        # seen), then every variant takes its vpp's row (copies of the same floats)
+        firsts: dict[int, Variant] = {}
+        for v in vs:
+            firsts.setdefault(v.vpp, v)
+        uniq = list(firsts.values())
+        row_of = {vpp: u for u, vpp in enumerate(firsts)}
+        inv = np.array([row_of[v.vpp] for v in vs], dtype=np.int64)
+        const = np.zeros((len(uniq), len(zeros)))
+        mm = m[None, None, :, 0, 0]  # [1, 1, M]
+        groups = []
+        for expert in (False, True) if self.spec.is_moe else (False,):
+            a, da, c, dc = self._hinges(shape, uniq, zeros, distributed, mm, expert, const)
+            groups.append((a[inv], da[inv], c[inv], dc[inv]))  # each [V, Z, M]
+        net_dp = self._net_dp(shape, uniq, zeros, distributed, mm)[inv]
+        net_ep = np.ascontiguousarray(
+            np.broadcast_to(self._net_ep(shape, uniq, mbs, sps, m)[inv], bubble.shape)
+        )
+        return GroupTerms(m, sends + bubble, const[inv], groups, net_dp, net_ep)
+
+    def _bubbles(
+        self, shape: Shape, vs: list[Variant], modes: list[RecomputeMode], f_on: np.ndarray,
+        bi_on: np.ndarray, w: np.ndarray, gaps: tuple[np.ndarray, np.ndarray] | None,
+    ) -> np.ndarray:  # fmt: skip
+        """Each variant's bubble [V, M, S, R] over the mean stage's F, B and F + B + W, per
+        pattern of refused modes (``refused``: none, all, or the modes'), each taken once:
+        with the all-to-all exposed where refused."""
+        p = shape.pp
         wp = w / p
-        # the mean stage's F, B and F + B + W, per pattern of refused modes (``refused``: none,
-        # all, or the modes'), each taken once: with the all-to-all exposed where refused
         means: dict[bytes | None, tuple[np.ndarray, np.ndarray, np.ndarray]] = {
             None: (f_on / p, bi_on / p, (f_on + bi_on + w) / p)
         }
-        bubble = np.empty((n_v, *f_on.shape))
+        bubble = np.empty((len(vs), *f_on.shape))
         seen: dict[Variant, int] = {}
         for i, v in enumerate(vs):
             if v in seen:
@@ -873,56 +898,46 @@ class StepBounds:
                 means[pattern] = (f / p, bi / p, (f + bi + w) / p)
             fp, bp, mean = means[pattern]
             bubble[i] = _bubble(v, p, fp, bp, wp, mean)
-        ov = self.opts.overlap
-        # the terms read the variant's vpp only: taken once per vpp (rows in the order first
-        # seen), then every variant takes its vpp's row (copies of the same floats)
-        firsts: dict[int, Variant] = {}
-        for v in vs:
-            firsts.setdefault(v.vpp, v)
-        uniq = list(firsts.values())
-        row_of = {vpp: u for u, vpp in enumerate(firsts)}
-        inv = np.array([row_of[v.vpp] for v in vs], dtype=np.int64)
-        n_u = len(uniq)
-        const = np.zeros((n_u, n_z))
-        mm = m[None, None, :, 0, 0]  # [1, 1, M]
-        groups = []
-        for expert in (False, True) if self.spec.is_moe else (False,):
-            a0, c0, d = (np.empty((n_u, n_z)) for _ in range(3))
-            ga, gc = np.zeros((n_u, n_z), bool), np.zeros((n_u, n_z), bool)
-            per_pass, one, gathers, gather = (np.zeros((n_u, n_z)) for _ in range(4))
-            for i, v in enumerate(uniq):
-                dv = 1 + (p - 1) / v.vpp
-                key = (shape.tp, shape.cp, shape.pp, shape.dp, v.vpp, True)
-                tails: dict[bool, tuple] = {}  # the tails read the stage only as ZeRO >= 1
-                for j, (z, dist) in enumerate(zip(zeros, distributed, strict=True)):
-                    if dist not in tails:
-                        if expert:
-                            tails[dist] = self.expert_tail(shape, v, dist)
-                        else:
-                            tails[dist] = (*self.dp_tail(shape, v, dist), self._dp_parts.get(key))
-                    k, a0[i, j], c0[i, j], parts = tails[dist]
-                    const[i, j] += k
-                    d[i, j] = dv
-                    if z < 2 or parts is None:
-                        continue
-                    o, g, buckets = parts
-                    if ov.dp_grad_reduce:  # ZeRO-2/3: per micro-batch (docstring)
-                        ga[i, j], one[i, j] = True, o
-                        per_pass[i, j] = buckets * (o + (g if z >= 3 else 0.0))
-                    if z >= 3 and ov.dp_param_gather:
-                        gc[i, j], gathers[i, j], gather[i, j] = True, buckets * g, g
-            a_z = np.where(ga[..., None], mm * per_pass[..., None] - one[..., None], a0[..., None])
-            da = np.where(ga[..., None], mm, d[..., None])
-            c_z = np.where(
-                gc[..., None], mm * gathers[..., None] - gather[..., None], c0[..., None]
-            )
-            dc = np.where(gc[..., None], mm, d[..., None])  # each [U, Z, M]
-            groups.append((a_z[inv], da[inv], c_z[inv], dc[inv]))  # each [V, Z, M]
-        net_dp = self._net_dp(shape, uniq, zeros, distributed, mm)[inv]
-        net_ep = np.ascontiguousarray(
-            np.broadcast_to(self._net_ep(shape, uniq, mbs, sps, m)[inv], bubble.shape)
-        )
-        return GroupTerms(m, sends + bubble, const[inv], groups, net_dp, net_ep)
+        return bubble
+
+    def _hinges(
+        self, shape: Shape, uniq: list[Variant], zeros: list[int], distributed: list[bool],
+        mm: np.ndarray, expert: bool, const: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+        """One parameter group's hinges (A, d_a, C, d_c) [U, Z, M] for each vpp of ``uniq``
+        and ZeRO stage, stage 0's tail constant added into ``const`` [U, Z] (``group``'s
+        docstring: ZeRO-0/1 hide over the drain, ZeRO-2/3 per micro-batch)."""
+        p, ov = shape.pp, self.opts.overlap
+        n_u, n_z = len(uniq), len(zeros)
+        a0, c0, d = (np.empty((n_u, n_z)) for _ in range(3))
+        ga, gc = np.zeros((n_u, n_z), bool), np.zeros((n_u, n_z), bool)
+        per_pass, one, gathers, gather = (np.zeros((n_u, n_z)) for _ in range(4))
+        for i, v in enumerate(uniq):
+            dv = 1 + (p - 1) / v.vpp
+            key = (shape.tp, shape.cp, shape.pp, shape.dp, v.vpp, True)
+            tails: dict[bool, tuple] = {}  # the tails read the stage only as ZeRO >= 1
+            for j, (z, dist) in enumerate(zip(zeros, distributed, strict=True)):
+                if dist not in tails:
+                    if expert:
+                        tails[dist] = self.expert_tail(shape, v, dist)
+                    else:
+                        tails[dist] = (*self.dp_tail(shape, v, dist), self._dp_parts.get(key))
+                k, a0[i, j], c0[i, j], parts = tails[dist]
+                const[i, j] += k
+                d[i, j] = dv
+                if z < 2 or parts is None:
+                    continue
+                o, g, buckets = parts
+                if ov.dp_grad_reduce:  # ZeRO-2/3: per micro-batch (docstring)
+                    ga[i, j], one[i, j] = True, o
+                    per_pass[i, j] = buckets * (o + (g if z >= 3 else 0.0))
+                if z >= 3 and ov.dp_param_gather:
+                    gc[i, j], gathers[i, j], gather[i, j] = True, buckets * g, g
+        a_z = np.where(ga[..., None], mm * per_pass[..., None] - one[..., None], a0[..., None])
+        da = np.where(ga[..., None], mm, d[..., None])
+        c_z = np.where(gc[..., None], mm * gathers[..., None] - gather[..., None], c0[..., None])
+        dc = np.where(gc[..., None], mm, d[..., None])
+        return a_z, da, c_z, dc
 
     def _net_dp(
         self, shape: Shape, uniq: list[Variant], zeros: list[int], distributed: list[bool],
