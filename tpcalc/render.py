@@ -11,6 +11,7 @@ import csv
 import io
 import json
 import math
+import os
 from collections.abc import Sequence
 from enum import Enum
 from typing import Any, TextIO
@@ -130,11 +131,20 @@ def _cell(t: Term | None, factor: float) -> str:
     return fmt_number(t.value, factor)
 
 
+PIPED_WIDTH = 160  # columns of a table written to a pipe or file, unless COLUMNS says otherwise
+
+
 def _console(out: TextIO):
     from rich.console import Console
 
-    # Piped output has no terminal width; do not crush columns to 80 characters.
-    return Console(file=out, soft_wrap=True, width=None if out.isatty() else 160)
+    # Piped output has no terminal width; do not crush columns to 80 characters. A wider
+    # COLUMNS the user exported (COLUMNS=250 tpcalc validate | less -S) widens it; a narrower
+    # one (test runners and IDEs export 80) does not narrow it.
+    if out.isatty():
+        return Console(file=out, soft_wrap=True)
+    asked = os.environ.get("COLUMNS", "")
+    width = max(PIPED_WIDTH, int(asked)) if asked.isdigit() else PIPED_WIDTH
+    return Console(file=out, soft_wrap=True, width=width)
 
 
 def render_table(report: Report, byte_units: ByteUnits, out: TextIO, explain: bool) -> None:
@@ -153,11 +163,11 @@ def render_table(report: Report, byte_units: ByteUnits, out: TextIO, explain: bo
         values = [r.value(col.key) for r in rows if any(t.key == col.key for t in r.terms)]
         scales[col.key] = pick_scale(values, col.unit, byte_units)
     if len(columns) > len(rows) + len(varying):
-        table.add_column("quantity", justify="left")
+        table.add_column("quantity", justify="left", overflow="fold")
         table.add_column("unit", justify="left")
         for row in rows:
             name = ", ".join(f"{k}={fmt_number(row.inputs.get(k))}" for k in varying)
-            table.add_column(name or "value", justify="right")
+            table.add_column(name or "value", justify="right", overflow="fold")
         for col in columns:
             factor, unit_name = scales[col.key]
             cells = [
@@ -166,11 +176,14 @@ def render_table(report: Report, byte_units: ByteUnits, out: TextIO, explain: bo
             table.add_row(col.label, unit_name, *cells)
     else:
         for key in varying:
-            table.add_column(key, justify="right")
+            text = all(isinstance(r.inputs.get(key), str) for r in rows)
+            table.add_column(key, justify="left" if text else "right", overflow="fold")
         for col in columns:
             name = scales[col.key][1]
             header = f"{col.label} ({name})" if name else col.label
-            table.add_column(header, justify="left" if col.unit is Unit.text else "right")
+            table.add_column(
+                header, justify="left" if col.unit is Unit.text else "right", overflow="fold"
+            )
         for row in rows:
             present = {t.key: t for t in row.terms}
             cells = [fmt_number(row.inputs.get(k)) for k in varying]
