@@ -1,6 +1,8 @@
 """Print the README's published-choice table (issue 11 §3): python tools/plan_markdown.py [-j 2]
 
-``--only ID`` (repeatable) prints the rows of those runs alone, with their summary line.
+``--only ID`` (repeatable) prints the rows of those runs alone, with their summary line;
+``--runs PATH`` checks another runs file of the same schema (the held-out runs:
+``--runs tpcalc/validation/heldout.yaml``, recipes newer than the shipped table's, never fitted).
 
 For every published run tpcalc computes (tpcalc/validation/runs.yaml), the planner plans the same
 model on the same GPUs, sequence and global batch; the table shows the published layout, the
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 from tpcalc.reports.plan_published import (
     Check,
@@ -29,8 +32,8 @@ from tpcalc.reports.plan_published import (
 )
 
 
-def _one(run_id: str) -> Check:
-    items, _ = published_items({run_id})
+def _one(run_id: str, runs: Path | None = None) -> Check:
+    items, _ = published_items({run_id}, runs)
     return check(items[0], engine_planner(), engine_planner(hold_zero=True))
 
 
@@ -63,8 +66,15 @@ def main() -> None:
     parser.add_argument(
         "--only", action="append", metavar="ID", help="just this run (repeatable): one row to paste"
     )
+    parser.add_argument(
+        "--runs",
+        type=Path,
+        metavar="PATH",
+        help="a runs file in runs.yaml's schema instead of the shipped table, e.g. the held-out "
+        "runs: --runs tpcalc/validation/heldout.yaml",
+    )
     args = parser.parse_args()
-    items, skipped = published_items(set(args.only) if args.only else None)
+    items, skipped = published_items(set(args.only) if args.only else None, args.runs)
     ids = [i.case.id for i in items]
     print(
         "| run | GPUs | published | planner's pick | published step (s) | best step (s) "
@@ -74,7 +84,8 @@ def main() -> None:
     print("|---|---:|---|---|---:|---:|---:|---:|---|---|---|")
     done: list[Check] = []
     with ProcessPoolExecutor(max(args.jobs, 1)) as pool:
-        for ch in pool.map(_one, ids):  # rows print as they arrive, in table order
+        # rows print as they arrive, in table order
+        for ch in pool.map(_one, ids, [args.runs] * len(ids)):
             done.append(ch)
             print(_line(ch), flush=True)
     held = sum(1 for ch in done if ch.holds)

@@ -21,6 +21,7 @@ states that tpcalc does not model (``UNMODELLED``), each a fact of the row's rec
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from msgspec import Struct
@@ -381,10 +382,14 @@ def engine_planner(top_k: int = TOP_K, *, hold_zero: bool = False) -> Callable[[
     return run
 
 
-def published_items(ids: set[str] | None = None) -> tuple[list[Published], list[str]]:
-    """Every computable published run (or those in ``ids``), and why the others are skipped."""
+def published_items(
+    ids: set[str] | None = None, runs: Path | None = None
+) -> tuple[list[Published], list[str]]:
+    """Every computable published run of the shipped table, or of ``runs`` (a runs file in its
+    schema, e.g. the held-out tpcalc/validation/heldout.yaml), or those of them in ``ids``; and
+    why the others are skipped."""
     items, skipped = [], []
-    for row in load_runs():
+    for row in load_runs(runs):
         if ids is not None and row["id"] not in ids:
             continue
         got = published(row)
@@ -399,10 +404,11 @@ def checks(
     ids: set[str] | None = None,
     planner: Callable[[Published], Pick] | None = None,
     held_planner: Callable[[Published], Pick] | None = None,
+    runs: Path | None = None,
 ) -> tuple[list[Check], list[str]]:
-    """Every computable published run checked (``check``); the planner and the planner held to
-    the published ZeRO stage are the engine's unless given."""
-    items, skipped = published_items(ids)
+    """Every computable published run checked (``check``), of the shipped table or of ``runs``;
+    the planner and the planner held to the published ZeRO stage are the engine's unless given."""
+    items, skipped = published_items(ids, runs)
     run = planner or engine_planner()
     held = held_planner if planner is not None else engine_planner(hold_zero=True)
     return [check(i, run, held) for i in items], skipped
