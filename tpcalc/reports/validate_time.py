@@ -75,6 +75,7 @@ class Case(Struct, frozen=True):
     measured_tflop_per_s_per_gpu: float | None
     source: str
     notes: tuple[str, ...] = field(default_factory=tuple)
+    release: str = ""  # the software the run measured (the summary's container), or the document
 
 
 def runs_path() -> Any:
@@ -160,6 +161,7 @@ def case_of(row: dict[str, Any]) -> Case | str:
         dtype=run.dtype, gpus=row["gpus"], layout=layout, run=run, options=options,
         measured_tokens_per_s_per_gpu=measured.get("tokens_per_s_per_gpu"),
         measured_tflop_per_s_per_gpu=measured.get("model_tflop_per_s_per_gpu"), source=where,
+        release=str(src.get("container") or src.get("document") or ""),
     )  # fmt: skip
 
 
@@ -286,7 +288,8 @@ def mean_abs(errors: list[float]) -> float:
 
 def validate_report(path: Path | None = None, hardware: str | None = None) -> Report:
     """One row per published run: measured and predicted tokens/s/GPU and the error; the notes
-    give mean |error| and the worst row per hardware kind and for dense vs MoE."""
+    give mean |error| and the worst row per hardware kind, per release measured (the
+    summary's container) and for dense vs MoE."""
     rows = load_runs(path)
     if hardware:
         rows = [r for r in rows if r["hardware"] == hardware]
@@ -350,6 +353,8 @@ def _summary(done: list[Outcome]) -> list[str]:
             continue
         groups.setdefault(f"{o.case.hardware} {o.case.kind}", []).append(o)
         groups.setdefault(f"all {o.case.kind}", []).append(o)
+        if o.case.release:  # the software each summary measured (releases differ: 25.11 MoE)
+            groups.setdefault(f"{o.case.release} {o.case.kind}", []).append(o)
     for name, items in sorted(groups.items()):
         worst = max(items, key=lambda o: abs(o.error or 0.0))
         lines.append(
