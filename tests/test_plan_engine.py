@@ -372,8 +372,9 @@ def test_kept_cells_cover_every_pick(small, moe):
 
 
 def test_least_is_the_plain_sums_bit_for_bit():
-    """bounds._least (in place, hinges that are −inf everywhere left out) gives the floats of
-    the plain formula min over {lo, x/d above lo} of m·N + Σ max(0, x − d·N), term by term."""
+    """bounds._least (in place, hinges with nothing anywhere left out) gives the floats of the
+    plain formula min over {lo, (x − floor)/d above lo} of m·N + Σ max(floor, x − d·N), term by
+    term; the floors are the SM share of what each hinge hides (zero for some)."""
     from tpcalc.calc.plan.bounds import _least
 
     rng = np.random.default_rng(11)
@@ -381,22 +382,29 @@ def test_least_is_the_plain_sums_bit_for_bit():
     m, lo = rng.uniform(1, 64, n), rng.uniform(0.1, 2.0, n)
     partial = rng.uniform(0, 50, n)
     partial[::3] = -np.inf  # some candidates have nothing to hide in this hinge
+    floor = rng.uniform(0, 8, n)
     hinges = [
-        (rng.uniform(0, 50, n), rng.uniform(1, 4, n)),
-        (partial, rng.uniform(1, 4, n)),
-        (np.full(n, -np.inf), rng.uniform(1, 4, n)),  # nothing anywhere: left out
+        (rng.uniform(0, 50, n), rng.uniform(1, 4, n), np.zeros(n)),
+        (partial, rng.uniform(1, 4, n), np.where(np.isneginf(partial), 0.0, floor)),
+        (np.full(n, -np.inf), rng.uniform(1, 4, n), np.zeros(n)),  # nothing anywhere: left out
+        (np.full(n, -np.inf), rng.uniform(1, 4, n), floor),  # a floor alone: kept
     ]
 
     def at(x_n):
         h = m * x_n
-        for x, d in hinges:
-            h = h + np.maximum(0.0, x - d * x_n)
+        for x, d, fl in hinges:
+            h = h + np.maximum(fl, x - d * x_n)
         return h
 
     want = at(lo)
-    for x, d in hinges:
-        want = np.minimum(want, at(np.maximum(lo, x / d)))
+    for x, d, fl in hinges:
+        want = np.minimum(want, at(np.maximum(lo, (x - fl) / d)))
     assert np.array_equal(_least(m, lo, hinges), want)
+    # a floor never lowers the least, and every candidate pays at least the floors' sum
+    plain = _least(m, lo, [(x, d, np.zeros(n)) for x, d, _ in hinges])
+    assert np.all(_least(m, lo, hinges) >= plain)
+    least = m * lo + sum(fl for _, _, fl in hinges)  # summed in another order: a few ulps
+    assert np.all(_least(m, lo, hinges) >= least * (1 - 1e-12))
 
 
 def test_staircase_keeps_the_undominated_cells_in_order():

@@ -424,3 +424,30 @@ def test_collectives_sharing_a_nic_make_the_step_at_least_their_sum():
     assert exposed.step_time_s >= st.step_time_s
     # a run whose traffic fits beside its compute is not link-bound
     assert llama405_step().link_contention_time_s == 0
+
+
+# --- overlapped collectives hold SMs (DeepSeek-V3 report §3.2.1: 20 SMs for communication) ---
+def test_an_overlapped_collective_costs_the_sms_it_holds():
+    from tpcalc.calc.time.step import _exposed
+
+    s = 0.15
+    # fully hidden: 10 s beside 100 s of compute costs the compute s·10 s more
+    assert _exposed(10.0, 100.0, True, sm_share=s) == pytest.approx(1.5, rel=1e-12)
+    # not hidden: what the compute cannot cover, which is more than s·10 here
+    assert _exposed(10.0, 4.0, True, sm_share=s) == pytest.approx(6.0, rel=1e-12)
+    # the first chunk is exposed, the share applies to the rest: 1 + 0.15·9
+    assert _exposed(10.0, 100.0, True, 1.0, sm_share=s) == pytest.approx(2.35, rel=1e-12)
+    # not overlapped: all of it, whatever the share
+    assert _exposed(10.0, 100.0, False, sm_share=s) == 10.0
+    # never more than not overlapping, never less than free overlap
+    for comm, hidden in ((10.0, 0.0), (10.0, 9.0), (10.0, 10.0), (3.0, 50.0)):
+        got = _exposed(comm, hidden, True, sm_share=s)
+        assert max(0.0, comm - hidden) <= got <= comm
+
+
+def test_the_sm_share_is_the_cards_comm_sms_over_its_sms():
+    for name, sms in (("h100-sxm", 132), ("h800", 132), ("b200", 148), ("gb200", 148)):
+        hw = load_hardware(name)
+        assert hw.performance.sm_count.value == sms  # the card's config, each with a source
+        r = rates(hw, Dtype.bf16)
+        assert r.comm_sm_share == pytest.approx(20 / sms, rel=1e-12)

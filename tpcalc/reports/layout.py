@@ -130,7 +130,9 @@ def time_inputs(
     """Every assumption of the step-time model, as row inputs (table, JSON and CSV); ``split``:
     the layers of each virtual stage when set by hand (``step.hand_split``)."""
     ov = opts.overlap
-    scale = hw.performance.fitted.compute_scale.value if hw.performance else None
+    perf = hw.performance
+    scale = perf.fitted.compute_scale.value if perf else None
+    comm_sms = perf.comm_kernel_sms.value / perf.sm_count.value if perf else None
     return {
         "time_model": "roofline",
         "tp_comm_overlap": ov.tp_comm,
@@ -145,6 +147,7 @@ def time_inputs(
         "recompute_layers": opts.recompute_layers,
         "ep_dispatch": "node-aware" if opts.ep_node_dedup else "all-to-all",
         "compute_scale": scale,
+        "comm_sm_share": comm_sms,  # the SMs an overlapped collective takes from compute
     }
 
 

@@ -27,7 +27,6 @@ from typing import Any
 from msgspec import Struct
 from msgspec.structs import replace
 
-from tpcalc.calc.dp.zero import ZeroStage
 from tpcalc.calc.layout.groups import layout_problems
 from tpcalc.calc.params.states import fp8_format, with_fp8_params
 from tpcalc.calc.plan.inverse import worst_rank_bytes
@@ -84,8 +83,6 @@ def published(row: dict[str, Any]) -> Published | str:
         return case
     recipe = recipe_options(row)
     layout, run = case.layout, case.run
-    if row.get("fsdp") or recipe.get("use_megatron_fsdp"):
-        layout = replace(layout, zero=ZeroStage.parameters)  # runs.yaml: fsdp > 0 = Megatron FSDP
     if recipe.get("recompute_granularity") == Recompute.full.value:
         run = replace(run, recompute=Recompute.full)
     if offload := recipe.get("cpu_offloading_num_layers"):

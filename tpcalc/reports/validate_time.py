@@ -102,6 +102,15 @@ def _int(value: Any, default: int = 1) -> int:
     return int(value) if isinstance(value, int) and value > 0 else default
 
 
+def _zero_stage(row: dict[str, Any], recipe: dict[str, Any]) -> ZeroStage:
+    """The stage the run sharded its states to: Megatron FSDP (the summary's FSDP column above
+    0, or the recipe's use_megatron_fsdp) gathers parameters per micro-batch as ZeRO-3 does;
+    every other Megatron-Bridge and NeMo recipe uses the distributed optimizer (ZeRO-1)."""
+    if row.get("fsdp") or recipe.get("use_megatron_fsdp"):
+        return ZeroStage.parameters
+    return ZeroStage.optimizer
+
+
 def case_of(row: dict[str, Any]) -> Case | str:
     """The row as tpcalc inputs, or why it cannot be computed (unsupported kind, no config)."""
     model = row["model"].get("tpcalc") or row["model"].get("needs_config")
@@ -125,7 +134,7 @@ def case_of(row: dict[str, Any]) -> Case | str:
         gpus_per_node=JOB_NVLINK_DOMAIN.get(
             row["hardware"], load_hardware(row["hardware"]).gpus_per_node.value
         ),
-        tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, etp=etp, zero=ZeroStage.optimizer,
+        tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, etp=etp, zero=_zero_stage(row, recipe),
     )  # fmt: skip
     run = LayoutRun(
         seq=row["seq_length"], microbatches=microbatches, micro_batch=mbs, vpp=vp,

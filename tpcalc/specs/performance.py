@@ -79,4 +79,9 @@ class PerformanceSpec(BaseModel):
     intra_node_busbw_bytes_per_s: SourcedPositive
     inter_node_busbw_bytes_per_s: SourcedPositive
     collective_base_latency_s: SourcedNonNegative
+    # Streaming multiprocessors of the card, and how many of them the kernels of a collective
+    # overlapped with compute hold while it runs (NCCL runs a channel per thread block, one SM
+    # each): the compute it hides under runs on the rest, so hiding it is never free.
+    sm_count: SourcedPositive
+    comm_kernel_sms: SourcedPositive
     fitted: FittedConstants

@@ -78,6 +78,7 @@ from tpcalc.calc.time.step import (
     TP_FWD_COLLECTIVES,
     TP_GEMMS,
     TimeOptions,
+    _exposed,
     stage_layers,
 )
 from tpcalc.calc.tp.rules import padded_vocab
@@ -242,14 +243,16 @@ class StepBounds:
         # exposed TP and EP collectives, as step._layer_work exposes them
         tp_pass = self._tp_pass(shard, moe, links["tp"].nodes)
         first_chunk = tp_pass / shard.tp
+        sms = r.comm_sm_share
         ep_f = ep_b = 0.0
         if moe and shard.ep > 1:
             a2a = self._a2a(shard, shard.ep, links["ep"].nodes)
             ep_on = bool(ov.ep_a2a)  # set explicitly by the planner (space.overlap)
-            ep_f, ep_b = _exposed(a2a, kb + kw, ep_on), _exposed(a2a, kf, ep_on)
+            ep_f = _exposed(a2a, kb + kw, ep_on, sm_share=sms)
+            ep_b = _exposed(a2a, kf, ep_on, sm_share=sms)
         out = (
-            kf + _exposed(tp_pass, gemm_f, ov.tp_comm, first_chunk) + ep_f,
-            kb + _exposed(tp_pass, gemm_b, ov.tp_comm, first_chunk) + ep_b,
+            kf + _exposed(tp_pass, gemm_f, ov.tp_comm, first_chunk, sm_share=sms) + ep_f,
+            kb + _exposed(tp_pass, gemm_b, ov.tp_comm, first_chunk, sm_share=sms) + ep_b,
             kw,
             by_name,
         )
@@ -646,17 +649,19 @@ class StepBounds:
             w = rest[2] + own[:, 2]
             gemm_f, gemm_b = rest[3] + own[:, 3], rest[4] + own[:, 4]
             tp_pass = self._tp_pass(s0, True, nodes)  # reads tokens, tp and sp only
-            first_chunk = tp_pass / tp
+            first_chunk, sms = tp_pass / tp, r.comm_sm_share
             ep_f, ep_b = np.zeros(n_p), np.zeros(n_p)
             multi = [i for i, (ep, _) in enumerate(pairs) if ep > 1]
             if multi:
                 a2a = np.array([self._a2a(shards[i], pairs[i][0], links[i]["ep"].nodes)
                                 for i in multi])  # fmt: skip
                 ep_on = bool(ov.ep_a2a)
-                ep_f[multi] = _exposed_arr(a2a, (bk + w)[multi], ep_on)
-                ep_b[multi] = _exposed_arr(a2a, f[multi], ep_on)
-            kf[:, k] = f + _exposed_arr(tp_pass, gemm_f, ov.tp_comm, first_chunk) + ep_f
-            kb[:, k] = bk + _exposed_arr(tp_pass, gemm_b, ov.tp_comm, first_chunk) + ep_b
+                ep_f[multi] = _exposed_arr(a2a, (bk + w)[multi], ep_on, sm_share=sms)
+                ep_b[multi] = _exposed_arr(a2a, f[multi], ep_on, sm_share=sms)
+            tp_f = _exposed_arr(tp_pass, gemm_f, ov.tp_comm, first_chunk, sm_share=sms)
+            tp_b = _exposed_arr(tp_pass, gemm_b, ov.tp_comm, first_chunk, sm_share=sms)
+            kf[:, k] = f + tp_f + ep_f
+            kb[:, k] = bk + tp_b + ep_b
             kw[:, k] = w
             # the forward per op name: the rest's names, then the experts' new ones, each
             # name's time rest + own (0.0 + own for a new name) as ``_kind_ops`` merges them
@@ -794,7 +799,7 @@ class StepBounds:
         hinges = [(a.ravel()[vzm], da.ravel()[vzm], c.ravel()[vzm], dc.ravel()[vzm])
                   for a, da, c, dc in t.hinges]  # fmt: skip
         slowest, f0, total0 = (x.ravel()[cell] for x in parts.splits)
-        hidden = _least_exposed(t.m.ravel()[im], slowest, f0, total0, hinges)
+        hidden = _least_exposed(t.m.ravel()[im], slowest, f0, total0, hinges, self.r.comm_sm_share)
         bound = hidden + t.const.ravel()[vz] + t.rest.ravel()[cell]
         return np.maximum(bound, t.net_dp.ravel()[vzm] + t.net_ep.ravel()[cell])
 
@@ -822,7 +827,7 @@ class StepBounds:
         ]  # fmt: skip
         const = np.where(fit_z, t.const[:, :, None], inf).min(axis=1).ravel()[vm]
         slowest, f0, total0 = (x.ravel()[cells] for x in parts.splits)
-        hidden = _least_exposed(t.m.ravel()[im], slowest, f0, total0, hinges)
+        hidden = _least_exposed(t.m.ravel()[im], slowest, f0, total0, hinges, self.r.comm_sm_share)
         return np.maximum(hidden + const + t.rest.ravel()[cells], _link_floor(t, fit_z, cells, vm))
 
     def floor_cuts(self, parts: GroupParts, fit_z: np.ndarray, cells: np.ndarray) -> np.ndarray:
@@ -1077,7 +1082,7 @@ class StepBounds:
         key = (shape.tp, shape.cp, shape.ep, shape.etp, tuple(mbs), tuple(sps))
         got = self._ep_gaps.get(key)
         if got is None:
-            over = self.r.moe_layer_overhead_s
+            over, sms = self.r.moe_layer_overhead_s, self.r.comm_sm_share
             links = self._shard_links_of(shape.tp, shape.cp, shape.ep, shape.etp)
             df = np.zeros((len(mbs), len(sps), len(self.kinds)))
             db = np.zeros_like(df)
@@ -1090,8 +1095,8 @@ class StepBounds:
                     for k, (first, _, moe) in enumerate(self.kinds):
                         if moe:
                             kf, kb, kw = self._moe_passes(shard, first)
-                            df[i, j, k] = a2a - _exposed(a2a, kb + over + kw, True)
-                            db[i, j, k] = a2a - _exposed(a2a, kf + over, True)
+                            df[i, j, k] = a2a - _exposed(a2a, kb + over + kw, True, sm_share=sms)
+                            db[i, j, k] = a2a - _exposed(a2a, kf + over, True, sm_share=sms)
             got = self._ep_gaps[key] = (df, db)
         return got
 
@@ -1241,29 +1246,30 @@ def _op_sums(
 
 
 def _least(
-    m: np.ndarray, lo: np.ndarray, hinges: list[tuple[np.ndarray, np.ndarray]]
+    m: np.ndarray, lo: np.ndarray, hinges: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
 ) -> np.ndarray:
-    """min over N >= lo of m·N + Σ max(0, x − d·N) for hinges (x, d), d > 0: convex and
-    piecewise linear in N, so least at lo or at a hinge x/d above it. A hinge whose x is
-    −inf everywhere (nothing left to hide) adds max(0, −inf) = 0 at every N and its point is
-    lo: it is left out, the same floats. Each N's sum is taken in place, in the same order."""
-    hinges = [(x, d) for x, d in hinges if not np.all(np.isneginf(x))]
-    size = np.broadcast_shapes(m.shape, lo.shape, *(x.shape for x, _ in hinges),
-                               *(d.shape for _, d in hinges))  # fmt: skip
+    """min over N >= lo of m·N + Σ max(floor, x − d·N) for hinges (x, d, floor), d > 0:
+    convex and piecewise linear in N, so least at lo or at a hinge's break (x − floor)/d above
+    it. A hinge whose x is −inf and whose floor is 0 everywhere (nothing left to hide) adds 0 at
+    every N and its point is lo: it is left out, the same floats. Each N's sum is taken in
+    place, in the same order."""
+    hinges = [(x, d, fl) for x, d, fl in hinges if not (np.all(np.isneginf(x)) and not np.any(fl))]
+    size = np.broadcast_shapes(m.shape, lo.shape, *(x.shape for x, _, _ in hinges),
+                               *(d.shape for _, d, _ in hinges))  # fmt: skip
     tmp = np.empty(size)
 
     def at(n: np.ndarray) -> np.ndarray:
         h = np.multiply(m, n, out=np.empty(size))
-        for x, d in hinges:
+        for x, d, fl in hinges:
             np.multiply(d, n, out=tmp)
             np.subtract(x, tmp, out=tmp)
-            np.maximum(0.0, tmp, out=tmp)
+            np.maximum(fl, tmp, out=tmp)
             np.add(h, tmp, out=h)
         return h
 
     best = at(lo)
-    for x, d in hinges:
-        np.minimum(best, at(np.maximum(lo, x / d)), out=best)
+    for x, d, fl in hinges:
+        np.minimum(best, at(np.maximum(lo, (x - fl) / d)), out=best)
     return best
 
 
@@ -1276,38 +1282,39 @@ def _link_floor(t: GroupTerms, fit_z: np.ndarray, cells: np.ndarray, vm: np.ndar
 
 def _least_exposed(
     m: np.ndarray, slowest: np.ndarray, f0: np.ndarray, total0: np.ndarray,
-    groups: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
+    groups: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]], sm_share: float,
 ) -> np.ndarray:  # fmt: skip
     """A lower bound on min over N ≥ ``slowest`` of m·N plus what each group's gradient
     reduction (A, hidden under stage 0's backward, at most N − its forward ``f0``, times d_a)
     and parameter gather (C, under its forward, at most N − its backward) leave exposed,
-    groups (``group``: dense, experts) adding up as ``step._dp_exposed`` adds them.
+    groups (``group``: dense, experts) adding up as ``step._dp_exposed`` adds them. Each
+    leaves at least the SM share s of what it hides (``step._exposed``): s·A, s·C.
     Each group's two also hide under passes adding up to at most N, so they leave at least
-    A + C − max(d_a, d_c)·N (the joint term). The bound is the larger of the least with the
-    terms apart and the least with the joint terms (each a lower bound on the step)."""
+    max(s·(A + C), A + C − max(d_a, d_c)·N) (the joint term). The bound is the larger of the
+    least with the terms apart and the least with the joint terms (each a lower bound on the
+    step)."""
     apart, joint = [], []
     for a_z, da, c_z, dc in groups:
-        apart += [(a_z + da * f0, da), (c_z + dc * (total0 - f0), dc)]
-        joint.append((a_z + c_z, np.maximum(da, dc)))  # -inf when either is not overlapped
+        fa, fc = sm_share * np.maximum(a_z, 0.0), sm_share * np.maximum(c_z, 0.0)
+        apart += [(a_z + da * f0, da, fa), (c_z + dc * (total0 - f0), dc, fc)]
+        joint.append((a_z + c_z, np.maximum(da, dc), fa + fc))  # x −inf unless both overlap
     return np.maximum(_least(m, slowest, apart), _least(m, slowest, joint))
 
 
-def _exposed(comm_s: float, hidden_s: float, overlapped: bool, first_s: float = 0.0) -> float:
-    """``step._exposed``: all of a collective, or (overlapped) its first chunk plus what the
-    compute it runs under cannot cover."""
-    if not overlapped:
-        return comm_s
-    return first_s + max(0.0, comm_s - first_s - hidden_s)
-
-
 def _exposed_arr(
-    comm_s: float | np.ndarray, hidden_s: np.ndarray, overlapped: bool, first_s: float = 0.0
+    comm_s: float | np.ndarray,
+    hidden_s: np.ndarray,
+    overlapped: bool,
+    first_s: float = 0.0,
+    *,
+    sm_share: float,
 ) -> np.ndarray:
-    """``_exposed`` over arrays of hidden times (and of collectives): the same operations,
-    elementwise."""
+    """``step._exposed`` over arrays of hidden times (and of collectives): the same
+    operations, elementwise."""
     if not overlapped:
         return np.broadcast_to(np.asarray(comm_s, dtype=np.float64), hidden_s.shape)
-    return first_s + np.maximum(0.0, comm_s - first_s - hidden_s)
+    rest = comm_s - first_s
+    return first_s + np.maximum(np.maximum(rest - hidden_s, sm_share * rest), 0.0)
 
 
 def _bubble(

@@ -34,6 +34,11 @@ SRC_LINK = (
     "NVLink add their transfer times whatever they overlap; DeepSeek-V3 report §3.2.1-3.2.2 "
     "(the all-to-all budgeted against the per-GPU IB bandwidth); tpcalc.calc.time.step"
 )
+SRC_SM = (
+    "an overlapped collective's kernels hold s = comm_kernel_sms / sm_count of the SMs while it "
+    "runs, so the compute beside it ends s·H later (DeepSeek-V3 report §3.2.1: 20 SMs for the "
+    "communication); the card's performance block"
+)
 SRC_ADAM = "Kingma & Ba 2015 (Adam); Megatron distributed optimizer: fp32 main params, m, v"
 SRC_MFU = "Chowdhery et al. 2022 (PaLM) App. B: MFU = model FLOP/s / peak FLOP/s"
 
@@ -68,19 +73,21 @@ STEP_EXPLANATIONS: dict[str, Explanation] = {
     "tp_exposed_time_s": Explanation(
         "TP comm, exposed", Unit.seconds,
         "m · Σ layers (collective bytes / busbw(M)), all of it, or with --tp-comm-overlap "
-        "one chunk + max(0, comm − GEMMs)",
-        SRC_TP_OVERLAP, STEP,
+        "one chunk + max(rest − GEMMs, s·rest), rest = comm − one chunk",
+        f"{SRC_TP_OVERLAP}; {SRC_SM}", STEP,
     ),
     "cp_exposed_time_s": Explanation(
         "CP comm, exposed", Unit.seconds,
-        "m · Σ attention layers max(0, (cp−1) · K,V chunk / busbw − attention time)",
-        SRC_CP, STEP,
+        "m · Σ attention layers max(ring − attention time, s·ring), ring = (cp−1) · K,V chunk / "
+        "busbw",
+        f"{SRC_CP}; {SRC_SM}", STEP,
     ),
     "ep_exposed_time_s": Explanation(
         "EP all-to-all, exposed", Unit.seconds,
-        "m · Σ MoE layers 2 all-to-all of T/t·k·h per pass (overlapped only with --ep-overlap); "
-        "node-aware: T/t·h·(N−1)·(1 − C(E−E/N, k)/C(E, k)) over the network",
-        SRC_EP, STEP,
+        "m · Σ MoE layers 2 all-to-all of T/t·k·h per pass (overlapped only with --ep-overlap: "
+        "max(a2a − the other pass, s·a2a)); node-aware: T/t·h·(N−1)·(1 − C(E−E/N, k)/C(E, k)) "
+        "over the network",
+        f"{SRC_EP}; {SRC_SM}", STEP,
     ),
     "bubble_time_s": Explanation(
         "pipeline bubble", Unit.seconds,
@@ -93,9 +100,10 @@ STEP_EXPLANATIONS: dict[str, Explanation] = {
     ),
     "dp_exposed_time_s": Explanation(
         "DP comm, exposed", Unit.seconds,
-        "last bucket + max(0, reduce-scatter − backward) + first bucket + max(0, all-gather − "
-        "forward), of the stage that ends the step",
-        SRC_DP, STEP,
+        "last bucket + max(rest − backward, s·rest) + first bucket + max(rest − forward, s·rest) "
+        "(rest: the reduce-scatter, the all-gather, less that bucket), of the stage that ends "
+        "the step",
+        f"{SRC_DP}; {SRC_SM}", STEP,
     ),
     "optimizer_time_s": Explanation(
         "optimizer step", Unit.seconds,

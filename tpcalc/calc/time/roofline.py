@@ -56,6 +56,7 @@ class Rates(Struct, frozen=True):
     collective_base_latency_s: float
     intra_step_latency_s: float
     inter_step_latency_s: float
+    comm_sm_share: float  # SMs an overlapped collective's kernels hold / the card's SMs
 
 
 def performance(hw: HardwareSpec) -> PerformanceSpec:
@@ -99,6 +100,7 @@ def rates(hw: HardwareSpec, dtype: Dtype, *, efficiency_scale: float = 1.0) -> R
         collective_base_latency_s=perf.collective_base_latency_s.value,
         intra_step_latency_s=hw.intra_node_latency_s.value,
         inter_step_latency_s=hw.inter_node_latency_s.value,
+        comm_sm_share=perf.comm_kernel_sms.value / perf.sm_count.value,
     )
 
 

@@ -345,12 +345,24 @@ def _attn_s(ops: Iterable[Op], phase: Pass, r: Rates) -> float:
     return sum(op_time_s(o, r) for o in ops if o.phase is phase and o.kind is OpKind.attention)
 
 
-def _exposed(comm_s: float, hidden_under_s: float, overlapped: bool, first_chunk_s: float = 0.0):
-    """What a collective leaves on the critical path: all of it, or (overlapped) its first
-    chunk plus whatever the compute it runs under cannot cover."""
+def _exposed(
+    comm_s: float,
+    hidden_under_s: float,
+    overlapped: bool,
+    first_chunk_s: float = 0.0,
+    *,
+    sm_share: float,
+) -> float:
+    """What a collective adds to the critical path: all of it; or, overlapped, its first chunk
+    plus the larger of what the compute it runs under cannot cover and what the SMs its kernels
+    hold take from that compute. With a share s of the SMs held for the overlapped time H, the
+    compute C beside it finishes at C + s·H, so the pair takes max(H, C + s·H) and adds
+    max(H − C, s·H) to C (DeepSeek-V3 report §3.2.1: 20 SMs run the communication beside the
+    compute). Never more than the collective itself (s ≤ 1), and never less than before."""
     if not overlapped:
         return comm_s
-    return first_chunk_s + max(0.0, comm_s - first_chunk_s - hidden_under_s)
+    rest = comm_s - first_chunk_s
+    return first_chunk_s + max(rest - hidden_under_s, sm_share * rest, 0.0)
 
 
 TP_GEMMS = ("qkv_proj", "out_proj", "q_proj", "q_up_proj", "kv_up_proj", "fc1", "fc2",
@@ -412,18 +424,24 @@ def _layer_work(ctx: _Ctx, i: int) -> tuple[Work, Work, Work, tuple[Op, ...]]:
     else:
         one = collective_time_s(r, Collective.all_reduce, h_bytes, tp, ctx.links["tp"].nodes)
     tp_pass = blocks * one
-    tp_f = _exposed(tp_pass, _gemm_s(ops, Pass.forward, r, TP_GEMMS), ov.tp_comm, tp_pass / tp)
-    tp_b = _exposed(
-        tp_pass, _gemm_s(ops, Pass.backward_input, r, TP_GEMMS), ov.tp_comm, tp_pass / tp
+    sms = r.comm_sm_share
+    tp_f = _exposed(
+        tp_pass, _gemm_s(ops, Pass.forward, r, TP_GEMMS), ov.tp_comm, tp_pass / tp, sm_share=sms
     )
+    tp_b = _exposed(
+        tp_pass, _gemm_s(ops, Pass.backward_input, r, TP_GEMMS), ov.tp_comm, tp_pass / tp,
+        sm_share=sms,
+    )  # fmt: skip
     # CP: (cp−1) ring steps of this rank's K and V chunk; the backward also sends dK, dV.
     cp_f = cp_b = cp_comm = 0.0
     if ctx.layout.cp > 1 and spec.resolved_layer_types[i] != "linear_attention":
         kv = shard.tokens * _kv_width(spec, tp) * shard.dtype.bytes * scale
         step = collective_time_s(r, Collective.p2p, kv, 2, min(2, ctx.links["cp"].nodes))
         cp_comm = (ctx.layout.cp - 1) * step
-        cp_f = _exposed(cp_comm, _attn_s(ops, Pass.forward, r), ov.cp_ring)
-        cp_b = _exposed(KV_TENSORS * cp_comm, _attn_s(ops, Pass.backward_input, r), ov.cp_ring)
+        cp_f = _exposed(cp_comm, _attn_s(ops, Pass.forward, r), ov.cp_ring, sm_share=sms)
+        cp_b = _exposed(
+            KV_TENSORS * cp_comm, _attn_s(ops, Pass.backward_input, r), ov.cp_ring, sm_share=sms
+        )
     # EP: dispatch and combine all-to-all of the k copies of this rank's T/t tokens.
     ep_f = ep_b = a2a = 0.0
     if moe and ctx.layout.ep > 1:
@@ -435,8 +453,8 @@ def _layer_work(ctx: _Ctx, i: int) -> tuple[Work, Work, Work, tuple[Op, ...]]:
         # Overlapped, a micro-batch's forward all-to-alls run under another micro-batch's
         # backward of the same layer and vice versa (DeepSeek-V3 §3.2.1 DualPipe; Megatron-Core
         # --overlap-moe-expert-parallel-comm): hidden up to the other pass's compute.
-        ep_f = _exposed(a2a, (b + w).total_s, ctx.ep_overlap)
-        ep_b = _exposed(a2a, f.total_s, ctx.ep_overlap)
+        ep_f = _exposed(a2a, (b + w).total_s, ctx.ep_overlap, sm_share=sms)
+        ep_b = _exposed(a2a, f.total_s, ctx.ep_overlap, sm_share=sms)
     f = f + Work(
         tp_s=tp_f, cp_s=cp_f, ep_s=ep_f, tp_comm_s=tp_pass, cp_comm_s=cp_comm, ep_comm_s=a2a
     )
@@ -627,17 +645,20 @@ def _dp_exposed(
         reduce_s, gather_s = buckets * one, buckets * gather
         bwd = st.backward_input.total_s + st.backward_weight.total_s + st.recompute.total_s
         fwd = st.forward.total_s
+        sms = r.comm_sm_share
         if zero >= ZeroStage.parameters:  # gathers before every forward and every backward
-            exposed += _exposed(m * gather_s, m * fwd, ov.dp_param_gather, gather)
-            exposed += _exposed(m * (reduce_s + gather_s), m * bwd, ov.dp_grad_reduce, one)
+            exposed += _exposed(m * gather_s, m * fwd, ov.dp_param_gather, gather, sm_share=sms)
+            exposed += _exposed(
+                m * (reduce_s + gather_s), m * bwd, ov.dp_grad_reduce, one, sm_share=sms
+            )
             total += m * (reduce_s + 2 * gather_s)
         elif zero >= ZeroStage.gradients:  # a reduce-scatter after every backward
-            exposed += _exposed(m * reduce_s, m * bwd, ov.dp_grad_reduce, one)
-            exposed += _exposed(gather_s, fwd * drain, ov.dp_param_gather, gather)
+            exposed += _exposed(m * reduce_s, m * bwd, ov.dp_grad_reduce, one, sm_share=sms)
+            exposed += _exposed(gather_s, fwd * drain, ov.dp_param_gather, gather, sm_share=sms)
             total += m * reduce_s + gather_s
         else:
-            exposed += _exposed(reduce_s, bwd * drain, ov.dp_grad_reduce, one)
-            exposed += _exposed(gather_s, fwd * drain, ov.dp_param_gather, gather)
+            exposed += _exposed(reduce_s, bwd * drain, ov.dp_grad_reduce, one, sm_share=sms)
+            exposed += _exposed(gather_s, fwd * drain, ov.dp_param_gather, gather, sm_share=sms)
             total += reduce_s + gather_s
         if group.link is Link.inter_node:
             network += total - before
