@@ -235,7 +235,7 @@ def test_overlap_changes_are_named_only_for_dimensions_both_split():
 # NeMo 24.07 performance summary (NVIDIA/NeMo @ 8e3d65d), Llama 2 13B on 16 H100, FP8, seq 4096:
 # TP1 PP4 VP10 DP4, micro-batch 1, distributed optimizer. While overlapped collectives ran free
 # under compute the planner picked ZeRO-3 at PP1, 8.4% ahead, and the run held only with the
-# planner held to ZeRO-1; charged the SMs its kernels hold (``step._exposed``), ZeRO-3's
+# planner held to ZeRO-1; charged the SMs its kernels hold (``step.exposed_s``), ZeRO-3's
 # per-micro-batch gathers cost time, and the published layout is within 5% of the free best.
 def test_llama2_13b_holds_with_overlap_charged_its_sms():
     ch = check(

@@ -428,20 +428,20 @@ def test_collectives_sharing_a_nic_make_the_step_at_least_their_sum():
 
 # --- overlapped collectives hold SMs (DeepSeek-V3 report §3.2.1: 20 SMs for communication) ---
 def test_an_overlapped_collective_costs_the_sms_it_holds():
-    from tpcalc.calc.time.step import _exposed
+    from tpcalc.calc.time.step import exposed_s
 
     s = 0.15
     # fully hidden: 10 s beside 100 s of compute costs the compute s·10 s more
-    assert _exposed(10.0, 100.0, True, sm_share=s) == pytest.approx(1.5, rel=1e-12)
+    assert exposed_s(10.0, 100.0, True, sm_share=s) == pytest.approx(1.5, rel=1e-12)
     # not hidden: what the compute cannot cover, which is more than s·10 here
-    assert _exposed(10.0, 4.0, True, sm_share=s) == pytest.approx(6.0, rel=1e-12)
+    assert exposed_s(10.0, 4.0, True, sm_share=s) == pytest.approx(6.0, rel=1e-12)
     # the first chunk is exposed, the share applies to the rest: 1 + 0.15·9
-    assert _exposed(10.0, 100.0, True, 1.0, sm_share=s) == pytest.approx(2.35, rel=1e-12)
+    assert exposed_s(10.0, 100.0, True, 1.0, sm_share=s) == pytest.approx(2.35, rel=1e-12)
     # not overlapped: all of it, whatever the share
-    assert _exposed(10.0, 100.0, False, sm_share=s) == 10.0
+    assert exposed_s(10.0, 100.0, False, sm_share=s) == 10.0
     # never more than not overlapping, never less than free overlap
     for comm, hidden in ((10.0, 0.0), (10.0, 9.0), (10.0, 10.0), (3.0, 50.0)):
-        got = _exposed(comm, hidden, True, sm_share=s)
+        got = exposed_s(comm, hidden, True, sm_share=s)
         assert max(0.0, comm - hidden) <= got <= comm
 
 

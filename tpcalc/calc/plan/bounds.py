@@ -78,7 +78,7 @@ from tpcalc.calc.time.step import (
     TP_FWD_COLLECTIVES,
     TP_GEMMS,
     TimeOptions,
-    _exposed,
+    exposed_s,
     stage_layers,
 )
 from tpcalc.calc.tp.rules import padded_vocab
@@ -248,11 +248,11 @@ class StepBounds:
         if moe and shard.ep > 1:
             a2a = self._a2a(shard, shard.ep, links["ep"].nodes)
             ep_on = bool(ov.ep_a2a)  # set explicitly by the planner (space.overlap)
-            ep_f = _exposed(a2a, kb + kw, ep_on, sm_share=sms)
-            ep_b = _exposed(a2a, kf, ep_on, sm_share=sms)
+            ep_f = exposed_s(a2a, kb + kw, ep_on, sm_share=sms)
+            ep_b = exposed_s(a2a, kf, ep_on, sm_share=sms)
         out = (
-            kf + _exposed(tp_pass, gemm_f, ov.tp_comm, first_chunk, sm_share=sms) + ep_f,
-            kb + _exposed(tp_pass, gemm_b, ov.tp_comm, first_chunk, sm_share=sms) + ep_b,
+            kf + exposed_s(tp_pass, gemm_f, ov.tp_comm, first_chunk, sm_share=sms) + ep_f,
+            kb + exposed_s(tp_pass, gemm_b, ov.tp_comm, first_chunk, sm_share=sms) + ep_b,
             kw,
             by_name,
         )
@@ -1095,8 +1095,8 @@ class StepBounds:
                     for k, (first, _, moe) in enumerate(self.kinds):
                         if moe:
                             kf, kb, kw = self._moe_passes(shard, first)
-                            df[i, j, k] = a2a - _exposed(a2a, kb + over + kw, True, sm_share=sms)
-                            db[i, j, k] = a2a - _exposed(a2a, kf + over, True, sm_share=sms)
+                            df[i, j, k] = a2a - exposed_s(a2a, kb + over + kw, True, sm_share=sms)
+                            db[i, j, k] = a2a - exposed_s(a2a, kf + over, True, sm_share=sms)
             got = self._ep_gaps[key] = (df, db)
         return got
 
@@ -1288,7 +1288,7 @@ def _least_exposed(
     reduction (A, hidden under stage 0's backward, at most N − its forward ``f0``, times d_a)
     and parameter gather (C, under its forward, at most N − its backward) leave exposed,
     groups (``group``: dense, experts) adding up as ``step._dp_exposed`` adds them. Each
-    leaves at least the SM share s of what it hides (``step._exposed``): s·A, s·C.
+    leaves at least the SM share s of what it hides (``step.exposed_s``): s·A, s·C.
     Each group's two also hide under passes adding up to at most N, so they leave at least
     max(s·(A + C), A + C − max(d_a, d_c)·N) (the joint term). The bound is the larger of the
     least with the terms apart and the least with the joint terms (each a lower bound on the
@@ -1309,7 +1309,7 @@ def _exposed_arr(
     *,
     sm_share: float,
 ) -> np.ndarray:
-    """``step._exposed`` over arrays of hidden times (and of collectives): the same
+    """``step.exposed_s`` over arrays of hidden times (and of collectives): the same
     operations, elementwise."""
     if not overlapped:
         return np.broadcast_to(np.asarray(comm_s, dtype=np.float64), hidden_s.shape)

@@ -18,7 +18,7 @@ Domain choices, each stated because it decides what "enumerated" counts:
   (``pipeline.bubble_time_s`` is the same (p−1)(F+B+W); no other part reads the schedule) and
   holds m ≥ p − r micro-batches in flight (``pipeline.in_flight_chunks``), so it is dominated;
 - overlap options: each overlap flag only ever replaces a collective's time by
-  ``step._exposed(comm, hidden, True, first) = first + max(0, comm − first − hidden, s·(comm −
+  ``step.exposed_s(comm, hidden, True, first) = first + max(0, comm − first − hidden, s·(comm −
   first)) ≤ comm`` (s, the SM share of the communication kernels, is below 1)
   (first ≤ comm in every use) and no memory depends on them, so "on" is never slower and is the
   only value searched unless a pin excludes it.

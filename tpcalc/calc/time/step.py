@@ -345,7 +345,7 @@ def _attn_s(ops: Iterable[Op], phase: Pass, r: Rates) -> float:
     return sum(op_time_s(o, r) for o in ops if o.phase is phase and o.kind is OpKind.attention)
 
 
-def _exposed(
+def exposed_s(
     comm_s: float,
     hidden_under_s: float,
     overlapped: bool,
@@ -425,10 +425,10 @@ def _layer_work(ctx: _Ctx, i: int) -> tuple[Work, Work, Work, tuple[Op, ...]]:
         one = collective_time_s(r, Collective.all_reduce, h_bytes, tp, ctx.links["tp"].nodes)
     tp_pass = blocks * one
     sms = r.comm_sm_share
-    tp_f = _exposed(
+    tp_f = exposed_s(
         tp_pass, _gemm_s(ops, Pass.forward, r, TP_GEMMS), ov.tp_comm, tp_pass / tp, sm_share=sms
     )
-    tp_b = _exposed(
+    tp_b = exposed_s(
         tp_pass, _gemm_s(ops, Pass.backward_input, r, TP_GEMMS), ov.tp_comm, tp_pass / tp,
         sm_share=sms,
     )  # fmt: skip
@@ -438,8 +438,8 @@ def _layer_work(ctx: _Ctx, i: int) -> tuple[Work, Work, Work, tuple[Op, ...]]:
         kv = shard.tokens * _kv_width(spec, tp) * shard.dtype.bytes * scale
         step = collective_time_s(r, Collective.p2p, kv, 2, min(2, ctx.links["cp"].nodes))
         cp_comm = (ctx.layout.cp - 1) * step
-        cp_f = _exposed(cp_comm, _attn_s(ops, Pass.forward, r), ov.cp_ring, sm_share=sms)
-        cp_b = _exposed(
+        cp_f = exposed_s(cp_comm, _attn_s(ops, Pass.forward, r), ov.cp_ring, sm_share=sms)
+        cp_b = exposed_s(
             KV_TENSORS * cp_comm, _attn_s(ops, Pass.backward_input, r), ov.cp_ring, sm_share=sms
         )
     # EP: dispatch and combine all-to-all of the k copies of this rank's T/t tokens.
@@ -453,8 +453,8 @@ def _layer_work(ctx: _Ctx, i: int) -> tuple[Work, Work, Work, tuple[Op, ...]]:
         # Overlapped, a micro-batch's forward all-to-alls run under another micro-batch's
         # backward of the same layer and vice versa (DeepSeek-V3 §3.2.1 DualPipe; Megatron-Core
         # --overlap-moe-expert-parallel-comm): hidden up to the other pass's compute.
-        ep_f = _exposed(a2a, (b + w).total_s, ctx.ep_overlap, sm_share=sms)
-        ep_b = _exposed(a2a, f.total_s, ctx.ep_overlap, sm_share=sms)
+        ep_f = exposed_s(a2a, (b + w).total_s, ctx.ep_overlap, sm_share=sms)
+        ep_b = exposed_s(a2a, f.total_s, ctx.ep_overlap, sm_share=sms)
     f = f + Work(
         tp_s=tp_f, cp_s=cp_f, ep_s=ep_f, tp_comm_s=tp_pass, cp_comm_s=cp_comm, ep_comm_s=a2a
     )
@@ -647,18 +647,18 @@ def _dp_exposed(
         fwd = st.forward.total_s
         sms = r.comm_sm_share
         if zero >= ZeroStage.parameters:  # gathers before every forward and every backward
-            exposed += _exposed(m * gather_s, m * fwd, ov.dp_param_gather, gather, sm_share=sms)
-            exposed += _exposed(
+            exposed += exposed_s(m * gather_s, m * fwd, ov.dp_param_gather, gather, sm_share=sms)
+            exposed += exposed_s(
                 m * (reduce_s + gather_s), m * bwd, ov.dp_grad_reduce, one, sm_share=sms
             )
             total += m * (reduce_s + 2 * gather_s)
         elif zero >= ZeroStage.gradients:  # a reduce-scatter after every backward
-            exposed += _exposed(m * reduce_s, m * bwd, ov.dp_grad_reduce, one, sm_share=sms)
-            exposed += _exposed(gather_s, fwd * drain, ov.dp_param_gather, gather, sm_share=sms)
+            exposed += exposed_s(m * reduce_s, m * bwd, ov.dp_grad_reduce, one, sm_share=sms)
+            exposed += exposed_s(gather_s, fwd * drain, ov.dp_param_gather, gather, sm_share=sms)
             total += m * reduce_s + gather_s
         else:
-            exposed += _exposed(reduce_s, bwd * drain, ov.dp_grad_reduce, one, sm_share=sms)
-            exposed += _exposed(gather_s, fwd * drain, ov.dp_param_gather, gather, sm_share=sms)
+            exposed += exposed_s(reduce_s, bwd * drain, ov.dp_grad_reduce, one, sm_share=sms)
+            exposed += exposed_s(gather_s, fwd * drain, ov.dp_param_gather, gather, sm_share=sms)
             total += reduce_s + gather_s
         if group.link is Link.inter_node:
             network += total - before
