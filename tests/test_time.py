@@ -451,3 +451,13 @@ def test_the_sm_share_is_the_cards_comm_sms_over_its_sms():
         assert hw.performance.sm_count.value == sms  # the card's config, each with a source
         r = rates(hw, Dtype.bf16)
         assert r.comm_sm_share == pytest.approx(20 / sms, rel=1e-12)
+
+
+def test_carried_over_scales_are_h100s_fitted_value():
+    # H800, H200 and A100 have no run in the validation table: their compute_scale is H100's,
+    # carried over (each config says so); a refit of H100 must carry over with it.
+    h100 = load_hardware("h100-sxm").performance.fitted.compute_scale.value
+    for name in ("h800", "h200", "a100-80g"):
+        scale = load_hardware(name).performance.fitted.compute_scale
+        assert "carried over from h100-sxm" in scale.source
+        assert scale.value == h100, name
