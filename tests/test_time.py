@@ -217,6 +217,27 @@ def test_step_time_never_drops_when_a_collective_gets_bigger(case, run, grow):
     assert all(math.isfinite(v) and v >= 0 for v in bigger.parts_s.values())
 
 
+def _with_comm_sms(hw, sms: float):
+    """The card with its overlapped collectives holding ``sms`` SMs."""
+    perf = hw.performance
+    entry = perf.comm_kernel_sms.model_copy(update={"value": sms})
+    return hw.model_copy(update={"performance": perf.model_copy(update={"comm_kernel_sms": entry})})
+
+
+@PROPS
+@given(case=LAYOUTS, run=RUNS, more=st.floats(1.0, 60.0))
+def test_a_larger_sm_share_for_communication_never_makes_a_step_faster(case, run, more):
+    # the compute beside an overlapped collective loses the SMs its kernels hold (step.exposed_s)
+    spec, lay = case
+    few = step_time(spec, _with_comm_sms(H100, 1.0), lay, run, TimeOptions())
+    many = step_time(spec, _with_comm_sms(H100, 1.0 + more), lay, run, TimeOptions())
+    assert many.step_time_s >= few.step_time_s * (1 - 1e-12)
+    none = Overlap(tp_comm=False, cp_ring=False, ep_a2a=False, pp_p2p=False,
+                   dp_grad_reduce=False, dp_param_gather=False)  # fmt: skip
+    exposed = step_time(spec, _with_comm_sms(H100, 1.0 + more), lay, run, TimeOptions(overlap=none))
+    assert many.step_time_s <= exposed.step_time_s * (1 + 1e-12)  # still never worse than none
+
+
 def test_mtp_runs_on_the_last_stage_only_when_counted():
     # DeepSeek-V3 §2.2: one MTP module (projection, a layer, the shared head) on the last stage
     from tpcalc.calc.layout.groups import MemoryTechniques
