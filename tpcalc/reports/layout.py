@@ -130,9 +130,11 @@ def time_inputs(
     """Every assumption of the step-time model, as row inputs (table, JSON and CSV); ``split``:
     the layers of each virtual stage when set by hand (``step.hand_split``)."""
     ov = opts.overlap
+    from tpcalc.calc.time.roofline import comm_sm_share
+
     perf = hw.performance
     scale = perf.fitted.compute_scale.value if perf else None
-    comm_sms = perf.comm_kernel_sms.value / perf.sm_count.value if perf else None
+    comm_sms = comm_sm_share(perf) if perf else None
     return {
         "time_model": "roofline",
         "tp_comm_overlap": ov.tp_comm,

@@ -615,74 +615,86 @@ class StepBounds:
         modes: list[RecomputeMode] | tuple[RecomputeMode, ...],
     ) -> list[tuple] | None:  # fmt: skip
         """``prime``'s rows (``_stacked_of``'s tuple per pair), or None when the pairs do not
-        share what ``prime`` shares."""
+        share what ``prime`` shares: each layer kind's F, B, W and recompute rows, the dense
+        kinds once for every pair (``_kind_entry``), the MoE kinds over the pairs
+        (``_batch_moe_kind``), then the ends (``_batch_rows``)."""
         shards = [self._shard(tp, cp, ep, etp, sp, b) for ep, etp in pairs]
         links = [self._shard_links_of(tp, cp, ep, etp) for ep, etp in pairs]
-        nodes = links[0]["tp"].nodes
-        if any(x["tp"].nodes != nodes for x in links):
+        if any(x["tp"].nodes != links[0]["tp"].nodes for x in links):
             return None
-        r, ov = self.r, self.opts.overlap
         n_p, n_r, n_k = len(pairs), len(modes), len(self.kinds)
         kf, kb, kw = np.empty((n_p, n_k)), np.empty((n_p, n_k)), np.empty((n_p, n_k))
         rec = np.empty((n_p, n_r, n_k))
-        s0 = shards[0]
         for k, (first, _, moe) in enumerate(self.kinds):
             if not moe:  # the same for every pair (``_kind_entry``)
-                f, bk, w, by_name = self._kind_entry(s0, k, first, False, links[0])
+                f, bk, w, by_name = self._kind_entry(shards[0], k, first, False, links[0])
                 kf[:, k], kb[:, k], kw[:, k] = f, bk, w
                 pick, full = self._recompute_rows(modes, tuple(by_name))
                 rec[:, :, k] = pick @ np.fromiter(by_name.values(), float, len(by_name))
                 rec[:, full, k] = f
                 continue
-            self._kind_ops(s0, first, True)  # caches the layer's ops before the experts
-            rest = self._layer_ops.get((tp, cp, sp, b, first))
-            if rest is None:  # not the mixer followed by moe_ops: shard by shard
+            got = self._batch_moe_kind(shards, pairs, links, first, modes)
+            if got is None:
                 return None
-            owns = [self._experts(s)[1] for s in shards]
-            keys = tuple(owns[0][5])
-            if any(tuple(o[5]) != keys for o in owns):
-                return None
-            own = np.array([o[:5] for o in owns])  # [P, 5]: F, B, W, TP GEMMs' F and B
-            # ``_kind_ops``' rest + own, then ``_kind_entry``'s overhead and collectives
-            f = rest[0] + own[:, 0] + r.moe_layer_overhead_s
-            bk = rest[1] + own[:, 1] + r.moe_layer_overhead_s
-            w = rest[2] + own[:, 2]
-            gemm_f, gemm_b = rest[3] + own[:, 3], rest[4] + own[:, 4]
-            tp_pass = self._tp_pass(s0, True, nodes)  # reads tokens, tp and sp only
-            first_chunk, sms = tp_pass / tp, r.comm_sm_share
-            ep_f, ep_b = np.zeros(n_p), np.zeros(n_p)
-            multi = [i for i, (ep, _) in enumerate(pairs) if ep > 1]
-            if multi:
-                a2a = np.array([self._a2a(shards[i], pairs[i][0], links[i]["ep"].nodes)
-                                for i in multi])  # fmt: skip
-                ep_on = bool(ov.ep_a2a)
-                ep_f[multi] = _exposed_arr(a2a, (bk + w)[multi], ep_on, sm_share=sms)
-                ep_b[multi] = _exposed_arr(a2a, f[multi], ep_on, sm_share=sms)
-            tp_f = _exposed_arr(tp_pass, gemm_f, ov.tp_comm, first_chunk, sm_share=sms)
-            tp_b = _exposed_arr(tp_pass, gemm_b, ov.tp_comm, first_chunk, sm_share=sms)
-            kf[:, k] = f + tp_f + ep_f
-            kb[:, k] = bk + tp_b + ep_b
-            kw[:, k] = w
-            # the forward per op name: the rest's names, then the experts' new ones, each
-            # name's time rest + own (0.0 + own for a new name) as ``_kind_ops`` merges them
-            rest_names = rest[5]
-            at = {n: j for j, n in enumerate(keys)}
-            names = list(rest_names) + [n for n in keys if n not in rest_names]
-            vals = np.array([list(o[5].values()) for o in owns])  # [P, own names]
-            by = np.empty((n_p, len(names)))
-            for j, n in enumerate(names):
-                by[:, j] = rest_names.get(n, 0.0) + vals[:, at[n]] if n in at else rest_names[n]
-            pick, full = self._recompute_rows(modes, tuple(names))
-            for i in range(n_p):
-                rec[i, :, k] = pick @ by[i]
-                rec[i, full, k] = kf[i, k]
+            kf[:, k], kb[:, k], kw[:, k], rec[:, :, k] = got
+        return self._batch_rows(shards, kf, kb, kw, rec)
+
+    def _batch_moe_kind(
+        self, shards: list[Shard], pairs: list[tuple[int, int]], links: list[dict],
+        first: int, modes: list[RecomputeMode] | tuple[RecomputeMode, ...],
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:  # fmt: skip
+        """One MoE layer kind over the pairs: F, B, W [P] and the recompute rows [P, R], as
+        ``_kind_ops`` (the rest of the layer + the pair's experts) and ``_kind_entry`` (the
+        overhead and the exposed TP and EP collectives) take them one shard at a time; None
+        when the layer is not the mixer followed by ``moe_ops`` or the experts' op names
+        differ between pairs."""
+        r, ov, s0 = self.r, self.opts.overlap, shards[0]
+        self._kind_ops(s0, first, True)  # caches the layer's ops before the experts
+        rest = self._layer_ops.get((s0.tp, s0.cp, s0.sp, s0.micro_batch, first))
+        if rest is None:
+            return None
+        owns = [self._experts(s)[1] for s in shards]
+        keys = tuple(owns[0][5])
+        if any(tuple(o[5]) != keys for o in owns):
+            return None
+        own = np.array([o[:5] for o in owns])  # [P, 5]: F, B, W, TP GEMMs' F and B
+        f = rest[0] + own[:, 0] + r.moe_layer_overhead_s
+        bk = rest[1] + own[:, 1] + r.moe_layer_overhead_s
+        w = rest[2] + own[:, 2]
+        gemm_f, gemm_b = rest[3] + own[:, 3], rest[4] + own[:, 4]
+        tp_pass = self._tp_pass(s0, True, links[0]["tp"].nodes)  # reads tokens, tp and sp only
+        first_chunk, sms = tp_pass / s0.tp, r.comm_sm_share
+        ep_f, ep_b = np.zeros(len(pairs)), np.zeros(len(pairs))
+        multi = [i for i, (ep, _) in enumerate(pairs) if ep > 1]
+        if multi:
+            a2a = np.array([self._a2a(shards[i], pairs[i][0], links[i]["ep"].nodes)
+                            for i in multi])  # fmt: skip
+            ep_on = bool(ov.ep_a2a)
+            ep_f[multi] = _exposed_arr(a2a, (bk + w)[multi], ep_on, sm_share=sms)
+            ep_b[multi] = _exposed_arr(a2a, f[multi], ep_on, sm_share=sms)
+        tp_f = _exposed_arr(tp_pass, gemm_f, ov.tp_comm, first_chunk, sm_share=sms)
+        tp_b = _exposed_arr(tp_pass, gemm_b, ov.tp_comm, first_chunk, sm_share=sms)
+        kf = f + tp_f + ep_f
+        names, by = _merged_forward(rest[5], keys, owns)
+        pick, full = self._recompute_rows(modes, tuple(names))
+        rec = np.empty((len(pairs), len(modes)))
+        for i in range(len(pairs)):
+            rec[i] = pick @ by[i]
+            rec[i, full] = kf[i]
+        return kf, bk + tp_b + ep_b, w, rec
+
+    def _batch_rows(
+        self, shards: list[Shard], kf: np.ndarray, kb: np.ndarray, kw: np.ndarray,
+        rec: np.ndarray,
+    ) -> list[tuple]:  # fmt: skip
+        """Each pair's ``_stacked_of`` tuple from its kinds' sums and the stage ends."""
         fe, le = self._batch_ends(shards)
         counts = self.kind_counts
         total = (kf + kb + kw)[:, None, :] + rec
         fe_sum = fe[0] + fe[1] + fe[2]
         le_sum = le[0] + le[1] + le[2]
         out = []
-        for i in range(n_p):
+        for i in range(len(shards)):
             out.append((
                 total[i],
                 kf[i],
@@ -1243,6 +1255,21 @@ def _op_sums(
         else:
             kw += t
     return kf, kb, kw, gemm_f, gemm_b, by_name
+
+
+def _merged_forward(
+    rest_names: dict[str, float], keys: tuple[str, ...], owns: list[tuple]
+) -> tuple[list[str], np.ndarray]:
+    """The forward per op name of one MoE kind for each pair [P, names]: the rest's names,
+    then the experts' new ones, each name's time rest + own (0.0 + own for a new name), as
+    ``_kind_ops`` merges them."""
+    at = {n: j for j, n in enumerate(keys)}
+    names = list(rest_names) + [n for n in keys if n not in rest_names]
+    vals = np.array([list(o[5].values()) for o in owns])  # [P, own names]
+    by = np.empty((len(owns), len(names)))
+    for j, n in enumerate(names):
+        by[:, j] = rest_names.get(n, 0.0) + vals[:, at[n]] if n in at else rest_names[n]
+    return names, by
 
 
 def _least(

@@ -100,8 +100,14 @@ def rates(hw: HardwareSpec, dtype: Dtype, *, efficiency_scale: float = 1.0) -> R
         collective_base_latency_s=perf.collective_base_latency_s.value,
         intra_step_latency_s=hw.intra_node_latency_s.value,
         inter_step_latency_s=hw.inter_node_latency_s.value,
-        comm_sm_share=perf.comm_kernel_sms.value / perf.sm_count.value,
+        comm_sm_share=comm_sm_share(perf),
     )
+
+
+def comm_sm_share(perf: PerformanceSpec) -> float:
+    """The share of a card's SMs an overlapped collective's kernels hold while it runs:
+    comm_kernel_sms / sm_count (``step.exposed_s``)."""
+    return perf.comm_kernel_sms.value / perf.sm_count.value
 
 
 def gemm_efficiency(r: Rates, k: int, fp8: bool = False) -> float:

@@ -623,6 +623,7 @@ def _dp_exposed(
     ZeRO-2 and ZeRO-3 repeat their collectives for each of the ``m`` micro-batches, each under
     its own micro-batch's pass (module docstring)."""
     r, ov, lay = ctx.r, ctx.opts.overlap, ctx.layout
+    sms = r.comm_sm_share
     drain = 1 + (lay.pp - 1) / vpp
     grad_bytes = ctx.opts.grad_reduce_dtype.bytes * ctx.opts.comm_scale
     param_bytes = ctx.shard.dtype.bytes * ctx.opts.comm_scale
@@ -645,7 +646,6 @@ def _dp_exposed(
         reduce_s, gather_s = buckets * one, buckets * gather
         bwd = st.backward_input.total_s + st.backward_weight.total_s + st.recompute.total_s
         fwd = st.forward.total_s
-        sms = r.comm_sm_share
         if zero >= ZeroStage.parameters:  # gathers before every forward and every backward
             exposed += exposed_s(m * gather_s, m * fwd, ov.dp_param_gather, gather, sm_share=sms)
             exposed += exposed_s(
