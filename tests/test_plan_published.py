@@ -20,6 +20,7 @@ from tpcalc.reports.plan_published import (
     Published,
     check,
     choice,
+    completion_pins,
     engine_planner,
     published_items,
 )
@@ -291,3 +292,61 @@ def test_a_newer_recipe_is_the_planners_own_pick_where_the_older_one_was_not():
     assert not old.in_top_or_close and "ep" in str(old.pick.choices[0]["overlap"])
     assert new.holds and new.rank == 1, new.why()
     assert new.best_step_s == pytest.approx(old.best_step_s, rel=1e-12)  # the same question
+
+
+# --- choices the source does not print -------------------------------------------------------
+# The Llama 3 paper (arXiv 2407.21783v1, Table 4 and section 3.3.2) prints TP 8, CP 1, PP 16 on
+# 8,192 and 16,384 H100 and says the schedule is an interleaved 1F1B variant, but not its virtual
+# stages or micro-batch size (runs.yaml `unstated`). Priced at tpcalc's defaults (no interleaving)
+# the checks compared the planner with a layout the run did not use; completed, they ask whether
+# the printed dimensions are among the best.
+def test_unstated_choices_are_searched_and_every_printed_one_pinned():
+    item = _item("llama3-paper-405b-h100-16384-cp1")
+    assert set(item.unstated) == {"vpp", "micro_batch", "recompute"}
+    pins = completion_pins(item)
+    assert pins["tp"] == [8] and pins["cp"] == [1] and pins["pp"] == [16] and pins["dp"] == [128]
+    assert pins["ep"] == [1] and pins["zero"] == [1] and pins["schedule"] == ["interleaved"]
+    assert not {"vpp", "micro_batch", "recompute", "recompute_modules"} & set(pins)
+    # A row that prints everything is held to all of it.
+    full = completion_pins(_item("nemo-24.07-gpt3-5b-h100-64"))
+    assert full["micro_batch"] == [4] and full["vpp"] == [1] and full["recompute"] == ["none"]
+
+
+def test_a_completed_layout_is_the_published_one_the_checks_read():
+    item = _item("llama3-paper-405b-h100-8192-cp1")
+    base = check(item, _echo(1.0))
+    assert base.completed is None and base.published_choice["VP"] == 1  # validate's pricing
+    done = Pick((dict(base.published_choice, VP=7),), (base.published_step_s * 0.8,),
+                (base.published,), 10, (60e9,))  # fmt: skip
+    ch = check(item, _echo(0.8), completer=lambda _: done)
+    assert ch.completed is done and ch.published_step_s == done.step_times_s[0]
+    assert ch.memory_bytes == 60e9 and ch.feasible and ch.holds
+    assert "VP7*" in ch.published_text() and "mbs1*" in ch.published_text()
+    assert "TP8 " in ch.published_text()  # printed: no mark
+    # No completion fits: the published layout is infeasible, and the reason says what was searched.
+    none = check(item, _echo(1.0), completer=lambda _: Pick((), (), (), 10))
+    assert not none.feasible and "vpp, micro_batch, recompute searched" in (none.problem or "")
+    assert none.published_text() == "no completion fits"
+
+
+def test_the_llama3_paper_layout_completed_by_the_planner_holds():
+    item = _item("llama3-paper-405b-h100-8192-cp1")
+    ch = check(item, engine_planner(), completer=engine_planner(complete=True))
+    assert ch.completed is not None and ch.holds, ch.why()
+    got = ch.published_choice
+    assert (got["TP"], got["CP"], got["PP"], got["DP"]) == (8, 1, 16, 64)
+    assert isinstance(got["VP"], int) and got["VP"] > 1  # interleaved, as section 3.3.2 says
+
+
+def test_an_unknown_unstated_dimension_is_a_config_error(tmp_path: Path):
+    import yaml
+
+    from tpcalc.errors import ConfigError
+    from tpcalc.reports.validate_time import load_runs
+
+    row = next(r for r in load_runs() if r["id"] == "llama3-paper-405b-h100-8192-cp1")
+    row["unstated"]["choices"] = ["vpp", "virtual_stages"]
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump({"runs": [row]}))
+    with pytest.raises(ConfigError, match="unknown dimension 'virtual_stages'; valid: tp"):
+        published_items(runs=path)

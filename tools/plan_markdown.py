@@ -23,7 +23,6 @@ from pathlib import Path
 from tpcalc.reports.plan_published import (
     Check,
     check,
-    choice,
     choice_text,
     engine_planner,
     gap_to,
@@ -34,7 +33,9 @@ from tpcalc.reports.plan_published import (
 
 def _one(run_id: str, runs: Path | None = None) -> Check:
     items, _ = published_items({run_id}, runs)
-    return check(items[0], engine_planner(), engine_planner(hold_zero=True))
+    return check(
+        items[0], engine_planner(), engine_planner(hold_zero=True), engine_planner(complete=True)
+    )
 
 
 def _pct(x: float | None) -> str:
@@ -43,7 +44,7 @@ def _pct(x: float | None) -> str:
 
 def _line(ch: Check) -> str:
     c = ch.item.case
-    mine = choice_text(choice(ch.item.memory_case.layout, ch.item.memory_case.run))
+    mine = ch.published_text()
     pick = choice_text(ch.pick.choices[0]) if ch.pick.choices else "none feasible"
     best = f"{ch.best_step_s:.2f}" if ch.best_step_s is not None else "–"
     rank = str(ch.rank) if ch.rank is not None else f">{ch.pick.top_k}"
@@ -101,6 +102,13 @@ def main() -> None:
         f"runs), the planner held to the published stage makes all three hold for {pinned} "
         f"more. Skipped: {len(skipped)} (" + "; ".join(skipped) + ")."
     )
+    completed = [ch.item.case.id for ch in done if ch.completed is not None]
+    if completed:
+        print(
+            f"\n\\* not printed by the source ({len(completed)} runs: {', '.join(completed)}): "
+            "the published layout is completed with the planner's best over the unprinted "
+            "choices, every printed one pinned (the row's `unstated` in runs.yaml)."
+        )
 
 
 if __name__ == "__main__":

@@ -16,6 +16,13 @@ and FP8 primary weights where the recipe sets ``fp8_param_gather`` (``recipe.pre
 stored as Transformer Engine stores that FP8 format on that card (``states.weight_storage``).
 Where a check fails, ``why`` says what differs, and lists the options the source
 states that tpcalc does not model (``UNMODELLED``), each a fact of the row's recipe.
+
+A source may leave choices its run made unprinted (the Llama 3 paper: an interleaved schedule,
+its virtual stages and micro-batch size not printed; the row's ``unstated``). Pricing such a row
+at tpcalc's defaults (no interleaving) would check a layout the run did not use, so the published
+layout is completed with the planner's best over the unprinted choices, every printed dimension
+and what the source states about the rest pinned (``completion_pins``): the checks then ask
+whether the printed dimensions are among the best, which is all the source lets anyone ask.
 """
 
 from __future__ import annotations
@@ -24,15 +31,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from msgspec import Struct
+from msgspec import Struct, field
 from msgspec.structs import replace
 
 from tpcalc.calc.layout.groups import layout_problems
 from tpcalc.calc.params.states import fp8_format, with_fp8_params
 from tpcalc.calc.plan.inverse import worst_rank_bytes
+from tpcalc.calc.plan.types import PIN_DIMS
 from tpcalc.calc.time.step import STEP_PARTS, StepTime, TimeOptions, hand_split, step_time
 from tpcalc.catalog import load_hardware, load_model
 from tpcalc.choices import Recompute, StateRecipe
+from tpcalc.errors import ConfigError
 from tpcalc.reports.validate_time import (
     Case,
     case_of,
@@ -73,6 +82,22 @@ class Published(Struct, frozen=True):
     memory_case: Case
     global_batch: int
     unmodelled: tuple[str, ...]
+    unstated: tuple[str, ...] = ()  # pin dimensions the source does not print (row ``unstated``)
+    stated: dict[str, Any] = field(default_factory=dict)  # what it states of them, as pins
+
+
+def _unstated(row: dict[str, Any]) -> tuple[tuple[str, ...], dict[str, Any]]:
+    """The row's ``unstated`` choices and the pins the source states about them, checked against
+    the planner's pin dimensions."""
+    got = row.get("unstated") or {}
+    choices = tuple(got.get("choices") or ())
+    pins = dict(got.get("pins") or {})
+    for dim in (*choices, *pins):
+        if dim not in PIN_DIMS:
+            raise ConfigError(
+                f"{row['id']}: unstated: unknown dimension {dim!r}; valid: {', '.join(PIN_DIMS)}"
+            )
+    return choices, pins
 
 
 def published(row: dict[str, Any]) -> Published | str:
@@ -102,7 +127,25 @@ def published(row: dict[str, Any]) -> Published | str:
         if recipe.get(key) not in _OFF and not (key == HAND_LAYOUT and case.options.chunk_layers)
     )
     memory_case = replace(case, layout=layout, run=run)
-    return Published(case, memory_case, row["global_batch"], unmodelled)
+    unstated, stated = _unstated(row)
+    return Published(case, memory_case, row["global_batch"], unmodelled, unstated, stated)
+
+
+def completion_pins(item: Published) -> dict[str, Any]:
+    """Pins that hold a search to the published layout but for its unstated choices: every
+    printed size, the ZeRO stage and recompute as the memory case has them, and what the source
+    states about the unstated ones (``Published.stated``). Recompute frees its modules too."""
+    m = item.memory_case
+    printed: dict[str, Any] = {
+        "tp": m.layout.tp, "cp": m.layout.cp, "pp": m.layout.pp, "dp": m.layout.dp,
+        "ep": m.layout.ep, "etp": m.layout.etp, "vpp": m.run.vpp,
+        "micro_batch": m.run.micro_batch, "zero": int(m.layout.zero),
+        "recompute": m.run.recompute.value, "recompute_modules": m.run.memory.recompute_modules,
+    }  # fmt: skip
+    free = set(item.unstated) | ({"recompute_modules"} if "recompute" in item.unstated else set())
+    pins = {dim: [value] for dim, value in printed.items() if dim not in free}
+    pins.update({dim: v if isinstance(v, list) else [v] for dim, v in item.stated.items()})
+    return pins
 
 
 def choice(layout: Any, run: Any, options: TimeOptions | None = None) -> dict[str, Scalar]:
@@ -169,6 +212,7 @@ class Pick(Struct, frozen=True):
     step_times_s: tuple[float, ...]
     steps: tuple[StepTime, ...]
     top_k: int
+    memory_bytes: tuple[float, ...] = ()  # the most loaded rank of each, where known
 
 
 def rank_in(pick: Pick, published_s: float) -> int | None:
@@ -188,6 +232,12 @@ def top_or_close(pick: Pick, published_s: float) -> bool:
     return rank_in(pick, published_s) is not None or (gap is not None and gap <= WITHIN_RATIO)
 
 
+# The ``choice`` key of each pin dimension a source may leave unprinted.
+_UNSTATED_KEYS = {
+    "tp": "TP", "pp": "PP", "cp": "CP", "vpp": "VP", "ep": "EP", "dp": "DP",
+    "micro_batch": "mbs", "zero": "ZeRO", "recompute": "recompute",
+}  # fmt: skip
+
 # What the published ZeRO stage is in the recipes (Megatron FSDP is priced as ZeRO-3).
 ZERO_AS_PUBLISHED = {1: "the recipe's distributed optimizer", 3: "the recipe's Megatron FSDP"}
 
@@ -195,7 +245,9 @@ ZERO_AS_PUBLISHED = {1: "the recipe's distributed optimizer", 3: "the recipe's M
 class Check(Struct, frozen=True):
     """The three checks on one published run, with the figures they compare. ``held``: the
     planner's answer when it is held to the published ZeRO stage, asked where check 2 fails and
-    the pick changes the ZeRO stage (the recipes fix it: distributed optimizer or FSDP)."""
+    the pick changes the ZeRO stage (the recipes fix it: distributed optimizer or FSDP).
+    ``completed``: where the source leaves choices unprinted, the planner's best with every printed
+    one pinned, which the checks take as the published layout."""
 
     item: Published
     problem: str | None  # why the published layout is not feasible in tpcalc (None: it is)
@@ -205,6 +257,29 @@ class Check(Struct, frozen=True):
     published: StepTime
     pick: Pick
     held: Pick | None = None
+    completed: Pick | None = None
+
+    @property
+    def published_choice(self) -> dict[str, Scalar]:
+        """The published layout's choices (with its overlaps): the completion's where there is
+        one, else the row's as ``tpcalc validate`` prices it."""
+        if self.completed is not None and self.completed.choices:
+            return self.completed.choices[0]
+        c = self.item.case
+        return choice(c.layout, c.run, c.options)
+
+    def published_text(self) -> str:
+        """The published layout's columns; a completed choice is marked * (not printed by the
+        source: the planner's best with the printed ones pinned)."""
+        if self.completed is None:
+            m = self.item.memory_case
+            return choice_text(choice(m.layout, m.run))
+        if not self.completed.choices:
+            return "no completion fits"
+        marked = {_UNSTATED_KEYS.get(d, d) for d in self.item.unstated}
+        return choice_text(
+            {k: f"{v}*" if k in marked else v for k, v in self.completed.choices[0].items()}
+        )
 
     @property
     def feasible(self) -> bool:
@@ -270,7 +345,7 @@ class Check(Struct, frozen=True):
             best = self.pick.steps[0]
             part = max(STEP_PARTS, key=lambda p: getattr(self.published, p) - getattr(best, p))
             saved = getattr(self.published, part) - getattr(best, part)
-            mine = choice(self.item.case.layout, self.item.case.run, self.item.case.options)
+            mine = self.published_choice
             theirs = self.pick.choices[0]
             changes = [
                 f"{k} {mine[k]} -> {theirs[k]}"
@@ -321,29 +396,55 @@ def check(
     item: Published,
     planner: Callable[[Published], Pick],
     held_planner: Callable[[Published], Pick] | None = None,
+    completer: Callable[[Published], Pick] | None = None,
 ) -> Check:
     """Price the published layout as stated and run the planner on the same question; where
     check 2 fails and the pick changes the ZeRO stage, ask ``held_planner`` (the planner held
-    to the published stage) too."""
+    to the published stage) too. Where the source leaves choices unprinted and a ``completer``
+    (the planner held to the printed ones, ``engine_planner(complete=True)``) is given, its
+    best is the published layout."""
     c, m = item.case, item.memory_case
     spec, hw = load_model(c.model), load_hardware(c.hardware)
+    capacity = hw.memory_bytes.value
+    pick = planner(item)
+    if item.unstated and completer is not None:
+        done = completer(item)
+        if done.steps:
+            ch = Check(
+                item, None, done.memory_bytes[0], capacity, done.step_times_s[0], done.steps[0],
+                pick, completed=done,
+            )  # fmt: skip
+        else:
+            st = step_time(spec, hw, c.layout, c.run, c.options)
+            what = ", ".join(item.unstated)
+            ch = Check(
+                item, f"no completion of the printed layout fits ({what} searched)",
+                float("nan"), capacity, st.step_time_s, st, pick, completed=done,
+            )  # fmt: skip
+        return _held(ch, held_planner)
     counts = hand_split(c.options, spec.num_hidden_layers, c.layout.pp, c.run.vpp)
     problems = layout_problems(spec, m.layout, m.run, by_hand=counts is not None)
-    capacity = hw.memory_bytes.value
     memory = worst_rank_bytes(spec, m.layout, m.run, counts)
     problem = "; ".join(problems) if problems else None
     if problem is None and memory > capacity:
         problem = f"needs {memory / GB:.1f} GB per rank of {capacity / GB:.0f} GB"
     st = step_time(spec, hw, c.layout, c.run, c.options)
-    pick = planner(item)
-    ch = Check(item, problem, memory, capacity, st.step_time_s, st, pick)
+    return _held(Check(item, problem, memory, capacity, st.step_time_s, st, pick), held_planner)
+
+
+def _held(ch: Check, held_planner: Callable[[Published], Pick] | None) -> Check:
+    """The check with the planner held to the published ZeRO stage, where check 2 fails and the
+    pick changes the stage."""
+    pick, item = ch.pick, ch.item
     zero_changed = bool(pick.choices) and pick.choices[0]["ZeRO"] != ch.published_zero
     if held_planner is not None and zero_changed and not ch.in_top_or_close:
         ch = replace(ch, held=held_planner(item))
     return ch
 
 
-def engine_planner(top_k: int = TOP_K, *, hold_zero: bool = False) -> Callable[[Published], Pick]:
+def engine_planner(
+    top_k: int = TOP_K, *, hold_zero: bool = False, complete: bool = False
+) -> Callable[[Published], Pick]:
     """The planner (``tpcalc.calc.plan``) on a published run's question: same model, hardware,
     GPUs, NVLink domain, sequence, global batch, dtype, state recipe (the published layout's
     memory recipe: FP8 primary weights where the recipe sets them), memory techniques (those the
@@ -351,18 +452,23 @@ def engine_planner(top_k: int = TOP_K, *, hold_zero: bool = False) -> Callable[[
     stage-split rule (the recipe's embedding and loss accounting) and MoE dispatch (node-aware
     where the recipe's dispatcher is flex, as ``tpcalc validate`` prices the published layout);
     the layout, ZeRO stage (pinned to the published one with ``hold_zero``), recompute and
-    overlaps searched."""
+    overlaps searched. With ``complete``, every printed choice is pinned and only the row's
+    unstated ones searched (``completion_pins``)."""
 
     def run(item: Published) -> Pick:
         from tpcalc.calc.plan.request import build_request
         from tpcalc.calc.plan.search import plan
 
         c, m = item.case, item.memory_case
+        pins = (
+            completion_pins(item) if complete
+            else {"zero": [int(m.layout.zero)]} if hold_zero else None
+        )  # fmt: skip
         request = build_request(
             load_model(c.model), load_hardware(c.hardware), gpus=c.gpus, seq=c.run.seq,
             global_batch=item.global_batch, gpus_per_node=c.layout.gpus_per_node,
             recipe=m.run.recipe, dtype=c.run.dtype, memory=m.run.memory,
-            top_k=top_k, pins={"zero": [int(m.layout.zero)]} if hold_zero else None,
+            top_k=top_k, pins=pins,
             time_options=TimeOptions(
                 overlap=c.options.overlap, embedding_in_split=c.options.embedding_in_split,
                 loss_in_split=c.options.loss_in_split, ep_node_dedup=c.options.ep_node_dedup,
@@ -374,6 +480,7 @@ def engine_planner(top_k: int = TOP_K, *, hold_zero: bool = False) -> Callable[[
             tuple(cand.step_time_s for cand in result.top),
             tuple(cand.step for cand in result.top),
             top_k,
+            tuple(cand.memory_bytes for cand in result.top),
         )
 
     return run
@@ -404,11 +511,13 @@ def checks(
     runs: Path | None = None,
 ) -> tuple[list[Check], list[str]]:
     """Every computable published run checked (``check``), of the shipped table or of ``runs``;
-    the planner and the planner held to the published ZeRO stage are the engine's unless given."""
+    the planner, the planner held to the published ZeRO stage and the one that completes unstated
+    choices are the engine's unless a planner is given."""
     items, skipped = published_items(ids, runs)
     run = planner or engine_planner()
     held = held_planner if planner is not None else engine_planner(hold_zero=True)
-    return [check(i, run, held) for i in items], skipped
+    completer = None if planner is not None else engine_planner(complete=True)
+    return [check(i, run, held, completer) for i in items], skipped
 
 
 def _row(ch: Check) -> Row:
@@ -416,7 +525,7 @@ def _row(ch: Check) -> Row:
     inputs: dict[str, Scalar] = {
         "id": c.id, "model": c.model, "hardware": c.hardware, "gpus": c.gpus, "seq": c.run.seq,
         "global_batch": ch.item.global_batch,
-        "published": choice_text(choice(ch.item.memory_case.layout, ch.item.memory_case.run)),
+        "published": ch.published_text(),
         "state_recipe": ch.item.memory_case.run.recipe.value,
         "pick": choice_text(ch.pick.choices[0]) if ch.pick.choices else None,
     }  # fmt: skip
