@@ -71,6 +71,48 @@ def test_causal_attention_flop_is_half_the_square_and_backward_is_2_5x():
     assert full.flop == 2 * fwd.flop
 
 
+# Transformer Engine context_parallel.py (AttnFuncWithCPAndKVP2P): with a causal mask and the
+# zig-zag halves, ring step 0 is the rank's s/cp queries against its own s/cp keys under the mask
+# ("diagonal"); the cp - 1 others are unmasked, s/cp queries against half a block of keys or half
+# the queries against a whole block ("lower-triangle" / "upper-triangle"), each the same score
+# blocks as the diagonal.
+@pytest.mark.parametrize("cp", [2, 4, 16])
+def test_cp_attention_is_a_causal_diagonal_and_unmasked_ring_steps(cp):
+    shard = Shard(seq=8192, micro_batch=1, cp=cp)
+    ops = [o for o in attention_core("a", shard, 64, 8, 128, 128) if o.name == "a"]
+    fwd = [o for o in ops if o.phase is Pass.forward]
+    diagonal, ring = fwd
+    q = 8192 // cp
+    assert (diagonal.causal, diagonal.m, diagonal.n) == (True, q, q)
+    assert (ring.causal, ring.m, ring.n) == (False, q // 2, 8192 - q)
+    assert diagonal.flop == 4 * 64 * q * q * 128 / 2
+    assert ring.flop == (cp - 1) * diagonal.flop  # each ring step: q · q/2 unmasked scores
+    # the rank's whole share of the causal square: s/cp queries against s keys, half masked
+    whole = attention_core("a", Shard(seq=8192, micro_batch=1), 64, 8, 128, 128)[0]
+    assert diagonal.flop + ring.flop == pytest.approx(whole.flop / cp)
+    # a model without a mask runs every step over a whole block ("all" section): one kernel
+    (nc,) = [o for o in attention_core("a", replace(shard, causal=False), 64, 8, 128, 128)
+             if o.name == "a" and o.phase is Pass.forward]  # fmt: skip
+    assert (nc.causal, nc.m) == (False, q) and nc.flop == 2 * whole.flop / cp
+
+
+def test_the_unmasked_kernel_loses_less_at_short_blocks():
+    # FA3 on H100, head dim 128: causal backward 316 TFLOP/s at S = 2k (tritonbench PR #1267),
+    # unmasked 501 (FlashAttention-3 backward figure); at 8k 539 and 559
+    # (docs/kernel-measurements.md §2.5). The card's curves give them within 6%.
+    r = rates(H100, Dtype.bf16)
+    peak = H100.peak_bf16_flop_per_s.value / 1e12
+    from tpcalc.calc.time.roofline import attention_efficiency
+
+    def tflops(s: int, causal: bool) -> float:
+        return attention_efficiency(r, Pass.backward_input, s, 128, causal) / r.compute_scale * peak
+
+    assert tflops(2048, True) == pytest.approx(316, rel=0.06)
+    assert tflops(2048, False) == pytest.approx(501, rel=0.06)
+    assert tflops(8192, True) == pytest.approx(539, rel=0.01)
+    assert tflops(8192, False) == pytest.approx(559, rel=0.01)
+
+
 def test_mla_attention_times_v_uses_v_head_dim():
     ds = load_model("deepseek-v3")
     fwd = next(o for o in layer_ops(ds, Shard(seq=4096, micro_batch=1), 5) if o.name == "core_attn")

@@ -70,6 +70,14 @@ class PerformanceSpec(BaseModel):
     attention_fwd_half_seq: SourcedPositive
     attention_bwd_efficiency: SourcedShare
     attention_bwd_half_seq: SourcedPositive
+    # The same kernel without a mask (every score block computed): a non-causal model, and the
+    # off-diagonal steps of a causal context-parallel ring, which see whole blocks of keys.
+    # Short causal sequences lose more (diagonal tiles, rows of uneven length), so the curves
+    # differ (docs/kernel-measurements.md §2.5).
+    attention_fwd_noncausal_efficiency: SourcedShare
+    attention_fwd_noncausal_half_seq: SourcedPositive
+    attention_bwd_noncausal_efficiency: SourcedShare
+    attention_bwd_noncausal_half_seq: SourcedPositive
     # Head dim that halves the attention kernel's efficiency: eff ∝ d/(d + d½), the values
     # above being measured at d = 128.
     attention_half_head_dim: SourcedPositive

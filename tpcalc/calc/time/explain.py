@@ -11,6 +11,10 @@ SRC_ROOFLINE = (
 )
 SRC_GEMM = "Narayanan et al. 2021 §5.1 (a GEMM's backward is two GEMMs of its FLOP)"
 SRC_FA = "Dao 2023 (FlashAttention-2) §3.1: backward 2.5× forward; causal skips half the blocks"
+SRC_CP_KERNELS = (
+    "Transformer Engine context_parallel.py, AttnFuncWithCPAndKVP2P: diagonal, lower- and "
+    "upper-triangle sections"
+)
 SRC_TP_OVERLAP = (
     "Shoeybi et al. 2019 §3 (f/g); Korthikanti et al. 2022 §4.2.2 (SP); overlapped only with "
     "--tp-comm-overlap (Wang et al. 2022, decomposed overlap; TE userbuffers)"
@@ -51,8 +55,10 @@ STEP_EXPLANATIONS: dict[str, Explanation] = {
     ),
     "attention_time_s": Explanation(
         "attention core", Unit.seconds,
-        "m · Σ attention FLOP / (peak · eff_attention · scale), forward and backward",
-        f"{SRC_FA}; {SRC_ROOFLINE}", STEP,
+        "m · Σ attention FLOP / (peak · eff_attention · scale), forward and backward; eff by "
+        "the query block S on the causal kernel's curve or the unmasked one's (CP: the diagonal "
+        "step causal at s/cp, the cp − 1 others unmasked at s/(2·cp))",
+        f"{SRC_FA}; {SRC_ROOFLINE}; {SRC_CP_KERNELS}", STEP,
     ),
     "memory_bound_time_s": Explanation(
         "memory-bound kernels", Unit.seconds,

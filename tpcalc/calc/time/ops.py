@@ -101,6 +101,7 @@ class Op(Struct, frozen=True):
     k: int = 0
     groups: int = 1
     fp8: bool = False  # a GEMM with FP8 operands (FP8 peak and efficiency)
+    causal: bool = True  # an attention kernel with a causal mask (False: every block computed)
 
 
 class Shard(Struct, frozen=True):
@@ -175,29 +176,39 @@ def attention_core(
     window: int | None = None,
 ) -> tuple[Op, ...]:
     """Fused attention of this rank's heads: its s/cp queries against all s keys, causal blocks
-    skipped; forward 2 and backward 5 matmuls (Dao 2023). Under CP the ring runs it as 2·cp
-    blocks of s/(2·cp) queries (zig-zag halves, Transformer Engine context parallelism; Liu et
-    al. 2023), so the kernel sees blocks of that length (``Op.m``), and after each ring step the
-    partial outputs are merged by their log-sum-exp (an fp32 read of both and a write). A
-    banded layer (``window``) lets each query see its last ``window`` keys only, so the kernel
-    does q_len · window score blocks (FlashAttention-2 window_size; Beltagy et al. 2020)."""
+    skipped; forward 2 and backward 5 matmuls (Dao 2023). A banded layer (``window``) lets each
+    query see its last ``window`` keys only, so the kernel does q_len · window score blocks
+    (FlashAttention-2 window_size; Beltagy et al. 2020).
+
+    Under CP the ring runs cp kernel calls per pass, one per step (Transformer Engine
+    context_parallel.py, AttnFuncWithCPAndKVP2P; Liu et al. 2023 Ring Attention). With a causal
+    mask and the zig-zag halves, step 0 is the rank's s/cp queries against its own s/cp keys
+    under the mask (the "diagonal" section), and each of the cp − 1 others is unmasked: all s/cp
+    queries against the first half of a block of keys ("lower-triangle") or the second half of
+    the queries against a whole block ("upper-triangle"), s/(2·cp) on the short side. So the
+    diagonal is timed on the causal kernel's curve at s/cp, the rest on the unmasked kernel's
+    at s/(2·cp) (``roofline.attention_efficiency``); each ring step does the same score blocks.
+    Without a mask every step is a whole block (the "all" section). After each step the partial
+    outputs are merged by their log-sum-exp (an fp32 read of both and a write)."""
     b, q_len, kv_len = shard.micro_batch, shard.seq // shard.cp, shard.seq
-    block = q_len // CP_CHUNKS_PER_RANK if shard.cp > 1 else q_len
-    scores: float
-    if window is not None and window < kv_len:
-        block = min(block, window)
-        scores = GEMM_FLOP_PER_MAC * b * heads * q_len * window
-    else:
-        mask = CAUSAL_SHARE if shard.causal else 1.0
-        scores = GEMM_FLOP_PER_MAC * b * heads * q_len * kv_len * mask
-    fwd = scores * (d_qk + d_v)  # Q·Kᵀ over d_qk, P·V over d_v (Dao 2023 Algorithm 1)
-    bwd = scores * (ATTN_BWD_QK_MATMULS * d_qk + ATTN_BWD_V_MATMULS * d_v)
     io = b * (q_len * heads * (2 * d_qk + 2 * d_v) + kv_len * kv_heads * (d_qk + d_v))
-    size, shape = shard.dtype.bytes, (block, kv_len, d_qk, heads)
-    ops = (
-        Op(name, OpKind.attention, Pass.forward, fwd, io * size, *shape),
-        Op(name, OpKind.attention, Pass.backward_input, bwd, 2 * io * size, *shape),
-    )
+    pairs = GEMM_FLOP_PER_MAC * b * heads
+    if window is not None and window < kv_len:
+        block = min(q_len // CP_CHUNKS_PER_RANK if shard.cp > 1 else q_len, window)
+        ops = _fused(name, shard, pairs * q_len * window, io, (block, kv_len), d_qk, d_v, heads)
+    elif shard.cp == 1 or not shard.causal:
+        mask = CAUSAL_SHARE if shard.causal else 1.0
+        scores = pairs * q_len * kv_len * mask
+        ops = _fused(name, shard, scores, io, (q_len, kv_len), d_qk, d_v, heads, shard.causal)
+    else:
+        diagonal = pairs * q_len * q_len * CAUSAL_SHARE
+        ring = pairs * q_len * (kv_len - q_len) * CAUSAL_SHARE  # (cp − 1) unmasked half blocks
+        share = diagonal / (diagonal + ring)
+        half = q_len // CP_CHUNKS_PER_RANK
+        ops = _fused(name, shard, diagonal, io * share, (q_len, q_len), d_qk, d_v, heads)
+        ops += _fused(
+            name, shard, ring, io * (1 - share), (half, kv_len - q_len), d_qk, d_v, heads, False
+        )
     if shard.cp == 1:
         return ops
     merged = (shard.cp - 1) * b * q_len * heads * d_v * CP_MERGE_BYTES
@@ -205,6 +216,25 @@ def attention_core(
         Op("cp_merge", OpKind.memory, Pass.forward, 0.0, merged),
         Op("cp_merge", OpKind.memory, Pass.backward_input, 0.0, merged),
     )
+
+
+def _fused(
+    name: str, shard: Shard, scores: float, io: float, blocks: tuple[int, int],
+    d_qk: int, d_v: int, heads: int, causal: bool = True,
+) -> tuple[Op, ...]:  # fmt: skip
+    """One fused attention kernel's forward and backward over ``scores`` (2·score blocks
+    computed): Q·Kᵀ over d_qk and P·V over d_v forward, three and two of them backward (Dao 2023
+    Algorithms 1 and 2); ``blocks`` = (queries, keys) of one call, the queries setting the
+    efficiency (``Op.m``)."""
+    fwd = scores * (d_qk + d_v)
+    bwd = scores * (ATTN_BWD_QK_MATMULS * d_qk + ATTN_BWD_V_MATMULS * d_v)
+    size = shard.dtype.bytes
+    q, kv = blocks
+    return (
+        Op(name, OpKind.attention, Pass.forward, fwd, io * size, q, kv, d_qk, heads, causal=causal),
+        Op(name, OpKind.attention, Pass.backward_input, bwd, 2 * io * size, q, kv, d_qk, heads,
+           causal=causal),
+    )  # fmt: skip
 
 
 def unfused_attention(name: str, shard: Shard, heads: int, d: int) -> tuple[Op, ...]:

@@ -3,11 +3,17 @@ layer of ``step.StepTime.bottleneck_ops``; ``reports.layout.ops_report`` builds 
 
 from __future__ import annotations
 
-from tpcalc.calc.time.ops import OpKind
+from tpcalc.calc.time.ops import Op, OpKind
 from tpcalc.calc.time.step import OpTime
 from tpcalc.terms import Term, Unit, term
 
 SRC_OPS = "tpcalc.calc.time.ops (shapes after TP, SP, CP, EP); roofline.op_time_s"
+
+
+def _mask(op: Op) -> str | None:
+    if op.kind is not OpKind.attention:
+        return None
+    return "causal" if op.causal else "none"
 
 
 def op_terms(ot: OpTime) -> tuple[Term, ...]:
@@ -25,6 +31,9 @@ def op_terms(ot: OpTime) -> tuple[Term, ...]:
              source=SRC_OPS),
         term("groups", "groups (experts, heads)", op.groups, Unit.count, formula="see ops.py",
              source=SRC_OPS),
+        term("mask", "attention mask", _mask(op), Unit.text,
+             formula="causal: no CP, or CP's diagonal ring step; none: CP's other steps or a "
+             "non-causal model", source="Transformer Engine context_parallel.py (CP sections)"),
         term("flop", "FLOP", op.flop, Unit.flop, formula="2·M·N·K·groups (GEMM)",
              source="Narayanan et al. 2021 §5.1; Dao 2023 (attention)"),
         term("bytes", "HBM bytes", op.bytes, Unit.bytes, formula="operands + result",

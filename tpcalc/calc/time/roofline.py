@@ -47,6 +47,10 @@ class Rates(Struct, frozen=True):
     attention_fwd_half_seq: float
     attention_bwd_efficiency: float
     attention_bwd_half_seq: float
+    attention_fwd_noncausal_efficiency: float
+    attention_fwd_noncausal_half_seq: float
+    attention_bwd_noncausal_efficiency: float
+    attention_bwd_noncausal_half_seq: float
     attention_half_head_dim: float
     hbm_bytes_per_s: float
     compute_scale: float
@@ -89,6 +93,10 @@ def rates(hw: HardwareSpec, dtype: Dtype, *, efficiency_scale: float = 1.0) -> R
         attention_fwd_half_seq=perf.attention_fwd_half_seq.value,
         attention_bwd_efficiency=perf.attention_bwd_efficiency.value,
         attention_bwd_half_seq=perf.attention_bwd_half_seq.value,
+        attention_fwd_noncausal_efficiency=perf.attention_fwd_noncausal_efficiency.value,
+        attention_fwd_noncausal_half_seq=perf.attention_fwd_noncausal_half_seq.value,
+        attention_bwd_noncausal_efficiency=perf.attention_bwd_noncausal_efficiency.value,
+        attention_bwd_noncausal_half_seq=perf.attention_bwd_noncausal_half_seq.value,
         attention_half_head_dim=perf.attention_half_head_dim.value,
         hbm_bytes_per_s=perf.hbm_bandwidth_bytes_per_s.value * perf.hbm_efficiency.value,
         compute_scale=perf.fitted.compute_scale.value * efficiency_scale,
@@ -122,14 +130,20 @@ def gemm_efficiency(r: Rates, k: int, fp8: bool = False) -> float:
 MEASURED_HEAD_DIM = 128  # the head dim the attention efficiencies were measured at
 
 
-def attention_efficiency(r: Rates, phase: Pass, block: int, head_dim: int) -> float:
-    """eff_max · S/(S + S½) of the fused attention kernel on blocks of ``block`` queries, times
-    d/(d + d½) relative to the measured head dim (FlashAttention-3 Figure 5: 497, 648, 756
-    TFLOP/s at d = 64, 128, 256)."""
-    if phase is Pass.forward:
+def attention_efficiency(
+    r: Rates, phase: Pass, block: int, head_dim: int, causal: bool = True
+) -> float:
+    """eff_max · S/(S + S½) of the fused attention kernel on blocks of ``block`` queries, with
+    the causal or the unmasked kernel's curve, times d/(d + d½) relative to the measured head
+    dim (FlashAttention-3 Figure 5: 497, 648, 756 TFLOP/s at d = 64, 128, 256)."""
+    if phase is Pass.forward and causal:
         eff, half = r.attention_fwd_efficiency, r.attention_fwd_half_seq
-    else:
+    elif phase is Pass.forward:
+        eff, half = r.attention_fwd_noncausal_efficiency, r.attention_fwd_noncausal_half_seq
+    elif causal:
         eff, half = r.attention_bwd_efficiency, r.attention_bwd_half_seq
+    else:
+        eff, half = r.attention_bwd_noncausal_efficiency, r.attention_bwd_noncausal_half_seq
     h = r.attention_half_head_dim
     width = head_dim / (head_dim + h) * (MEASURED_HEAD_DIM + h) / MEASURED_HEAD_DIM
     return min(1.0, eff * width) * block / (block + half) * r.compute_scale
@@ -144,7 +158,7 @@ def op_time_s(op: Op, r: Rates) -> float:
         peak = r.fp8_peak_flop_per_s if op.fp8 else r.bf16_peak_flop_per_s
         rate = peak * gemm_efficiency(r, op.k, op.fp8)
     else:
-        rate = r.bf16_peak_flop_per_s * attention_efficiency(r, op.phase, op.m, op.k)
+        rate = r.bf16_peak_flop_per_s * attention_efficiency(r, op.phase, op.m, op.k, op.causal)
     return max(op.flop / rate, memory)
 
 
