@@ -753,8 +753,9 @@ def _bubble_s(stages: tuple[StageWork, ...], run: LayoutRun, p: int) -> float:
     """The schedule's bubble over the mean stage F, B, W (``pipeline.bubble_time_s``)."""
     if p == 1:
         return 0.0
+    times = [st.times for st in stages]
     mean = StageTimes(
-        *(sum(getattr(st.times, f) for st in stages) / p
+        *(sum(getattr(t, f) for t in times) / p
           for f in ("forward_s", "backward_input_s", "backward_weight_s"))
     )  # fmt: skip
     return bubble_time_s(run.schedule, p, run.microbatches, mean, run.vpp)
@@ -821,7 +822,18 @@ def _step_of_stages(
     when the caller has them (``time.bulk``)."""
     spec, layout, opts = ctx.spec, ctx.layout, ctx.opts
     m = run.microbatches
-    neck = max(stages, key=lambda st: st.total_s)
+    # Stages built from one template (``time.bulk``) share their Work objects and tail: their
+    # totals and link loads are the same floats, taken once (by identity, within this call).
+    totals: dict[tuple[int, ...], float] = {}
+
+    def total(st: StageWork) -> float:
+        key = _work_ids(st)
+        got = totals.get(key)
+        if got is None:
+            got = totals[key] = st.total_s
+        return got
+
+    neck = max(stages, key=total)
     pp_s, pp_total = _pp_exposed(ctx, m, run.vpp, run.schedule)
     if costs is None:
         costs = [_stage_tail(ctx, st, run.vpp) for st in stages]
@@ -837,10 +849,13 @@ def _step_of_stages(
         "bubble_time_s": _bubble_s(stages, run, layout.pp) if bubble_s is None else bubble_s,
         "pp_exposed_time_s": pp_s, "dp_exposed_time_s": dp_s, "optimizer_time_s": opt_s,
     }  # fmt: skip
-    busiest = max(
-        _busiest_link_s(ctx, st.work.scaled(m) + st.recompute.scaled(m), pp_total, cost)
-        for st, cost in zip(stages, costs, strict=True)
-    )
+    loads: dict[tuple[int, ...], float] = {}
+    for st, cost in zip(stages, costs, strict=True):
+        key = (*_work_ids(st), id(cost))
+        if key not in loads:
+            work_m = st.work.scaled(m) + st.recompute.scaled(m)
+            loads[key] = _busiest_link_s(ctx, work_m, pp_total, cost)
+    busiest = max(loads.values())
     parts["link_contention_time_s"] = max(0.0, busiest - sum(parts.values()))
     step_s = sum(parts.values())
     tokens = run.seq * run.micro_batch * m * layout.dp
@@ -873,6 +888,11 @@ def _step_of_stages(
         stages=tuple(stages),
         bottleneck_ops=tuple(details[neck.stage]),
     )
+
+
+def _work_ids(st: StageWork) -> tuple[int, ...]:
+    """Identity of a stage's Work objects (the stages of one bulk template share them)."""
+    return id(st.forward), id(st.backward_input), id(st.backward_weight), id(st.recompute)
 
 
 def _busiest_link_s(
