@@ -5,11 +5,11 @@ over the mean stage times, the exposed pipeline sends, the data-parallel tail an
 A stage's F, B, W are the roofline times of its layers' ops (``time.ops.layer_ops``, timed by
 ``roofline.op_time_s``; the fitted MoE overhead in F and B), plus the embedding on the first
 stage and the head (and MTP) on the last, plus the exposed part of its TP, CP and EP collectives
-(W has none; the TP and EP ones are taken as step._layer_work takes them, the CP ring as
-≥ 0), plus in B the recomputed forward: all of it (full) or the ops of the
-recompute modules (``step.RECOMPUTE_MODULE_OPS``; selective alone: core attention). All of that
-but the collectives depends on the shard (tp, cp, ep, etp, SP, micro-batch) and the recompute
-mode only, so the sums over all stages are computed once per shard, without the collectives:
+(W has none; each taken as step._layer_work takes it), plus in B the recomputed forward: all of
+it (full) or the ops of the recompute modules (``step.RECOMPUTE_MODULE_OPS``; selective alone:
+core attention). All of that but the collectives depends on the shard (tp, cp, ep, etp, SP,
+micro-batch) and the recompute mode only, so the sums over all stages are computed once per
+shard, without the collectives:
 F°, B°, W° ≤ the step's summed F, B, W (W° equal). Then
 
     step ≥ m · max over stages of (its layers' and ends' F° + B° + W°)
@@ -59,6 +59,7 @@ from tpcalc.calc.params.counts import (
 from tpcalc.calc.pipeline.schedule import DUALPIPE_DIRECTIONS
 from tpcalc.calc.plan.space import ModeKeys, RecomputeMode, Shape, Variant
 from tpcalc.calc.time.ops import (
+    OpKind,
     Pass,
     Shard,
     embedding_ops,
@@ -73,12 +74,14 @@ from tpcalc.calc.time.step import (
     ADAM_BYTES_PER_PARAM,
     DDP_BUCKET_MIN_PARAMS,
     DDP_BUCKET_PARAMS_PER_DP_RANK,
+    KV_TENSORS,
     P2P_PASSES,
     RECOMPUTE_MODULE_OPS,
     TP_FWD_COLLECTIVES,
     TP_GEMMS,
     TimeOptions,
     exposed_s,
+    kv_width,
     stage_layers,
 )
 from tpcalc.calc.tp.rules import padded_vocab
@@ -177,6 +180,8 @@ class StepBounds:
         self._shard_links: dict[tuple, dict] = {}
         self._dense_kind: dict[tuple, tuple] = {}
         self._tp_passes: dict[tuple, float] = {}
+        self._cp_rings: dict[tuple, float] = {}
+        self._attn: dict[tuple, tuple[float, float]] = {}
         self._end_lead: dict[tuple, tuple[float, float, float]] = {}
         self._ep_gaps: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._refusals: dict[tuple, np.ndarray] = {}
@@ -232,7 +237,10 @@ class StepBounds:
         r, ov = self.r, self.opts.overlap
         # a dense kind reads nothing of ep and etp but its TP group's placement
         # (``_kind_ops``, ``_tp_pass``): its sums are shared by every ep and etp
-        dkey = (shard.tp, shard.cp, shard.sp, shard.micro_batch, k, links["tp"].nodes)
+        dkey = (
+            shard.tp, shard.cp, shard.sp, shard.micro_batch, k, links["tp"].nodes,
+            links["cp"].nodes,
+        )  # fmt: skip
         dense = None if moe else self._dense_kind.get(dkey)
         if dense is not None:
             return dense
@@ -250,9 +258,10 @@ class StepBounds:
             ep_on = bool(ov.ep_a2a)  # set explicitly by the planner (space.overlap)
             ep_f = exposed_s(a2a, kb + kw, ep_on, sm_share=sms)
             ep_b = exposed_s(a2a, kf, ep_on, sm_share=sms)
+        cp_f, cp_b = self._cp_exposed(shard, first, links["cp"].nodes)
         out = (
-            kf + exposed_s(tp_pass, gemm_f, ov.tp_comm, first_chunk, sm_share=sms) + ep_f,
-            kb + exposed_s(tp_pass, gemm_b, ov.tp_comm, first_chunk, sm_share=sms) + ep_b,
+            kf + exposed_s(tp_pass, gemm_f, ov.tp_comm, first_chunk, sm_share=sms) + ep_f + cp_f,
+            kb + exposed_s(tp_pass, gemm_b, ov.tp_comm, first_chunk, sm_share=sms) + ep_b + cp_b,
             kw,
             by_name,
         )
@@ -363,6 +372,37 @@ class StepBounds:
             else:
                 w += t
         return f, b, w
+
+    def _cp_exposed(self, shard: Shard, first: int, nodes: int) -> tuple[float, float]:
+        """A layer's exposed CP ring in F and in B (step._layer_work: (cp − 1) steps of the
+        rank's K and V chunk, dK and dV too in B, each pass hidden under its attention), 0 for
+        a linear-attention layer or cp = 1. The ring reads the shard's tokens, tp, dtype and cp
+        and the group's nodes; the attention times its tp, cp, SP and micro-batch only (a MoE
+        layer's experts do not change them)."""
+        if shard.cp == 1 or self.spec.resolved_layer_types[first] == "linear_attention":
+            return 0.0, 0.0
+        rkey = (shard.tokens, shard.tp, shard.dtype, shard.cp, nodes)
+        ring = self._cp_rings.get(rkey)
+        if ring is None:
+            kv = (
+                shard.tokens * kv_width(self.spec, shard.tp) * shard.dtype.bytes
+                * self.opts.comm_scale
+            )  # fmt: skip
+            step = collective_time_s(self.r, Collective.p2p, kv, 2, min(2, nodes))
+            ring = self._cp_rings[rkey] = (shard.cp - 1) * step
+        akey = (shard.tp, shard.cp, shard.sp, shard.micro_batch, first)
+        attn = self._attn.get(akey)
+        if attn is None:
+            ops = [o for o in layer_ops(self.spec, shard, first) if o.kind is OpKind.attention]
+            attn = self._attn[akey] = (
+                sum(op_time_s(o, self.r) for o in ops if o.phase is Pass.forward),
+                sum(op_time_s(o, self.r) for o in ops if o.phase is Pass.backward_input),
+            )
+        on, sms = self.opts.overlap.cp_ring, self.r.comm_sm_share
+        return (
+            exposed_s(ring, attn[0], on, sm_share=sms),
+            exposed_s(KV_TENSORS * ring, attn[1], on, sm_share=sms),
+        )
 
     def _tp_pass(self, shard: Shard, moe: bool, nodes: int) -> float:
         """One pass's TP collectives of a layer (step._layer_work)."""
@@ -620,7 +660,7 @@ class StepBounds:
         (``_batch_moe_kind``), then the ends (``_batch_rows``)."""
         shards = [self._shard(tp, cp, ep, etp, sp, b) for ep, etp in pairs]
         links = [self._shard_links_of(tp, cp, ep, etp) for ep, etp in pairs]
-        if any(x["tp"].nodes != links[0]["tp"].nodes for x in links):
+        if any(x[g].nodes != links[0][g].nodes for x in links for g in ("tp", "cp")):
             return None
         n_p, n_r, n_k = len(pairs), len(modes), len(self.kinds)
         kf, kb, kw = np.empty((n_p, n_k)), np.empty((n_p, n_k)), np.empty((n_p, n_k))
@@ -674,14 +714,15 @@ class StepBounds:
             ep_b[multi] = _exposed_arr(a2a, f[multi], ep_on, sm_share=sms)
         tp_f = _exposed_arr(tp_pass, gemm_f, ov.tp_comm, first_chunk, sm_share=sms)
         tp_b = _exposed_arr(tp_pass, gemm_b, ov.tp_comm, first_chunk, sm_share=sms)
-        kf = f + tp_f + ep_f
+        cp_f, cp_b = self._cp_exposed(s0, first, links[0]["cp"].nodes)
+        kf = f + tp_f + ep_f + cp_f
         names, by = _merged_forward(rest[5], keys, owns)
         pick, full = self._recompute_rows(modes, tuple(names))
         rec = np.empty((len(pairs), len(modes)))
         for i in range(len(pairs)):
             rec[i] = pick @ by[i]
             rec[i, full] = kf[i]
-        return kf, bk + tp_b + ep_b, w, rec
+        return kf, bk + tp_b + ep_b + cp_b, w, rec
 
     def _batch_rows(
         self, shards: list[Shard], kf: np.ndarray, kb: np.ndarray, kw: np.ndarray,

@@ -435,7 +435,7 @@ def _layer_work(ctx: _Ctx, i: int) -> tuple[Work, Work, Work, tuple[Op, ...]]:
     # CP: (cp−1) ring steps of this rank's K and V chunk; the backward also sends dK, dV.
     cp_f = cp_b = cp_comm = 0.0
     if ctx.layout.cp > 1 and spec.resolved_layer_types[i] != "linear_attention":
-        kv = shard.tokens * _kv_width(spec, tp) * shard.dtype.bytes * scale
+        kv = shard.tokens * kv_width(spec, tp) * shard.dtype.bytes * scale
         step = collective_time_s(r, Collective.p2p, kv, 2, min(2, ctx.links["cp"].nodes))
         cp_comm = (ctx.layout.cp - 1) * step
         cp_f = exposed_s(cp_comm, _attn_s(ops, Pass.forward, r), ov.cp_ring, sm_share=sms)
@@ -471,7 +471,7 @@ def _shared_width(spec: ModelSpec) -> int:
     return shared_expert_intermediate(spec) if spec.is_moe else 0
 
 
-def _kv_width(spec: ModelSpec, tp: int) -> int:
+def kv_width(spec: ModelSpec, tp: int) -> int:
     """K and V features per token on one TP rank (MLA: per-head nope+rope keys and v values)."""
     if spec.is_mla:
         heads = spec.num_attention_heads // tp
