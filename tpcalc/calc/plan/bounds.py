@@ -80,8 +80,8 @@ from tpcalc.calc.time.step import (
     TP_FWD_COLLECTIVES,
     TP_GEMMS,
     TimeOptions,
+    cp_ring_s,
     exposed_s,
-    kv_width,
     stage_layers,
 )
 from tpcalc.calc.tp.rules import padded_vocab
@@ -384,12 +384,8 @@ class StepBounds:
         rkey = (shard.tokens, shard.tp, shard.dtype, shard.cp, nodes)
         ring = self._cp_rings.get(rkey)
         if ring is None:
-            kv = (
-                shard.tokens * kv_width(self.spec, shard.tp) * shard.dtype.bytes
-                * self.opts.comm_scale
-            )  # fmt: skip
-            step = collective_time_s(self.r, Collective.p2p, kv, 2, min(2, nodes))
-            ring = self._cp_rings[rkey] = (shard.cp - 1) * step
+            ring = cp_ring_s(self.spec, shard, self.r, nodes, self.opts.comm_scale)
+            self._cp_rings[rkey] = ring
         akey = (shard.tp, shard.cp, shard.sp, shard.micro_batch, first)
         attn = self._attn.get(akey)
         if attn is None:

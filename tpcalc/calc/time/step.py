@@ -435,9 +435,7 @@ def _layer_work(ctx: _Ctx, i: int) -> tuple[Work, Work, Work, tuple[Op, ...]]:
     # CP: (cp−1) ring steps of this rank's K and V chunk; the backward also sends dK, dV.
     cp_f = cp_b = cp_comm = 0.0
     if ctx.layout.cp > 1 and spec.resolved_layer_types[i] != "linear_attention":
-        kv = shard.tokens * kv_width(spec, tp) * shard.dtype.bytes * scale
-        step = collective_time_s(r, Collective.p2p, kv, 2, min(2, ctx.links["cp"].nodes))
-        cp_comm = (ctx.layout.cp - 1) * step
+        cp_comm = cp_ring_s(spec, shard, r, ctx.links["cp"].nodes, scale)
         cp_f = exposed_s(cp_comm, _attn_s(ops, Pass.forward, r), ov.cp_ring, sm_share=sms)
         cp_b = exposed_s(
             KV_TENSORS * cp_comm, _attn_s(ops, Pass.backward_input, r), ov.cp_ring, sm_share=sms
@@ -469,6 +467,13 @@ def _shared_width(spec: ModelSpec) -> int:
     from tpcalc.calc.params.counts import shared_expert_intermediate
 
     return shared_expert_intermediate(spec) if spec.is_moe else 0
+
+
+def cp_ring_s(spec: ModelSpec, shard: Shard, r: Rates, nodes: int, comm_scale: float) -> float:
+    """One pass of a layer's CP ring: cp − 1 p2p steps of this rank's K and V chunk (Liu et al.
+    2023 §3; the backward sends dK and dV too, KV_TENSORS times this)."""
+    kv = shard.tokens * kv_width(spec, shard.tp) * shard.dtype.bytes * comm_scale
+    return (shard.cp - 1) * collective_time_s(r, Collective.p2p, kv, 2, min(2, nodes))
 
 
 def kv_width(spec: ModelSpec, tp: int) -> int:
