@@ -492,3 +492,26 @@ def test_plan_with_the_flex_dispatcher_reproduces_in_tpcalc_layout():
 def test_help_shows_the_dispatcher():
     text = " ".join(run_cli("plan", "--help").out.split())
     assert "--moe-dispatcher" in text and "--global-batch 64 --moe-dispatcher flex" in text
+
+
+# The fitted MoE overhead is a per-layer constant measured at the fit rows' micro-batches
+# (configs/hardware/h100-sxm.yaml: 4,096 tokens per rank). Qwen3-30B-A3B on 16 H100 with a global
+# batch of 1,024: the best takes micro-batch 8 (32,768 tokens) and full recompute, and the plan
+# says that its MoE overhead is extrapolated; held to micro-batch 1 it says nothing.
+def test_the_plan_cautions_where_the_best_extrapolates_the_moe_constant():
+    from tpcalc.reports.plan import plan
+    from tpcalc.reports.plan_view import moe_extrapolation
+
+    free = plan("qwen3-30b-a3b", "h100-sxm", gpus=16, seq=4096, global_batch=1024, top_k=2)
+    text = moe_extrapolation(free)
+    assert free.best is not None and free.best.run.micro_batch > 1
+    tokens = 4096 * free.best.run.micro_batch
+    assert text is not None and f"runs {tokens:,} tokens per micro-batch" in text
+    assert "fitted on runs of 4,096" in text
+    held = plan(
+        "qwen3-30b-a3b", "h100-sxm", gpus=16, seq=4096, global_batch=1024, top_k=2,
+        pins={"micro_batch": [1]},
+    )  # fmt: skip
+    assert moe_extrapolation(held) is None
+    dense = plan("llama3-8b", "h100-sxm", gpus=8, seq=4096, global_batch=64, top_k=2)
+    assert moe_extrapolation(dense) is None

@@ -215,3 +215,15 @@ def test_recipes_stating_selective_recompute_without_modules_recompute_the_core_
     # a recipe that states no recompute
     llama = case_of(by_id["mbridge-26.02.01-llama3-70b-h100-sxm-64-fp8"])
     assert llama.run.recompute is Recompute.none and llama.run.memory.recompute_modules == ()
+
+
+@pytest.mark.parametrize("card", ["h100-sxm", "b200", "gb200"])
+def test_each_cards_moe_fit_tokens_are_its_fit_rows(card):
+    """configs/hardware/<card>.yaml fitted.moe_fit_tokens is what tools/fit_time.py finds in the
+    MoE rows it fits moe_layer_overhead_s on: s·b/cp of the 26.04.01 rows (H100: micro-batch 1 at
+    seq 4096 on all three; Blackwell: 1 and 4)."""
+    fitted = load_hardware(card).performance.fitted
+    assert fitted.moe_fit_tokens is not None
+    got = (fitted.moe_fit_tokens.low, fitted.moe_fit_tokens.high)
+    assert got == _fit_time_tool().fit_tokens(card)
+    assert got == ((4096, 4096) if card == "h100-sxm" else (4096, 16384))

@@ -10,7 +10,9 @@ rows by their errors); every other row stays held out. Nothing is fitted per row
   card's dense rows of FIT_ROWS.
 - ``moe_layer_overhead_s`` is a fixed cost per MoE layer and pass (router, the host sync on
   tokens per expert, many small kernels); fitted afterwards, with compute_scale fixed, on the
-  card's MoE rows of MOE_FIT_ROWS.
+  card's MoE rows of MOE_FIT_ROWS. ``--write`` records beside it the least and most tokens per
+  micro-batch on one rank (s·b/cp) of those rows, ``moe_fit_tokens``: a per-layer constant is
+  measured at those sizes only, and ``tpcalc plan`` says when its best layout goes beyond them.
 
     python tools/fit_time.py --hardware h100-sxm            # fit, print the rows used
     python tools/fit_time.py --hardware h100-sxm --write    # and write them into its config
@@ -126,6 +128,14 @@ def fit(
     return out
 
 
+def fit_tokens(hardware: str, runs: Path | None = None) -> tuple[int, int] | None:
+    """(least, most) tokens per micro-batch on one rank, s·b/cp, of the card's MoE fit rows:
+    the range the per-layer MoE constant has seen (``fitted.moe_fit_tokens``)."""
+    moe = _cases(hardware, MOE_FIT_ROWS[hardware], "moe", runs)
+    tokens = [c.run.seq * c.run.micro_batch // c.layout.cp for c in moe]
+    return (min(tokens), max(tokens)) if tokens else None
+
+
 @dataclass(frozen=True)
 class Gap:
     """What the model without MoE overhead lacks on one MoE row (``--gaps``)."""
@@ -213,7 +223,10 @@ def moe_errors(
     return out
 
 
-def _write(hardware: str, fitted: dict[str, tuple[float, float, list[str]]]) -> Path:
+def _write(
+    hardware: str, fitted: dict[str, tuple[float, float, list[str]]],
+    tokens: tuple[int, int] | None = None,
+) -> Path:  # fmt: skip
     path = Path(str(configs_root())) / "hardware" / f"{hardware}.yaml"
     text = path.read_text(encoding="utf-8")
     block = "  fitted:\n"
@@ -221,6 +234,12 @@ def _write(hardware: str, fitted: dict[str, tuple[float, float, list[str]]]) -> 
         block += (
             f"    {name}:\n      value: {value:.6g}\n      source: >-\n"
             f"        tools/fit_time.py on {len(rows)} rows: {', '.join(rows)}\n"
+        )
+    if tokens is not None and "moe_layer_overhead_s" in fitted:
+        block += (
+            f"    moe_fit_tokens:\n      low: {tokens[0]}\n      high: {tokens[1]}\n"
+            "      source: >-\n        tools/fit_time.py: seq · micro-batch / cp of the rows "
+            "moe_layer_overhead_s was fitted on\n"
         )
     new, n = re.subn(r"  fitted:\n(?:    .*\n|      .*\n|        .*\n)*", block, text)
     if n != 1:
@@ -266,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         mean = sum(abs(e) for _, e in errors) / len(errors)
         print(f"{args.hardware}: MoE mean |error| {mean:.1%} over {len(errors)} rows")
     if args.write:
-        print(f"wrote {_write(args.hardware, fitted)}")
+        print(f"wrote {_write(args.hardware, fitted, fit_tokens(args.hardware, args.runs))}")
     return 0
 
 

@@ -130,8 +130,29 @@ def top_report(result: PlanResult, *, compact: bool = True) -> Report:
         f"(seq {req.seq:,}, global batch {req.global_batch:,}; by {req.objective.value})"
     )
     report = candidates_report(result, result.top, title, compact=compact)
-    notes = (result.why_best,) if result.why_best else ()
+    notes = tuple(n for n in (result.why_best, moe_extrapolation(result)) if n)
     return replace(report, notes=notes, warnings=no_layout(result))
+
+
+def moe_extrapolation(result: PlanResult) -> str | None:
+    """A caution where the best layout's MoE overhead comes from the card's fitted per-layer
+    constant (``fitted.moe_layer_overhead_s``) at a micro-batch outside the tokens per rank of
+    the runs it was fitted on (``fitted.moe_fit_tokens``): the constant was measured per layer
+    and pass at those sizes only, so the best's saving on it elsewhere is an extrapolation."""
+    best, req = result.best, result.request
+    perf = req.hw.performance
+    if best is None or perf is None or perf.fitted.moe_fit_tokens is None:
+        return None
+    fit, over = perf.fitted.moe_fit_tokens, best.step.moe_overhead_time_s
+    tokens = best.run.seq * best.run.micro_batch // best.layout.cp
+    if not over or fit.low <= tokens <= fit.high:
+        return None
+    seen = f"{fit.low:,}" if fit.low == fit.high else f"{fit.low:,}-{fit.high:,}"
+    return (
+        f"the best runs {tokens:,} tokens per micro-batch per rank; {req.hw.name}'s MoE overhead "
+        f"constant was fitted on runs of {seen}, so its {over:.2f} s of MoE overhead "
+        f"({over / best.step_time_s:.0%} of the step) is extrapolated"
+    )
 
 
 def no_layout(result: PlanResult) -> tuple[str, ...]:

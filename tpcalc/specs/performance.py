@@ -36,6 +36,16 @@ class SourcedNonNegative(BaseModel):
     source: str
 
 
+class TokenRange(BaseModel):
+    """The least and the most tokens per micro-batch on one rank (s·b/cp) among some runs."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    low: int = Field(gt=0)
+    high: int = Field(gt=0)
+    source: str
+
+
 class FittedConstants(BaseModel):
     """End-to-end constants fitted to measured runs (tools/fit_time.py names the rows)."""
 
@@ -49,6 +59,10 @@ class FittedConstants(BaseModel):
     # beyond its kernels' roofline (router top-k, the host sync on tokens per expert before the
     # grouped GEMM and the all-to-all splits, kernel launch gaps between many small kernels).
     moe_layer_overhead_s: SourcedNonNegative | None = None
+    # The tokens per micro-batch on one rank of the MoE runs moe_layer_overhead_s was fitted on:
+    # a per-layer constant says nothing of micro-batches outside them (``tpcalc plan`` says so
+    # when its best layout goes beyond).
+    moe_fit_tokens: TokenRange | None = None
 
 
 class PerformanceSpec(BaseModel):
