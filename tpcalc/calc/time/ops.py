@@ -192,17 +192,17 @@ def attention_core(
     outputs are merged by their log-sum-exp (an fp32 read of both and a write)."""
     b, q_len, kv_len = shard.micro_batch, shard.seq // shard.cp, shard.seq
     io = b * (q_len * heads * (2 * d_qk + 2 * d_v) + kv_len * kv_heads * (d_qk + d_v))
-    pairs = GEMM_FLOP_PER_MAC * b * heads
+    per_score = GEMM_FLOP_PER_MAC * b * heads  # 2·b·h FLOP per (query, key) pair and feature
     if window is not None and window < kv_len:
         block = min(q_len // CP_CHUNKS_PER_RANK if shard.cp > 1 else q_len, window)
-        ops = _fused(name, shard, pairs * q_len * window, io, (block, kv_len), d_qk, d_v, heads)
+        ops = _fused(name, shard, per_score * q_len * window, io, (block, kv_len), d_qk, d_v, heads)
     elif shard.cp == 1 or not shard.causal:
         mask = CAUSAL_SHARE if shard.causal else 1.0
-        scores = pairs * q_len * kv_len * mask
+        scores = per_score * q_len * kv_len * mask
         ops = _fused(name, shard, scores, io, (q_len, kv_len), d_qk, d_v, heads, shard.causal)
     else:
-        diagonal = pairs * q_len * q_len * CAUSAL_SHARE
-        ring = pairs * q_len * (kv_len - q_len) * CAUSAL_SHARE  # (cp − 1) unmasked half blocks
+        diagonal = per_score * q_len * q_len * CAUSAL_SHARE
+        ring = per_score * q_len * (kv_len - q_len) * CAUSAL_SHARE  # (cp − 1) unmasked half blocks
         share = diagonal / (diagonal + ring)
         half = q_len // CP_CHUNKS_PER_RANK
         ops = _fused(name, shard, diagonal, io * share, (q_len, q_len), d_qk, d_v, heads)
