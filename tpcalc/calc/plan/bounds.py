@@ -59,7 +59,6 @@ from tpcalc.calc.params.counts import (
 from tpcalc.calc.pipeline.schedule import DUALPIPE_DIRECTIONS
 from tpcalc.calc.plan.space import ModeKeys, RecomputeMode, Shape, Variant
 from tpcalc.calc.time.ops import (
-    OpKind,
     Pass,
     Shard,
     embedding_ops,
@@ -80,6 +79,7 @@ from tpcalc.calc.time.step import (
     TP_FWD_COLLECTIVES,
     TP_GEMMS,
     TimeOptions,
+    attention_pass_s,
     cp_ring_s,
     exposed_s,
     stage_layers,
@@ -389,10 +389,10 @@ class StepBounds:
         akey = (shard.tp, shard.cp, shard.sp, shard.micro_batch, first)
         attn = self._attn.get(akey)
         if attn is None:
-            ops = [o for o in layer_ops(self.spec, shard, first) if o.kind is OpKind.attention]
+            ops = layer_ops(self.spec, shard, first)
             attn = self._attn[akey] = (
-                sum(op_time_s(o, self.r) for o in ops if o.phase is Pass.forward),
-                sum(op_time_s(o, self.r) for o in ops if o.phase is Pass.backward_input),
+                attention_pass_s(ops, Pass.forward, self.r),
+                attention_pass_s(ops, Pass.backward_input, self.r),
             )
         on, sms = self.opts.overlap.cp_ring, self.r.comm_sm_share
         return (

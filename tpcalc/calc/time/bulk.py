@@ -83,7 +83,7 @@ class StepCache:
             bubble = self._bubbles[bkey] = _bubble_s(got.stages, run, layout.pp)
         return _step_of_stages(
             ctx, run, got.stages, got.details, costs=[each[i] for i in got.template_of],
-            bubble_s=bubble, hardware_flop=got.hardware_flop,
+            bubble_s=bubble, hardware_flop=got.hardware_flop, template_of=got.template_of,
         )  # fmt: skip
 
     def _build(self, ctx: _Ctx, layout: ParallelLayout, run: LayoutRun) -> _Stages:

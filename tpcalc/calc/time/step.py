@@ -45,7 +45,7 @@ What real frameworks overlap, each an explicit ``Overlap`` flag with its source:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from functools import cache
 
 from msgspec import Struct, field
@@ -341,7 +341,8 @@ def _gemm_s(ops: Iterable[Op], phase: Pass, r: Rates, names: tuple[str, ...]) ->
     return sum(op_time_s(o, r) for o in ops if o.phase is phase and o.name in names)
 
 
-def _attn_s(ops: Iterable[Op], phase: Pass, r: Rates) -> float:
+def attention_pass_s(ops: Iterable[Op], phase: Pass, r: Rates) -> float:
+    """Seconds of the attention kernels among ``ops`` in one pass (what the CP ring hides under)."""
     return sum(op_time_s(o, r) for o in ops if o.phase is phase and o.kind is OpKind.attention)
 
 
@@ -436,10 +437,10 @@ def _layer_work(ctx: _Ctx, i: int) -> tuple[Work, Work, Work, tuple[Op, ...]]:
     cp_f = cp_b = cp_comm = 0.0
     if ctx.layout.cp > 1 and spec.resolved_layer_types[i] != "linear_attention":
         cp_comm = cp_ring_s(spec, shard, r, ctx.links["cp"].nodes, scale)
-        cp_f = exposed_s(cp_comm, _attn_s(ops, Pass.forward, r), ov.cp_ring, sm_share=sms)
-        cp_b = exposed_s(
-            KV_TENSORS * cp_comm, _attn_s(ops, Pass.backward_input, r), ov.cp_ring, sm_share=sms
-        )
+        attn_f = attention_pass_s(ops, Pass.forward, r)
+        attn_b = attention_pass_s(ops, Pass.backward_input, r)
+        cp_f = exposed_s(cp_comm, attn_f, ov.cp_ring, sm_share=sms)
+        cp_b = exposed_s(KV_TENSORS * cp_comm, attn_b, ov.cp_ring, sm_share=sms)
     # EP: dispatch and combine all-to-all of the k copies of this rank's T/t tokens.
     ep_f = ep_b = a2a = 0.0
     if moe and ctx.layout.ep > 1:
@@ -821,24 +822,21 @@ def _step_of_stages(
     costs: list[tuple[float, float, float, float]] | None = None,
     bubble_s: float | None = None,
     hardware_flop: float | None = None,
+    template_of: Sequence[int] | None = None,
 ) -> StepTime:  # fmt: skip
     """``step_time`` from its stages' work and details; ``costs`` (each stage's
     ``_stage_tail``), ``bubble_s`` (``_bubble_s``) and ``hardware_flop`` (``_hardware_flop``)
-    when the caller has them (``time.bulk``)."""
+    when the caller has them (``time.bulk``); ``template_of``: each stage's index among the
+    distinct ones it was built from (``time.bulk``: stages of one template have the same work
+    and tail, so their totals and link loads are taken once), else every stage its own."""
     spec, layout, opts = ctx.spec, ctx.layout, ctx.opts
     m = run.microbatches
-    # Stages built from one template (``time.bulk``) share their Work objects and tail: their
-    # totals and link loads are the same floats, taken once (by identity, within this call).
-    totals: dict[tuple[int, ...], float] = {}
-
-    def total(st: StageWork) -> float:
-        key = _work_ids(st)
-        got = totals.get(key)
-        if got is None:
-            got = totals[key] = st.total_s
-        return got
-
-    neck = max(stages, key=total)
+    of = range(len(stages)) if template_of is None else template_of
+    first: dict[int, int] = {}  # each template's first stage
+    for i, t in enumerate(of):
+        first.setdefault(t, i)
+    totals = {t: stages[i].total_s for t, i in first.items()}
+    neck = stages[max(range(len(stages)), key=lambda i: totals[of[i]])]
     pp_s, pp_total = _pp_exposed(ctx, m, run.vpp, run.schedule)
     if costs is None:
         costs = [_stage_tail(ctx, st, run.vpp) for st in stages]
@@ -854,13 +852,12 @@ def _step_of_stages(
         "bubble_time_s": _bubble_s(stages, run, layout.pp) if bubble_s is None else bubble_s,
         "pp_exposed_time_s": pp_s, "dp_exposed_time_s": dp_s, "optimizer_time_s": opt_s,
     }  # fmt: skip
-    loads: dict[tuple[int, ...], float] = {}
-    for st, cost in zip(stages, costs, strict=True):
-        key = (*_work_ids(st), id(cost))
-        if key not in loads:
-            work_m = st.work.scaled(m) + st.recompute.scaled(m)
-            loads[key] = _busiest_link_s(ctx, work_m, pp_total, cost)
-    busiest = max(loads.values())
+    busiest = max(
+        _busiest_link_s(
+            ctx, stages[i].work.scaled(m) + stages[i].recompute.scaled(m), pp_total, costs[i]
+        )
+        for i in first.values()
+    )
     parts["link_contention_time_s"] = max(0.0, busiest - sum(parts.values()))
     step_s = sum(parts.values())
     tokens = run.seq * run.micro_batch * m * layout.dp
@@ -893,11 +890,6 @@ def _step_of_stages(
         stages=tuple(stages),
         bottleneck_ops=tuple(details[neck.stage]),
     )
-
-
-def _work_ids(st: StageWork) -> tuple[int, ...]:
-    """Identity of a stage's Work objects (the stages of one bulk template share them)."""
-    return id(st.forward), id(st.backward_input), id(st.backward_weight), id(st.recompute)
 
 
 def _busiest_link_s(
