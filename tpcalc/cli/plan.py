@@ -346,16 +346,14 @@ def plan(
               "moe_probs_in_act": moe_probs_in_act, "mtp": mtp, "offload_layers": offload_layers,
               "moe_dispatcher": moe_dispatcher, "capacity_factor": capacity_factor,
               "router_dtype": router_dtype}  # fmt: skip
+    maxima = {"tp": max_tp, "cp": max_cp, "pp": max_pp, "ep": max_ep, "vpp": max_vpp,
+              "micro_batch": max_micro_batch}  # fmt: skip
     techniques = techniques_of(memory)
     try:
         pins = _pins(lists, recompute, schedule, recompute_modules, switches)
     except TpcalcError as exc:
         error(str(exc))
         raise typer.Exit(1) from None
-    maxima = {"tp": max_tp, "cp": max_cp, "pp": max_pp, "ep": max_ep, "vpp": max_vpp,
-              "micro_batch": max_micro_batch}  # fmt: skip
-    bounds = {name: value for name, value in maxima.items() if value is not None}
-    split = _split_options(account_for_embedding, account_for_loss)
     if max_seq or largest_micro_batch:
         _inverse(
             model, hardware, gpus=gpus, pins=pins, seq=seq, global_batch=global_batch,
@@ -364,44 +362,67 @@ def plan(
             ends=(account_for_embedding, account_for_loss), techniques=techniques,
         )  # fmt: skip
         return
-    notes: list[str] = []  # the workload's warnings (defaulted seq, FP8 storage), after the bar
-
-    def search():
-        from tpcalc.reports.plan import plan_workload
-        from tpcalc.reports.request import Workload
-
-        _check_sizes(model, gpus, top, seq, global_batch, global_batch_tokens)
-        # micro-batch, SP and recompute are searched (pinned above), not the workload's
-        work = Workload.load(
-            model, hardware, seq=seq, recipe=recipe, dtype=dtype, activations=activations,
-            memory=memory_techniques(None, **techniques),
-        )  # fmt: skip
-        notes.extend(work.warnings)
-        options: dict[str, Any] = dict(
-            global_batch=global_batch, global_batch_tokens=global_batch_tokens,
-            pins=pins, bounds=bounds, memory_headroom=memory_headroom,
-            reserve_bytes=reserve_gb * GB, top_k=top, include_all=all_layouts,
-            tp_within_node=tp_within_node, allow_uneven=uneven, gpus_per_node=gpus_per_node,
-        )  # fmt: skip
-        if split is not None:
-            options["time_options"] = split
-        if objective is not PlanObjective.gpus:
-            return plan_workload(work, gpus=gpus, objective=objective.value, **options), None
-        echo = {"model": model, "hardware": hardware}
-        return _fewest_gpus(work, echo, gpus, target_step_time, options)
-
+    options: dict[str, Any] = dict(
+        global_batch=global_batch, global_batch_tokens=global_batch_tokens, pins=pins,
+        bounds={name: value for name, value in maxima.items() if value is not None},
+        memory_headroom=memory_headroom, reserve_bytes=reserve_gb * GB, top_k=top,
+        include_all=all_layouts, tp_within_node=tp_within_node, allow_uneven=uneven,
+        gpus_per_node=gpus_per_node,
+    )  # fmt: skip
+    if (split := _split_options(account_for_embedding, account_for_loss)) is not None:
+        options["time_options"] = split
+    workload = dict(seq=seq, recipe=recipe, dtype=dtype, activations=activations)
+    question = _Question(model, hardware, gpus, workload, techniques, options, objective,
+                         target_step_time)  # fmt: skip
     try:
-        result, counts = _run_with_progress(search, fmt)
+        result, counts = _run_with_progress(question.search, fmt)
     except TpcalcError as exc:
         error(str(exc))
         raise typer.Exit(1) from None
-    for note in notes:
+    for note in question.notes:  # the workload's warnings (defaulted seq, FP8 storage)
         warn(note)
     if counts is not None and fmt is Format.table:
         emit(lambda: counts, fmt, units=units)
     _print(
         result, model, hardware, fmt=fmt, units=units, explain=explain, every=all_layouts, top=top
     )
+
+
+class _Question:
+    """One ``plan`` question as the engine takes it: the workload (model, card, sequence,
+    recipe, dtype, activations, memory techniques), the engine's options (pins, bounds,
+    headroom, batch) and the objective; ``search`` answers it (in the progress thread) and
+    keeps the workload's warnings for after the progress display."""
+
+    def __init__(
+        self, model: str, hardware: str, gpus: int, workload: dict[str, Any],
+        techniques: dict[str, Any], options: dict[str, Any], objective: PlanObjective,
+        target_step_time: float | None,
+    ) -> None:  # fmt: skip
+        self.model, self.hardware, self.gpus = model, hardware, gpus
+        self.workload, self.techniques, self.options = workload, techniques, options
+        self.objective, self.target_step_time = objective, target_step_time
+        self.notes: list[str] = []
+
+    def search(self) -> tuple[Any, Any]:
+        """(result, the GPU counts tried or None): the top layouts, or the fewest GPUs that
+        reach the target step time (``--objective gpus``)."""
+        from tpcalc.reports.plan import plan_workload
+        from tpcalc.reports.request import Workload
+
+        o = self.options
+        _check_sizes(self.model, self.gpus, o["top_k"], self.workload["seq"],
+                     o["global_batch"], o["global_batch_tokens"])  # fmt: skip
+        # micro-batch, SP and recompute are searched (pinned in the options), not the workload's
+        work = Workload.load(
+            self.model, self.hardware, **self.workload,
+            memory=memory_techniques(None, **self.techniques),
+        )  # fmt: skip
+        self.notes.extend(work.warnings)
+        if self.objective is not PlanObjective.gpus:
+            return plan_workload(work, gpus=self.gpus, objective=self.objective.value, **o), None
+        echo = {"model": self.model, "hardware": self.hardware}
+        return _fewest_gpus(work, echo, self.gpus, self.target_step_time, o)
 
 
 def _split_options(embedding: bool, loss: bool) -> TimeOptions | None:
