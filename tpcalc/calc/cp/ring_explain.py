@@ -41,57 +41,86 @@ ROW = (
 )
 
 
+# The rows of ``CpRing`` whose sources do not depend on the link's latency model.
+RING_EXPLANATIONS: dict[str, Explanation] = {
+    "tokens_per_rank": Explanation("tokens per rank", Unit.count, "s / cp", RING),
+    "n_kv": Explanation("KV heads per rank", Unit.count, "n_kv / tp (at least 1)", RING),
+    "d_k": Explanation("key head dim", Unit.count, "model config", RING),
+    "d_v": Explanation("value head dim", Unit.count, "model config", RING),
+    "q_heads": Explanation("query heads per rank", Unit.count, "n_q / tp", FLASH),
+    "kv_block_bytes": Explanation(
+        "K,V block per ring step", Unit.bytes, "(s/cp)·b·n_kv·(d_k+d_v)·dtype", RING
+    ),
+    "grad_block_bytes": Explanation(
+        "dK,dV block", Unit.bytes, "block·grad_dtype/dtype", RING_BWD
+    ),
+    "ring_steps": Explanation("ring steps per layer forward", Unit.count, "cp - 1", RING),
+    "full_attention_layers": Explanation(
+        "layers with a ring", Unit.count, "layers whose layer_type is full attention",
+        "model config layer_types",
+    ),
+    "fwd_kv_bytes_per_layer": Explanation(
+        "forward K,V sent per layer", Unit.bytes, "(cp-1)·block", RING, PER_LAYER
+    ),
+    "bwd_kv_bytes_per_layer": Explanation(
+        "backward K,V sent per layer", Unit.bytes, "(cp-1)·block", RING_BWD, PER_LAYER
+    ),
+    "bwd_dkv_bytes_per_layer": Explanation(
+        "backward dK,dV sent per layer", Unit.bytes, "cp·block·grad_dtype/dtype", RING_BWD,
+        PER_LAYER,
+    ),
+    "ring_sends_per_layer_count": Explanation(
+        "ring sends per layer, fwd+bwd", Unit.count, "2(cp-1) + cp", RING_BWD
+    ),
+    "send_bytes_per_layer": Explanation(
+        "sent per layer, fwd+bwd", Unit.bytes, "fwd K,V + bwd K,V + bwd dK,dV", RING_BWD
+    ),
+    "fwd_send_bytes_per_micro_batch": Explanation(
+        "forward sent, all ring layers", Unit.bytes, "L_full·(cp-1)·block", RING,
+        PER_MICRO_BATCH,
+    ),
+    "bwd_send_bytes_per_micro_batch": Explanation(
+        "backward sent, all ring layers", Unit.bytes, "L_full·(bwd K,V + bwd dK,dV)",
+        RING_BWD, PER_MICRO_BATCH,
+    ),
+    "send_bytes_per_micro_batch": Explanation(
+        "sent per rank per micro-batch", Unit.bytes, "L_full·send_bytes_per_layer", RING_BWD
+    ),
+    "nodes": Explanation(
+        "nodes the ring spans", Unit.count, "nodes_spanned(cp, tp, GPUs per node)",
+        "tpcalc.calc.links.link.nodes_spanned (Megatron rank order)",
+    ),
+    "block_pair_flop": Explanation(
+        "attention FLOP per ring step (one block pair, fwd)", Unit.flop,
+        "2·c²·b·heads·(d_k+d_v), c = s/cp", FLASH,
+    ),
+    "achieved_flop_per_s": Explanation(
+        "achieved", Unit.flop_per_s, "hardware config", "the card's achieved_flop_per_s"
+    ),
+    "attn_step_time_s": Explanation(
+        "attention compute per ring step", Unit.seconds, "block_pair_flop / achieved FLOP/s",
+        FLASH,
+    ),
+    "kv_over_compute_ratio": Explanation(
+        "transfer / compute per step (<= 1 hides)", Unit.ratio,
+        "kv_step_time / attn_step_time", SRC_OVERLAP,
+    ),
+    "ulysses_max_cp": Explanation(
+        "largest Ulysses degree (KV heads)", Unit.count, "n_kv", ULYSSES
+    ),
+    "ulysses_fits": Explanation(
+        "cp divides q and KV heads (Ulysses possible)", Unit.text,
+        "n_kv % cp == 0 and n_q % cp == 0", ULYSSES,
+    ),
+}  # fmt: skip
+
+
 def explanations(latency_src: str) -> dict[str, Explanation]:
-    """The explain table of ``CpRing``; ``latency_src`` is ``links.link.latency_source``."""
+    """The explain table of ``CpRing``: ``RING_EXPLANATIONS`` and the link rows, whose
+    source names the latency model (``latency_src``: ``links.link.latency_source``)."""
     alpha_beta = f"alpha-beta model; {latency_src}"
     return {
-        "tokens_per_rank": Explanation("tokens per rank", Unit.count, "s / cp", RING),
-        "n_kv": Explanation("KV heads per rank", Unit.count, "n_kv / tp (at least 1)", RING),
-        "d_k": Explanation("key head dim", Unit.count, "model config", RING),
-        "d_v": Explanation("value head dim", Unit.count, "model config", RING),
-        "q_heads": Explanation("query heads per rank", Unit.count, "n_q / tp", FLASH),
-        "kv_block_bytes": Explanation(
-            "K,V block per ring step", Unit.bytes, "(s/cp)·b·n_kv·(d_k+d_v)·dtype", RING
-        ),
-        "grad_block_bytes": Explanation(
-            "dK,dV block", Unit.bytes, "block·grad_dtype/dtype", RING_BWD
-        ),
-        "ring_steps": Explanation("ring steps per layer forward", Unit.count, "cp - 1", RING),
-        "full_attention_layers": Explanation(
-            "layers with a ring", Unit.count, "layers whose layer_type is full attention",
-            "model config layer_types",
-        ),
-        "fwd_kv_bytes_per_layer": Explanation(
-            "forward K,V sent per layer", Unit.bytes, "(cp-1)·block", RING, PER_LAYER
-        ),
-        "bwd_kv_bytes_per_layer": Explanation(
-            "backward K,V sent per layer", Unit.bytes, "(cp-1)·block", RING_BWD, PER_LAYER
-        ),
-        "bwd_dkv_bytes_per_layer": Explanation(
-            "backward dK,dV sent per layer", Unit.bytes, "cp·block·grad_dtype/dtype", RING_BWD,
-            PER_LAYER,
-        ),
-        "ring_sends_per_layer_count": Explanation(
-            "ring sends per layer, fwd+bwd", Unit.count, "2(cp-1) + cp", RING_BWD
-        ),
-        "send_bytes_per_layer": Explanation(
-            "sent per layer, fwd+bwd", Unit.bytes, "fwd K,V + bwd K,V + bwd dK,dV", RING_BWD
-        ),
-        "fwd_send_bytes_per_micro_batch": Explanation(
-            "forward sent, all ring layers", Unit.bytes, "L_full·(cp-1)·block", RING,
-            PER_MICRO_BATCH,
-        ),
-        "bwd_send_bytes_per_micro_batch": Explanation(
-            "backward sent, all ring layers", Unit.bytes, "L_full·(bwd K,V + bwd dK,dV)",
-            RING_BWD, PER_MICRO_BATCH,
-        ),
-        "send_bytes_per_micro_batch": Explanation(
-            "sent per rank per micro-batch", Unit.bytes, "L_full·send_bytes_per_layer", RING_BWD
-        ),
-        "nodes": Explanation(
-            "nodes the ring spans", Unit.count, "nodes_spanned(cp, tp, GPUs per node)",
-            "tpcalc.calc.links.link.nodes_spanned (Megatron rank order)",
-        ),
+        **RING_EXPLANATIONS,
         "bandwidth_bytes_per_s": Explanation(
             "link bandwidth", Unit.bytes_per_s, "hardware config", alpha_beta
         ),
@@ -102,28 +131,6 @@ def explanations(latency_src: str) -> dict[str, Explanation]:
         "kv_step_time_s": Explanation(
             "K,V transfer per ring step", Unit.seconds, f"block / bandwidth + {LATENCY_FORMULA}",
             alpha_beta,
-        ),
-        "block_pair_flop": Explanation(
-            "attention FLOP per ring step (one block pair, fwd)", Unit.flop,
-            "2·c²·b·heads·(d_k+d_v), c = s/cp", FLASH,
-        ),
-        "achieved_flop_per_s": Explanation(
-            "achieved", Unit.flop_per_s, "hardware config", "the card's achieved_flop_per_s"
-        ),
-        "attn_step_time_s": Explanation(
-            "attention compute per ring step", Unit.seconds, "block_pair_flop / achieved FLOP/s",
-            FLASH,
-        ),
-        "kv_over_compute_ratio": Explanation(
-            "transfer / compute per step (<= 1 hides)", Unit.ratio,
-            "kv_step_time / attn_step_time", SRC_OVERLAP,
-        ),
-        "ulysses_max_cp": Explanation(
-            "largest Ulysses degree (KV heads)", Unit.count, "n_kv", ULYSSES
-        ),
-        "ulysses_fits": Explanation(
-            "cp divides q and KV heads (Ulysses possible)", Unit.text,
-            "n_kv % cp == 0 and n_q % cp == 0", ULYSSES,
         ),
     }  # fmt: skip
 
