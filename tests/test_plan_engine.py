@@ -10,6 +10,7 @@ planner must reproduce them, so tolerances are rounding only.
 from __future__ import annotations
 
 import itertools
+import math
 import random
 
 import numpy as np
@@ -1103,3 +1104,69 @@ def test_bounds_price_the_cp_ring_as_the_step_does(small):
         ratios.append(lbs[j] / t)
     ratios.sort()
     assert ratios[len(ratios) // 2] > 0.9999  # the median CP candidate's bound is its step
+
+
+# ---- groups bounded only when a search may need them (search._Search._defer) ----
+
+
+def test_ring_floor_never_exceeds_the_step(h100):
+    """``StepBounds.ring_floor``, the seconds a shape's CP ring keeps its link busy, is at most
+    the exact step of every candidate of the shape (the step is at least its busiest link's
+    time, step._busiest_link_s), and near it where the ring dominates, so it can defer."""
+    req = _request("llama3-8b", h100, gpus=128, global_batch=128)
+    s, picks, _, _ = _search(req)
+    rng = random.Random(3)
+    ratios = []
+    for j in rng.sample(range(len(picks)), 600):
+        p = _pick(picks[j])
+        blk = s.blocks[p.block]
+        floor = s.bounds.ring_floor(blk.shape, blk.per_dp)
+        step = s.exact(p).step_time_s
+        assert floor <= step, (s.layout_run(p), floor, step)
+        if blk.shape.cp > 1:
+            assert floor > 0
+            ratios.append(floor / step)
+    assert ratios and max(ratios) > 0.5
+
+
+@LINUX_ONLY
+def test_deferred_groups_change_no_result(h100, monkeypatch):
+    """Llama 3 8B on 128 H100 defers 10 groups of high cp (DEFER_IDEAL_STEPS 4): the front's
+    least-memory budgets need them, so ``_settled`` bounds them again and reruns, and the
+    result, forked or not, is the one with every group bounded up front."""
+    req = _request("llama3-8b", h100, gpus=128, global_batch=128, top_k=5)
+    monkeypatch.setattr(S, "WORKERS", 1)
+    monkeypatch.setattr(S, "DEFER_IDEAL_STEPS", math.inf)
+    upfront = S.plan(req)
+    monkeypatch.setattr(S, "DEFER_IDEAL_STEPS", 4.0)
+    s = S._Search(req, req.gpus)
+    s.enumerate()
+    s.prepare()
+    deferred = [g for g in s.groups if g.deferred is not None]
+    S._settled(s, req.top_k)
+    left = [g for g in deferred if g.deferred is not None]
+    assert deferred and not left
+    assert all(g.shape.cp > 1 for g in deferred)
+    same = ("top", "pareto", "enumerated", "feasible", "rejections", "why_best", "why")
+    for workers in (1, 2):
+        monkeypatch.setattr(S, "WORKERS", workers)
+        monkeypatch.setattr(S, "FORK_MIN_SHAPES", 1)
+        monkeypatch.setattr(S, "_cores", lambda: 2)
+        got = S.plan(req)
+        for name in same:
+            assert getattr(got, name) == getattr(upfront, name), (workers, name)
+
+
+def test_listing_every_pick_bounds_the_deferred_groups(h100):
+    """``picks`` (the memory objective, --all) lists every candidate that fits, those of
+    deferred groups too, and a search that lists every one defers nothing."""
+    req = _request("llama3-8b", h100, gpus=128, global_batch=128)
+    s = S._Search(req, req.gpus)
+    s.enumerate()
+    assert any(g.deferred is not None for g in s.groups)
+    picks, _, _ = s.picks()
+    assert all(g.deferred is None for g in s.groups)
+    every = S._Search(replace(req, include_all=True), req.gpus)
+    every.enumerate()
+    assert all(g.deferred is None for g in every.groups)
+    assert np.array_equal(picks, every.picks()[0])

@@ -38,6 +38,7 @@ from typing import NamedTuple
 
 import numpy as np
 from msgspec import Struct
+from msgspec.structs import replace
 
 from tpcalc.calc.ep.overlap import pipeline_problem, recompute_problem
 from tpcalc.calc.layout.groups import (
@@ -438,6 +439,27 @@ class StepBounds:
                 node_dedup=self.opts.ep_node_dedup,
             )  # fmt: skip
         return got
+
+    def ring_floor(self, shape: Shape, per_dp: int) -> float:
+        """A floor on the step of every candidate of ``shape`` that makes ``per_dp`` sequences
+        per data-parallel rank (any variant, micro-batch, SP, recompute mode and ZeRO stage):
+        the seconds its CP ring keeps the ring's link busy. The step is at least that
+        (``step._busiest_link_s``, module docstring). Each layer with attention sends its K, V
+        chunk cp − 1 times in the forward and dK, dV too in the backward (``step._layer_work``):
+        (1 + KV_TENSORS) · ``cp_ring_s`` per micro-batch, over m micro-batches of b sequences,
+        m · b = per_dp; the busiest pipeline rank holds at least the mean of those layers, L/pp.
+        Taken without the sends' latency, which only adds, so one ring of all per_dp sequences'
+        tokens is the same bytes; recomputation only adds sends too. 0 when cp = 1."""
+        if shape.cp == 1:
+            return 0.0
+        nodes = self._shard_links_of(shape.tp, shape.cp, shape.ep, shape.etp)["cp"].nodes
+        shard = self._shard(shape.tp, shape.cp, shape.ep, shape.etp, False, per_dp)
+        bandwidth_only = replace(
+            self.r, collective_base_latency_s=0.0, intra_step_latency_s=0.0,
+            inter_step_latency_s=0.0,
+        )  # fmt: skip
+        sends = cp_ring_s(self.spec, shard, bandwidth_only, nodes, self.opts.comm_scale)
+        return self.spec.full_attention_layers / shape.pp * (1 + KV_TENSORS) * sends
 
     def stage_counts(self, pp: int, vpp: int) -> np.ndarray:
         """Layers of each kind on each pipeline stage, as step.stage_layers splits them."""

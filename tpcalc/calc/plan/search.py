@@ -61,7 +61,14 @@ from tpcalc.calc.plan.types import (
     ProgressCallback,
 )
 from tpcalc.calc.time.bulk import StepCache
-from tpcalc.calc.time.step import STEP_PARTS, StepTime, TimeOptions, effective_options
+from tpcalc.calc.time.step import (
+    STEP_PARTS,
+    StepTime,
+    TimeOptions,
+    effective_options,
+    model_flop_per_token,
+)
+from tpcalc.units import Dtype
 
 BATCH = "batch: dp does not divide the global batch"
 NO_MICRO_BATCH = "batch: no allowed micro-batch splits global batch / dp"
@@ -99,6 +106,11 @@ class _Group(Struct):
     packed: tuple[np.ndarray, np.ndarray, tuple[int, ...]] | None = None
     # each variant's [Z, M, S, R] memory, built from its slabs when first read (``mem_of``)
     memory: dict[int, np.ndarray] = field(default_factory=dict)
+    # a group whose bounds wait until a search may need them (``_Search._defer``): the floor
+    # every candidate of it is at least (``StepBounds.ring_floor``) and the least memory of
+    # any entry that fits; None once bounded
+    deferred: float | None = None
+    least: float = math.inf
 
     def mem(self) -> np.ndarray:
         """The memory [V, Z, M, S, R] (``mem_of`` of every variant)."""
@@ -111,12 +123,7 @@ class _Group(Struct):
         order, by variant first)."""
         got = self.memory.get(v)
         if got is None:
-            if self.packed is not None:
-                bits, kept, shape = self.packed
-                self.values = np.full(shape, math.inf)
-                keep = np.unpackbits(bits, count=self.values.size).view(bool)
-                self.values.ravel()[keep] = kept
-                self.packed = None
+            self.unpack()
             live = self.live[v]  # [Z, M]
             start = int(self.live[:v].sum())
             n_sr = self.values.shape[1]
@@ -124,6 +131,16 @@ class _Group(Struct):
             out[live] = self.values[start : start + int(live.sum())]
             got = self.memory[v] = out.reshape(*live.shape, len(self.sps), -1)
         return got
+
+    def unpack(self) -> None:
+        """``values`` again after ``pack``: the memory of every entry that fits, inf for the
+        others."""
+        if self.packed is not None:
+            bits, kept, shape = self.packed
+            self.values = np.full(shape, math.inf)
+            keep = np.unpackbits(bits, count=self.values.size).view(bool)
+            self.values.ravel()[keep] = kept
+            self.packed = None
 
     def pack(self, capacity: float) -> None:
         """Keep only the memory of the entries that fit (at most ``capacity``; the slabs are
@@ -247,6 +264,11 @@ class _Search:
         self.fitting = 0  # candidates that divide and fit, counted as the blocks are screened
         self.timed = 0
         self.steps = StepCache(req.spec, req.hw, self.opts)  # step_time, bit for bit
+        # groups whose CP ring alone keeps a link busy longer than this are bounded only when
+        # a search may need them (``_defer``); a search that lists every candidate (--all, the
+        # memory objective) bounds them all
+        every = req.include_all or req.objective is Objective.memory
+        self.defer_above = math.inf if every else DEFER_IDEAL_STEPS * self._ideal_step_s()
         self._exact: dict[_Pick, tuple[StepTime, ParallelLayout, LayoutRun]] = {}
         # every allowed stage is timed (module docstring)
         self.zeros = self.d.zero
@@ -379,22 +401,76 @@ class _Search:
                 for etp in d.etp:
                     shape = Shape(tp, cp, pp, dp, ep, etp)
                     self._shape(shape, tp_reason, sps_tp, vs, per_dp, mbs, modes, inner)
-        fits = [self._fits(grp) for grp in self.groups]
-        # the shards the groups' bounds read, each (sp, micro-batch) for every (ep, etp) at
-        # once (``StepBounds.prime``: the same sums as shard by shard)
-        want: dict[tuple[bool, int], list[tuple[int, int]]] = {}
-        for grp, got in zip(self.groups, fits, strict=True):
+        self._bound([grp for grp in self.groups if not self._defer(grp)])
+        return _Chunk(self.blocks, self.groups, self.rejections, self.enumerated, self.fitting)
+
+    def _bound(self, groups: list[_Group]) -> None:
+        """The cells of ``groups`` (``_cells``), the shards their bounds read primed first,
+        each (tp, cp, sp, micro-batch) for every (ep, etp) at once (``StepBounds.prime``: the
+        same sums as shard by shard)."""
+        fits = [self._fits(grp) for grp in groups]
+        want: dict[tuple[int, int, bool, int], list[tuple[int, int]]] = {}
+        for grp, got in zip(groups, fits, strict=True):
             if got is not None:
+                s = grp.shape
                 for i in got.used:
                     for sp in grp.sps:
-                        pair = (grp.shape.ep, grp.shape.etp)
-                        want.setdefault((sp and tp > 1, grp.mbs[i]), []).append(pair)
-        for (sp, b), pairs in want.items():
-            self.bounds.prime(tp, cp, sp, b, pairs, modes)
-        for grp, got in zip(self.groups, fits, strict=True):
+                        key = (s.tp, s.cp, sp and s.tp > 1, grp.mbs[i])
+                        want.setdefault(key, []).append((s.ep, s.etp))
+        for (tp, cp, sp, b), pairs in want.items():
+            self.bounds.prime(tp, cp, sp, b, pairs, self.d.recompute)
+        for grp, got in zip(groups, fits, strict=True):
             if got is not None:
                 self._cells(grp, got)
-        return _Chunk(self.blocks, self.groups, self.rejections, self.enumerated, self.fitting)
+
+    def _ideal_step_s(self) -> float:
+        """The step at the card's peak: the model FLOP of the global batch spread over every
+        GPU (``time.flops.model_flop_per_token``), the scale ``DEFER_IDEAL_STEPS`` is given in."""
+        req = self.req
+        tokens = req.global_batch * req.seq
+        flop = model_flop_per_token(req.spec, req.seq, self.opts.causal_model_flops) * tokens
+        r = self.bounds.r
+        peak = r.fp8_peak_flop_per_s if req.dtype is Dtype.fp8 else r.bf16_peak_flop_per_s
+        return flop / self.gpus / peak
+
+    def _defer(self, grp: _Group) -> bool:
+        """Leave ``grp`` without bounds for now when every candidate of it is slower than
+        ``defer_above`` by its CP ring alone (``StepBounds.ring_floor``): it keeps that floor
+        and the least memory of an entry that fits, and ``bound_deferred`` bounds it if a
+        search's result could hold one of its candidates. Whether a group is deferred changes
+        what is computed, never the result."""
+        floor = self.bounds.ring_floor(grp.shape, grp.per_dp)
+        if floor <= self.defer_above:
+            return False
+        fit = grp.values[grp.values <= self.capacity]
+        grp.least = float(fit.min()) if fit.size else math.inf
+        grp.deferred = floor * (1 - 2 * BOUND_MARGIN)
+        return True
+
+    def bound_deferred(self, tau: float, budgets: list[tuple[float, float]]) -> bool:
+        """Bound the deferred groups a search's result could hold a candidate of, and say
+        whether there were any (then ``prepare`` and the searches run again). ``tau``: the
+        top k's k-th exact time (inf with fewer); ``budgets``: the Pareto front's memory
+        budgets with the fastest exact time found under each (inf for the last, under which
+        nothing was found). A group is needed when its floor is at most ``tau``, or when it
+        has an entry under a budget and its floor is at most that budget's time: only then
+        can a candidate of it be among the top k or the fastest under a budget (a floor never
+        exceeds an exact time; ties are bounded too)."""
+        need = [
+            grp for grp in self.groups if grp.deferred is not None and (
+                grp.deferred <= tau
+                or any(grp.least < limit and grp.deferred <= t for limit, t in budgets)
+            )
+        ]  # fmt: skip
+        self._bound_deferred(need)
+        return bool(need)
+
+    def _bound_deferred(self, groups: list[_Group]) -> None:
+        """Bound deferred ``groups`` now (their memory unpacked if a child packed it)."""
+        for grp in groups:
+            grp.deferred = None
+            grp.unpack()
+        self._bound(groups)
 
     def _shape(
         self, shape: Shape, tp_reason: str | None, sps: list[bool], vs: list[Variant],
@@ -725,8 +801,10 @@ class _Search:
     def picks(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every timed candidate that fits as rows (block, zero, micro-batch, sp, mode) of
         indices, its memory, and its bound, in the exhaustive order (block, zero, micro-batch,
-        sp, mode): every block expanded."""
-        if not hasattr(self, "floors"):
+        sp, mode): every block expanded, every deferred group bounded first."""
+        deferred = [grp for grp in self.groups if grp.deferred is not None]
+        self._bound_deferred(deferred)
+        if deferred or not hasattr(self, "floors"):
             self.prepare()
         self.expand(range(len(self.blocks)))
         rows, mems, lbs, keys = self.built()
@@ -793,6 +871,11 @@ class _Search:
 # instead of 121), while DeepSeek-V3 on 2,048 H800 has 112 M candidates that fit, mostly in
 # groups where pricing every one costs more than the blocks the looser floors add.
 EAGER_BOUNDS = 25_000
+
+# A group whose CP ring alone keeps a link busy for more than this many ideal steps (the
+# model FLOP of the step at the card's peak, ``_Search._ideal_step_s``) is bounded only when a
+# search may need it (``_Search._defer``). It decides what is computed, never the result.
+DEFER_IDEAL_STEPS = 4.0
 
 # A pick's order key: block index above this many bits, its flat index in the block below.
 KEY_SHIFT = 32
@@ -1040,6 +1123,11 @@ def _pareto(search: _Search, picks: np.ndarray, mems: np.ndarray, lbs: np.ndarra
 
 
 def _pareto_built(search: _Search) -> list[_Pick]:
+    """``_pareto_budgets``' front."""
+    return _pareto_budgets(search)[0]
+
+
+def _pareto_budgets(search: _Search) -> tuple[list[_Pick], list[tuple[float, float]]]:
     """``_pareto`` over every block, building blocks' bounds only where they can matter: for
     each memory budget, the blocks with a (micro-batch, sp, mode) cell under it whose floor is
     at most the fastest exact time found under it so far (no other cell can hold a faster
@@ -1048,15 +1136,21 @@ def _pareto_built(search: _Search) -> list[_Pick]:
     Each budget keeps only the cells under it whose block is not listed yet, in order: budgets
     only fall, a listed block's cells are never taken again, and a listed block holds every
     pick of its cells under the budget (``expand``), so while no listed pick is under the
-    budget no listed block has a cell under it and the seed is the same cell."""
+    budget no listed block has a cell under it and the seed is the same cell.
+
+    Also returned: every budget with the exact time found under it, the last (under which no
+    cell is left) with inf: what ``_Search.bound_deferred`` checks the deferred groups
+    against."""
     cb, cm, cf = search.cell_block, search.cell_mem, search.cell_floor
     exact: list[tuple[_Pick, float, float]] = []  # (pick, exact time, memory)
+    budgets: list[tuple[float, float]] = []
     limit = math.inf
     top = float(cm.max()) if len(cm) else 0.0
     while True:
         search.progress("pareto", 1.0 - min(limit, top) / top if top else 1.0)
         under = cm < limit
         if not under.any():
+            budgets.append((limit, math.inf))
             break
         keep = under & ~search.expanded[cb]
         cb, cm, cf = cb[keep], cm[keep], cf[keep]
@@ -1072,12 +1166,28 @@ def _pareto_built(search: _Search) -> list[_Pick]:
             if not search.expand(np.unique(todo[~search.expanded[todo]]), limit):
                 break
         exact.append((_Pick(*(int(x) for x in rows[j])), t, float(mems[j])))
+        budgets.append((limit, t))
         limit = float(mems[j]) * (1 - PARETO_MEMORY_STEP)
     front: list[tuple[_Pick, float, float]] = []
     for p in exact:  # time ascending from the fastest, memory descending
         if not front or front[-1][1] < p[1] * (1 - PARETO_MIN_GAIN):
             front.append(p)
-    return [p for p, _, _ in front[::-1]]
+    return [p for p, _, _ in front[::-1]], budgets
+
+
+def _settled(search: _Search, want: int) -> tuple[list[tuple[float, _Pick]], list[_Pick]]:
+    """The top ``want`` (``_top_built``) and the Pareto front (``_pareto_budgets``) over
+    every block, the deferred groups a result could draw on bounded first
+    (``_Search.bound_deferred``): when any are, the floors are put together again and both
+    searches rerun (the exact times already taken are kept), until none is needed. The
+    result is the one with every group bounded from the start."""
+    while True:
+        ranked = _top_built(search, want)
+        front, budgets = _pareto_budgets(search)
+        tau = ranked[-1][0] if want and len(ranked) >= want else math.inf
+        if not search.bound_deferred(tau, budgets):
+            return ranked, front
+        search.prepare()
 
 
 def _plan_gpus(req: PlanRequest, gpus: int, progress: ProgressCallback = _quiet) -> PlanResult:
@@ -1093,7 +1203,7 @@ def _plan_gpus(req: PlanRequest, gpus: int, progress: ProgressCallback = _quiet)
     elif req.objective is Objective.memory:
         ranked = []
     else:
-        ranked = _top_built(search, req.top_k)
+        ranked, front_picks = _settled(search, req.top_k)
     if req.objective is Objective.memory:
         order = np.lexsort((lbs, mems))[: req.top_k]
         cands = sorted((search.candidate(_Pick(*map(int, picks[j]))) for j in order),
@@ -1101,7 +1211,9 @@ def _plan_gpus(req: PlanRequest, gpus: int, progress: ProgressCallback = _quiet)
     else:
         cands = [search.candidate(p) for _, p in ranked]
         cands.sort(key=lambda c: (c.step_time_s, c.memory_bytes))
-    front = [search.candidate(p) for p in _pareto_built(search)]
+    if req.include_all or req.objective is Objective.memory:  # nothing deferred (_Search)
+        front_picks = _pareto_built(search)
+    front = [search.candidate(p) for p in front_picks]
     top = tuple(cands[: req.top_k])
     why, margin = "", None
     if len(top) > 1 and req.objective is not Objective.memory:
