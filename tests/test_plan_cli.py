@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import re
 
 import pytest
@@ -196,6 +197,25 @@ def test_bad_pins_are_one_line_errors(planned, extra, message):
     r = run_cli(*ARGS, *extra, "-f", "json")
     assert r.code == 1 and r.out == ""
     assert r.err.count("\n") == 1 and message in r.err
+
+
+def test_pareto_within_reaches_the_search_and_the_front_says_it(planned, result):
+    """--pareto-within sets how far the front reaches (0: the whole front); the front's title
+    says the reach it was searched with."""
+    assert run_cli(*ARGS, "--pareto-within", "2", "-f", "json").code == 0
+    assert planned["pareto_within"] == 2.0
+    assert run_cli(*ARGS, "--pareto-within", "0", "-f", "json").code == 0
+    assert planned["pareto_within"] == math.inf
+    assert "up to 3× the best step" in plan_view.pareto_report(result).title
+    whole = replace(result, request=replace(result.request, pareto_within=math.inf))
+    assert "best step" not in plan_view.pareto_report(whole).title
+
+
+@pytest.mark.parametrize("value", ["0.5", "-1", "nan"])
+def test_a_pareto_reach_below_one_is_a_one_line_error(value):
+    r = run_cli(*ARGS, "--pareto-within", value, "-f", "json")
+    assert r.code == 1 and r.out == ""
+    assert r.err.count("\n") == 1 and "pareto_within" in r.err and "--pareto-within 0" in r.err
 
 
 def test_gpus_is_required():

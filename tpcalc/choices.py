@@ -14,6 +14,11 @@ DEFAULT_VOCAB_PAD_MULTIPLE = 128
 # as the backward pass fills them (Li et al. 2020, "PyTorch Distributed", §3.2.3; seed 000).
 DDP_BUCKET_MIB = 25
 DEFAULT_EP = "8,64"  # inside one 8-GPU node, and seed 000's DeepSeek-V3 EP 64
+# tpcalc plan: the Pareto front's slowest point is at most this many times the best step time;
+# past that a layout saves memory at a cost no run would pay (Llama 3 405B on 16,384 H100: the
+# whole front ends at 0.4 GB per rank and 4,193 times the best step). --objective memory ranks
+# by memory alone at any speed; inf (--pareto-within 0) gives the whole front.
+PARETO_WITHIN = 3.0
 
 
 class ActivationModel(str, Enum):

@@ -7,6 +7,7 @@ The command's Python twins are ``tpcalc.plan`` (``tpcalc.reports.plan.plan``) an
 
 from __future__ import annotations
 
+import math
 import sys
 import threading
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from tpcalc.choices import (
+    PARETO_WITHIN,
     ActivationModel,
     MoeDispatcher,
     PlanObjective,
@@ -116,6 +118,15 @@ TargetOpt = Annotated[
     typer.Option("--target-step-time", help="Seconds per step to reach (--objective gpus)."),
 ]
 TopOpt = Annotated[int, typer.Option("--top", help="How many of the best layouts to list.")]
+ParetoWithinOpt = Annotated[
+    float,
+    typer.Option(
+        "--pareto-within",
+        help="The Pareto front's slowest point: at most this many times the best step time "
+        "(0: the whole front, down to the least memory at any speed; --objective memory ranks "
+        "by memory alone).",
+    ),
+]
 AllOpt = Annotated[
     bool,
     typer.Option(
@@ -259,6 +270,7 @@ def plan(
     objective: ObjectiveOpt = PlanObjective.time,
     target_step_time: TargetOpt = None,
     top: TopOpt = 10,
+    pareto_within: ParetoWithinOpt = PARETO_WITHIN,
     all_layouts: AllOpt = False,
     max_seq: MaxSeqOpt = False,
     largest_micro_batch: LargestMbOpt = False,
@@ -366,7 +378,8 @@ def plan(
         global_batch=global_batch, global_batch_tokens=global_batch_tokens, pins=pins,
         bounds={name: value for name, value in maxima.items() if value is not None},
         memory_headroom=memory_headroom, reserve_bytes=reserve_gb * GB, top_k=top,
-        include_all=all_layouts, tp_within_node=tp_within_node, allow_uneven=uneven,
+        include_all=all_layouts, pareto_within=pareto_within or math.inf,
+        tp_within_node=tp_within_node, allow_uneven=uneven,
         gpus_per_node=gpus_per_node,
     )  # fmt: skip
     if (split := _split_options(account_for_embedding, account_for_loss)) is not None:

@@ -45,6 +45,7 @@ class PlanOptions(TypedDict, total=False):
     target_step_time_s: float | None
     top_k: int
     include_all: bool
+    pareto_within: float
     tp_within_node: bool
     allow_uneven: bool
     gpus_per_node: int | None

@@ -8,6 +8,7 @@ fields into rows (``tpcalc.render`` formats them) and maps a candidate back onto
 
 from __future__ import annotations
 
+import math
 import shlex
 from typing import TYPE_CHECKING
 
@@ -178,6 +179,9 @@ def pareto_report(result: PlanResult, most: int = 10) -> Report:
     spread (the note says how many there are)."""
     shown = spread(result.pareto, most)
     title = "Memory versus step time: the Pareto front (less memory first, each one faster)"
+    within = result.request.pareto_within
+    if math.isfinite(within):
+        title = title[:-1] + f"; up to {within:g}× the best step, --pareto-within)"
     report = candidates_report(result, shown, title, compact=True, index="point")
     if len(shown) < len(result.pareto):
         note = (

@@ -11,9 +11,22 @@ from msgspec.structs import replace
 
 from tpcalc.calc.dp.zero import zero_stage
 from tpcalc.calc.layout.groups import MemoryTechniques, resolve_fp8_inputs
-from tpcalc.calc.plan.types import OPTION_DIMS, PIN_DIMS, SIZE_DIMS, Objective, PlanRequest
+from tpcalc.calc.plan.types import (
+    OPTION_DIMS,
+    PIN_DIMS,
+    SIZE_DIMS,
+    Objective,
+    PlanRequest,
+)
 from tpcalc.calc.time.step import RECOMPUTE_MODULE_OPS, TimeOptions
-from tpcalc.choices import ActivationModel, MoeDispatcher, Recompute, Schedule, StateRecipe
+from tpcalc.choices import (
+    PARETO_WITHIN,
+    ActivationModel,
+    MoeDispatcher,
+    Recompute,
+    Schedule,
+    StateRecipe,
+)
 from tpcalc.errors import InputError
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.units import Dtype
@@ -107,6 +120,7 @@ def build_request(
     target_step_time_s: float | None = None,
     top_k: int = 10,
     include_all: bool = False,
+    pareto_within: float = PARETO_WITHIN,
     tp_within_node: bool = True,
     allow_uneven: bool = True,
     gpus_per_node: int | None = None,
@@ -143,6 +157,11 @@ def build_request(
             f"reserve_bytes={reserve_bytes:g} must be at least 0 and below the card's "
             f"{hw.memory_bytes.value:g} bytes"
         )
+    if not pareto_within >= 1.0:  # NaN too
+        raise InputError(
+            f"pareto_within={pareto_within} must be at least 1, times the best step time (the "
+            "whole front: inf, or --pareto-within 0)"
+        )
     obj = _choice(Objective, objective, "objective")
     if obj is Objective.gpus and (target_step_time_s is None or not target_step_time_s > 0):
         raise InputError("objective gpus needs a positive target_step_time_s")
@@ -155,7 +174,7 @@ def build_request(
         bounds=dict(bounds or {}), memory_headroom=float(memory_headroom),
         reserve_bytes=float(reserve_bytes), objective=obj, target_step_time_s=target_step_time_s,
         top_k=_at_most(_positive_int(top_k, "top_k"), "top_k", MAX_TOP_K, "layouts"),
-        include_all=include_all,
+        include_all=include_all, pareto_within=float(pareto_within),
         tp_within_node=tp_within_node, allow_uneven=allow_uneven, gpus_per_node=node,
         recipe=_choice(StateRecipe, recipe, "recipe"), dtype=gemm_dtype,
         activations=_choice(ActivationModel, activations, "activations"),

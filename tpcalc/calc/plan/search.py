@@ -11,6 +11,11 @@ candidates that come out exact are the top k of exhaustive exact evaluation (a b
 exceeds the exact time); each point of the Pareto front likewise (``_top_built``,
 ``_pareto_built``).
 
+A group (one shape) whose CP ring alone keeps its link busy longer than ``DEFER_IDEAL_STEPS``
+ideal steps is screened (its counts are exact) but bounded only when the top k or a Pareto budget
+could draw on it (``_defer``, ``_settled``): the same result, fewer bounds. The front reaches up
+to the request's ``pareto_within`` times the best step.
+
 The screen and the bounds go unit (tp, cp) by unit; a large search forks one child that runs
 part of the units and pipes their arrays back (``_Search._chunks``, ``WORKERS``), and the
 units are put together in order, so the result is that of one process, bit for bit.
@@ -875,6 +880,9 @@ EAGER_BOUNDS = 25_000
 # A group whose CP ring alone keeps a link busy for more than this many ideal steps (the
 # model FLOP of the step at the card's peak, ``_Search._ideal_step_s``) is bounded only when a
 # search may need it (``_Search._defer``). It decides what is computed, never the result.
+# Measured (2026-12-03, DeepSeek-V3 on 2,048 H800, best step 2.9 ideal steps): 4 defers 3,658
+# of 5,988 groups and the searches need none of them again; 3 and 2 defer 4,204, of which 546
+# are bounded again, one by one in this process (16.4, 15.5 s wall against 13.5 s).
 DEFER_IDEAL_STEPS = 4.0
 
 # A pick's order key: block index above this many bits, its flat index in the block below.
@@ -1094,12 +1102,14 @@ def _pareto(search: _Search, picks: np.ndarray, mems: np.ndarray, lbs: np.ndarra
     """Picks on the memory-versus-time front, memory ascending: the fastest of all, then the
     fastest with PARETO_MEMORY_STEP less memory than that, and so on (each found by
     branch-and-bound over the picks under the budget), keeping the fastest and then each
-    point that the kept faster one beats by PARETO_MIN_GAIN.
+    point that the kept faster one beats by PARETO_MIN_GAIN; it ends at the first budget whose
+    fastest is slower than the request's ``pareto_within`` times the fastest of all.
 
     Tried and measured slower (2026-12-01, Llama 3 405B on 16,384 H100): one sweep in memory
     order timing every pick whose bound beats the running best exact time gives the same front
     but times 4,183 picks instead of 2,826 (7.4 s against 5.6 s), because it resolves the
     whole exact staircase while the front needs only the fastest point under each budget."""
+    within = search.req.pareto_within
     order = np.argsort(lbs, kind="stable")
     by_mem = mems[order]
     exact: list[int] = []
@@ -1111,6 +1121,8 @@ def _pareto(search: _Search, picks: np.ndarray, mems: np.ndarray, lbs: np.ndarra
         if not len(idx):
             break
         j = _fastest(search, picks, idx, lbs, mems)
+        if exact and search.tighten(picks[j]) > search.tighten(picks[exact[0]]) * within:
+            break
         exact.append(j)
         limit = mems[j] * (1 - PARETO_MEMORY_STEP)
     front: list[int] = []
@@ -1138,10 +1150,14 @@ def _pareto_budgets(search: _Search) -> tuple[list[_Pick], list[tuple[float, flo
     pick of its cells under the budget (``expand``), so while no listed pick is under the
     budget no listed block has a cell under it and the seed is the same cell.
 
-    Also returned: every budget with the exact time found under it, the last (under which no
-    cell is left) with inf: what ``_Search.bound_deferred`` checks the deferred groups
-    against."""
+    The front ends at the first budget whose fastest is slower than ``pareto_within`` times the
+    fastest of all (as ``_pareto``). Also returned: every budget with the exact time found
+    under it, the last with the most a pick under it could take and still be found: ``within``
+    times the fastest where the front ended there, inf where no cell was left under it; what
+    ``_Search.bound_deferred`` checks the deferred groups against."""
     cb, cm, cf = search.cell_block, search.cell_mem, search.cell_floor
+    within = search.req.pareto_within
+    cap = math.inf  # the slowest a point may be: within · the fastest, once found
     exact: list[tuple[_Pick, float, float]] = []  # (pick, exact time, memory)
     budgets: list[tuple[float, float]] = []
     limit = math.inf
@@ -1162,11 +1178,16 @@ def _pareto_budgets(search: _Search) -> tuple[list[_Pick], list[tuple[float, flo
                 continue
             j = _fastest(search, rows, _bound_order(search, rows, idx, lbs, keys), lbs, mems)
             t = search.tighten(rows[j])
-            todo = cb[cf <= t]
+            # past the front's end only whether the fastest is within it matters
+            todo = cb[cf <= min(t, cap)]
             if not search.expand(np.unique(todo[~search.expanded[todo]]), limit):
                 break
+        if t > cap:  # every cell left has a floor above the cap
+            budgets.append((limit, cap))
+            break
         exact.append((_Pick(*(int(x) for x in rows[j])), t, float(mems[j])))
         budgets.append((limit, t))
+        cap = exact[0][1] * within
         limit = float(mems[j]) * (1 - PARETO_MEMORY_STEP)
     front: list[tuple[_Pick, float, float]] = []
     for p in exact:  # time ascending from the fastest, memory descending

@@ -17,7 +17,7 @@ from msgspec import Struct, field
 from tpcalc.calc.layout.groups import LayoutRun, MemoryTechniques, ParallelLayout
 from tpcalc.calc.plan.inverse import MinGpus
 from tpcalc.calc.time.step import StepTime, TimeOptions
-from tpcalc.choices import ActivationModel, StateRecipe
+from tpcalc.choices import PARETO_WITHIN, ActivationModel, StateRecipe
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.units import Dtype
 
@@ -76,6 +76,7 @@ class PlanRequest(Struct, frozen=True, kw_only=True):
     target_step_time_s: float | None = None  # objective gpus: the step time to reach
     top_k: int = 10
     include_all: bool = False  # price every feasible layout exactly (for spreadsheets)
+    pareto_within: float = PARETO_WITHIN  # the front's points: at most this × the best step
     tp_within_node: bool = True  # default: TP stays inside a node (seed 000: "TP 只放机内")
     allow_uneven: bool = True  # layers need not divide evenly over pp·vpp (as `tpcalc layout`)
     gpus_per_node: int | None = None  # None: the hardware config's
