@@ -957,14 +957,17 @@ def _best_first(
 def _top_built(search: _Search, want: int) -> list[tuple[float, _Pick]]:
     """``_best_first`` over every block, building blocks' bounds only where they can matter:
     blocks in order of their floor until ``want`` picks are built, then, as long as some block
-    not built has a floor at most the ``want``-th best exact time so far, those blocks too. A
-    block left out has every pick's exact time above that time, so it holds none of the best
-    ``want`` (a floor is the least bound of its cell, ``prepare``)."""
+    not built has a floor at most the ``want``-th best exact time so far, those blocks too,
+    in rounds of at most 1, 2, 4, ... blocks so that the time falls as they come (the first
+    block's ``want``-th time can be far above the last: DeepSeek-V3 on 2,048 H800 listed 4,809
+    blocks in one round where 5 have a floor at most the final time). A block left out has
+    every pick's exact time above that time, so it holds none of the best ``want`` (a floor is
+    the least bound of its cell, ``prepare``)."""
     if want <= 0:
         return []
     by_floor = np.argsort(search.floors, kind="stable")
     live = by_floor[np.isfinite(search.floors[by_floor])]
-    pos = 0
+    pos, most = 0, 1
     while True:
         rows, _, lbs, keys = search.built()
         if len(rows) < want and pos < len(live):
@@ -974,11 +977,11 @@ def _top_built(search: _Search, want: int) -> list[tuple[float, _Pick]]:
         ranked = _best_first(search, rows, lbs, want, keys, np.arange(len(rows)))
         tau = ranked[-1][0] if len(ranked) >= want else math.inf
         end = pos
-        while end < len(live) and search.floors[live[end]] <= tau:
+        while end < len(live) and end - pos < most and search.floors[live[end]] <= tau:
             end += 1
         if not search.expand(live[pos:end]):
             return [(t, _Pick(*(int(x) for x in rows[j]))) for t, j in ranked]
-        pos = end
+        pos, most = end, 2 * most
 
 
 def _part_name(part: str) -> str:
