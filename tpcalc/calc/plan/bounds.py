@@ -160,6 +160,11 @@ class StepBounds:
         self._ends: dict[tuple, tuple] = {}
         self._end_parts: dict[tuple, tuple] = {}
         self.r = rates(hw, dtype, efficiency_scale=opts.efficiency_scale)
+        # the rates without the collectives' latency: bandwidth terms alone (``ring_floor``)
+        self.r_bandwidth = replace(
+            self.r, collective_base_latency_s=0.0, intra_step_latency_s=0.0,
+            inter_step_latency_s=0.0,
+        )  # fmt: skip
         kinds: dict[tuple[str, bool], list[int]] = {}
         for i in range(spec.num_hidden_layers):
             kinds.setdefault((spec.resolved_layer_types[i], spec.is_moe_layer(i)), []).append(i)
@@ -454,11 +459,7 @@ class StepBounds:
             return 0.0
         nodes = self._shard_links_of(shape.tp, shape.cp, shape.ep, shape.etp)["cp"].nodes
         shard = self._shard(shape.tp, shape.cp, shape.ep, shape.etp, False, per_dp)
-        bandwidth_only = replace(
-            self.r, collective_base_latency_s=0.0, intra_step_latency_s=0.0,
-            inter_step_latency_s=0.0,
-        )  # fmt: skip
-        sends = cp_ring_s(self.spec, shard, bandwidth_only, nodes, self.opts.comm_scale)
+        sends = cp_ring_s(self.spec, shard, self.r_bandwidth, nodes, self.opts.comm_scale)
         return self.spec.full_attention_layers / shape.pp * (1 + KV_TENSORS) * sends
 
     def stage_counts(self, pp: int, vpp: int) -> np.ndarray:

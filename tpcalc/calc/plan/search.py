@@ -73,7 +73,6 @@ from tpcalc.calc.time.step import (
     effective_options,
     model_flop_per_token,
 )
-from tpcalc.units import Dtype
 
 BATCH = "batch: dp does not divide the global batch"
 NO_MICRO_BATCH = "batch: no allowed micro-batch splits global batch / dp"
@@ -434,9 +433,7 @@ class _Search:
         req = self.req
         tokens = req.global_batch * req.seq
         flop = model_flop_per_token(req.spec, req.seq, self.opts.causal_model_flops) * tokens
-        r = self.bounds.r
-        peak = r.fp8_peak_flop_per_s if req.dtype is Dtype.fp8 else r.bf16_peak_flop_per_s
-        return flop / self.gpus / peak
+        return flop / self.gpus / self.bounds.r.peak_flop_per_s(req.dtype)
 
     def _defer(self, grp: _Group) -> bool:
         """Leave ``grp`` without bounds for now when every candidate of it is slower than
@@ -467,10 +464,10 @@ class _Search:
                 or any(grp.least < limit and grp.deferred <= t for limit, t in budgets)
             )
         ]  # fmt: skip
-        self._bound_deferred(need)
+        self._bound_now(need)
         return bool(need)
 
-    def _bound_deferred(self, groups: list[_Group]) -> None:
+    def _bound_now(self, groups: list[_Group]) -> None:
         """Bound deferred ``groups`` now (their memory unpacked if a child packed it)."""
         for grp in groups:
             grp.deferred = None
@@ -808,7 +805,7 @@ class _Search:
         indices, its memory, and its bound, in the exhaustive order (block, zero, micro-batch,
         sp, mode): every block expanded, every deferred group bounded first."""
         deferred = [grp for grp in self.groups if grp.deferred is not None]
-        self._bound_deferred(deferred)
+        self._bound_now(deferred)
         if deferred or not hasattr(self, "floors"):
             self.prepare()
         self.expand(range(len(self.blocks)))

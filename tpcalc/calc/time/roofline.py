@@ -62,6 +62,11 @@ class Rates(Struct, frozen=True):
     inter_step_latency_s: float
     comm_sm_share: float  # SMs an overlapped collective's kernels hold / the card's SMs
 
+    def peak_flop_per_s(self, dtype: Dtype) -> float:
+        """The card's dense peak in ``dtype``, FP8's for fp8 and BF16's otherwise: what MFU is
+        taken against."""
+        return self.fp8_peak_flop_per_s if dtype is Dtype.fp8 else self.bf16_peak_flop_per_s
+
 
 def performance(hw: HardwareSpec) -> PerformanceSpec:
     """The card's ``performance`` block, or an error saying the step-time model needs one."""

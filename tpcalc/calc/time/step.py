@@ -864,7 +864,7 @@ def _step_of_stages(
     gpu_s = step_s * layout.world
     model_flop = model_flop_per_token(spec, run.seq, opts.causal_model_flops) * tokens
     r = ctx.r
-    peak = r.fp8_peak_flop_per_s if run.dtype is Dtype.fp8 else r.bf16_peak_flop_per_s
+    peak = r.peak_flop_per_s(run.dtype)
     if hardware_flop is None:
         hardware_flop = _hardware_flop(details)
     hw_flop = hardware_flop * m * layout.dp * layout.cp * layout.tp
