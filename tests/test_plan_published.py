@@ -177,9 +177,10 @@ def test_the_planner_gets_the_stated_offload_and_finds_the_published_micro_batch
     assert ch.holds, ch.why()
 
 
-# --- the planner held to the published ZeRO stage ------------------------------------------
-# NVIDIA's recipes fix the ZeRO stage (the distributed optimizer, or Megatron FSDP): where check
-# 2 fails and the pick changes it, the checks ask the planner again with the stage pinned.
+# --- the planner held to the run's ZeRO stage and overlaps ---------------------------------
+# NVIDIA's recipes fix the ZeRO stage (the distributed optimizer, or Megatron FSDP) and which
+# communication runs under compute: where check 2 fails and the pick changes one of them, the
+# checks ask the planner again with the run's settings pinned.
 def _faster_with(item: Published, ratio: float, **changes) -> Pick:
     base = check(item, _echo(1.0))
     other = {**choice(item.case.layout, item.case.run, item.case.options), **changes}
@@ -205,8 +206,8 @@ def test_the_planner_held_to_the_published_zero_stage_is_asked_and_said():
     assert asked == [item] and not ch.holds and ch.held is not None
     assert ch.held_in_top_or_close and ch.holds_when_held
     assert (
-        "held to ZeRO-1 (the recipe's distributed optimizer), the published layout ranks 2, "
-        "+3.0% from that best: check 2 holds" in ch.why()
+        "held to ZeRO-1 (the recipe's distributed optimizer) and the run's overlaps (dp), the "
+        "published layout ranks 2, +3.0% from that best: check 2 holds" in ch.why()
     )
 
 
@@ -220,6 +221,33 @@ def test_the_held_planner_is_not_asked_where_the_pick_keeps_the_stage_or_check_2
     assert same_stage.held is None and not same_stage.holds_when_held
     close = check(item, lambda it: _faster_with(it, 1.04, ZeRO=3), never)
     assert close.in_top_or_close and close.held is None
+
+
+def test_the_held_planner_is_asked_where_the_pick_turns_an_overlap_on():
+    """Megatron-Bridge 26.04.01, Qwen3-30B-A3B on 8 GB200: EP8 with the all-to-all exposed (the
+    recipe leaves moe_a2a_overlap off). A pick that differs only by overlapping it is asked
+    again with the run's settings pinned, and the answer is said."""
+    from tpcalc.reports.plan_published import published_settings
+
+    item = _item("mbridge-26.04.01-qwen3-30b-a3b-gb200-8-mxfp8")
+    assert published_settings(item) == {
+        "zero": [1], "tp_comm_overlap": [False], "cp_overlap": [True], "ep_overlap": [False],
+        "pp_overlap": [True], "dp_overlap": [True],
+    }  # fmt: skip
+    asked = []
+
+    def held(it: Published) -> Pick:
+        asked.append(it)
+        base = check(it, _echo(1.0))
+        mine = choice(it.case.layout, it.case.run, it.case.options)
+        return Pick((mine,), (base.published_step_s,), (base.published,), 10)
+
+    ch = check(item, lambda it: _faster_with(it, 1.25, overlap="ep,dp"), held)
+    assert asked == [item] and ch.holds_when_held and not ch.holds
+    assert "the pick changes EP overlap on" in ch.why()
+    assert "held to ZeRO-1 (the recipe's distributed optimizer) and the run's overlaps (dp), " in (
+        ch.why()
+    )
 
 
 def test_overlap_changes_are_named_only_for_dimensions_both_split():
@@ -240,7 +268,9 @@ def test_overlap_changes_are_named_only_for_dimensions_both_split():
 # per-micro-batch gathers cost time, and the published layout is within 5% of the free best.
 def test_llama2_13b_holds_with_overlap_charged_its_sms():
     ch = check(
-        _item("nemo-24.07-llama2-13b-h100-16"), engine_planner(), engine_planner(hold_zero=True)
+        _item("nemo-24.07-llama2-13b-h100-16"),
+        engine_planner(),
+        engine_planner(hold_published=True),
     )
     assert ch.holds, ch.why()
     assert ch.held is None and ch.pick.choices[0]["ZeRO"] != 3
@@ -257,8 +287,8 @@ def test_llama2_13b_holds_with_overlap_charged_its_sms():
     [("mbridge-26.04.01-qwen3-30b-a3b-h100-sxm-16-fp8", True),
      ("mbridge-26.02.01-qwen3-30b-a3b-h100-sxm-16-fp8", False)],
 )  # fmt: skip
-@pytest.mark.parametrize("hold_zero", [False, True])
-def test_the_planner_gets_the_rows_dispatcher(monkeypatch, run_id, flex, hold_zero):
+@pytest.mark.parametrize("hold_published", [False, True])
+def test_the_planner_gets_the_rows_dispatcher(monkeypatch, run_id, flex, hold_published):
     from types import SimpleNamespace
 
     item = _item(run_id)
@@ -270,7 +300,7 @@ def test_the_planner_gets_the_rows_dispatcher(monkeypatch, run_id, flex, hold_ze
         return SimpleNamespace(top=())
 
     monkeypatch.setattr("tpcalc.calc.plan.search.plan", fake_plan)
-    engine_planner(hold_zero=hold_zero)(item)
+    engine_planner(hold_published=hold_published)(item)
     (request,) = asked
     assert request.time_options.ep_node_dedup is flex
     assert request.memory.moe_dispatcher == ("flex" if flex else "alltoall")

@@ -244,8 +244,9 @@ ZERO_AS_PUBLISHED = {1: "the recipe's distributed optimizer", 3: "the recipe's M
 
 class Check(Struct, frozen=True):
     """The three checks on one published run, with the figures they compare. ``held``: the
-    planner's answer when it is held to the published ZeRO stage, asked where check 2 fails and
-    the pick changes the ZeRO stage (the recipes fix it: distributed optimizer or FSDP).
+    planner's answer when it is held to the run's own settings, its ZeRO stage and overlaps
+    (``published_settings``), asked where check 2 fails and the pick changes one of them (the
+    recipes fix them: distributed optimizer or FSDP, which communication runs under compute).
     ``completed``: where the source leaves choices unprinted, the planner's best with every printed
     one pinned, which the checks take as the published layout."""
 
@@ -310,13 +311,13 @@ class Check(Struct, frozen=True):
 
     @property
     def held_in_top_or_close(self) -> bool | None:
-        """Check 2 against the planner held to the published ZeRO stage (None: not asked)."""
+        """Check 2 against the planner held to the run's settings (None: not asked)."""
         return None if self.held is None else top_or_close(self.held, self.published_step_s)
 
     @property
     def holds_when_held(self) -> bool:
-        """All three checks against the planner held to the published ZeRO stage (False where
-        it was not asked)."""
+        """All three checks against the planner held to the run's settings (False where it was
+        not asked)."""
         held = self.held
         if held is None or not held.step_times_s:
             return False
@@ -386,9 +387,10 @@ class Check(Struct, frozen=True):
         gap = gap_to(held, self.published_step_s)
         where = f"ranks {rank}" if rank is not None else f"is not in the top {held.top_k}"
         verdict = "check 2 holds" if top_or_close(held, self.published_step_s) else "still fails"
+        on = self.published_choice.get("overlap", "none")
         return (
-            f"held to ZeRO-{z} ({as_published}), the published layout {where}, {gap:+.1%} from "
-            f"that best: {verdict}"
+            f"held to ZeRO-{z} ({as_published}) and the run's overlaps ({on}), the published "
+            f"layout {where}, {gap:+.1%} from that best: {verdict}"
         )
 
 
@@ -433,17 +435,33 @@ def check(
 
 
 def _held(ch: Check, held_planner: Callable[[Published], Pick] | None) -> Check:
-    """The check with the planner held to the published ZeRO stage, where check 2 fails and the
-    pick changes the stage."""
+    """The check with the planner held to the run's settings, where check 2 fails and the pick
+    changes the ZeRO stage or an overlap."""
     pick, item = ch.pick, ch.item
-    zero_changed = bool(pick.choices) and pick.choices[0]["ZeRO"] != ch.published_zero
-    if held_planner is not None and zero_changed and not ch.in_top_or_close:
+    changed = bool(pick.choices) and (
+        pick.choices[0]["ZeRO"] != ch.published_zero
+        or bool(overlap_changes(ch.published_choice, pick.choices[0]))
+    )
+    if held_planner is not None and changed and not ch.in_top_or_close:
         ch = replace(ch, held=held_planner(item))
     return ch
 
 
+def published_settings(item: Published) -> dict[str, list]:
+    """The pins that hold the planner to the run's own settings: its ZeRO stage (Megatron FSDP
+    as ZeRO-3) and which communication it overlaps, as ``tpcalc validate`` prices the run
+    (``recipe_options``): the TP userbuffers, the CP ring, the EP all-to-all (off unless the
+    recipe turns it on), the PP sends and the DP gradient reduce and parameter gather."""
+    ov = item.case.options.overlap
+    return {
+        "zero": [int(item.memory_case.layout.zero)], "tp_comm_overlap": [ov.tp_comm],
+        "cp_overlap": [ov.cp_ring], "ep_overlap": [bool(ov.ep_a2a)],
+        "pp_overlap": [ov.pp_p2p], "dp_overlap": [ov.dp_grad_reduce and ov.dp_param_gather],
+    }  # fmt: skip
+
+
 def engine_planner(
-    top_k: int = TOP_K, *, hold_zero: bool = False, complete: bool = False
+    top_k: int = TOP_K, *, hold_published: bool = False, complete: bool = False
 ) -> Callable[[Published], Pick]:
     """The planner (``tpcalc.calc.plan``) on a published run's question: same model, hardware,
     GPUs, NVLink domain, sequence, global batch, dtype, state recipe (the published layout's
@@ -451,9 +469,9 @@ def engine_planner(
     published layout is judged with: activation offloading where the recipe sets it),
     stage-split rule (the recipe's embedding and loss accounting) and MoE dispatch (node-aware
     where the recipe's dispatcher is flex, as ``tpcalc validate`` prices the published layout);
-    the layout, ZeRO stage (pinned to the published one with ``hold_zero``), recompute and
-    overlaps searched. With ``complete``, every printed choice is pinned and only the row's
-    unstated ones searched (``completion_pins``)."""
+    the layout, ZeRO stage, recompute and overlaps searched (the stage and overlaps pinned to the
+    run's with ``hold_published``: ``published_settings``). With ``complete``, every printed
+    choice is pinned and only the row's unstated ones searched (``completion_pins``)."""
 
     def run(item: Published) -> Pick:
         from tpcalc.calc.plan.request import build_request
@@ -462,7 +480,7 @@ def engine_planner(
         c, m = item.case, item.memory_case
         pins = (
             completion_pins(item) if complete
-            else {"zero": [int(m.layout.zero)]} if hold_zero else None
+            else published_settings(item) if hold_published else None
         )  # fmt: skip
         request = build_request(
             load_model(c.model), load_hardware(c.hardware), gpus=c.gpus, seq=c.run.seq,
@@ -515,7 +533,7 @@ def checks(
     choices are the engine's unless a planner is given."""
     items, skipped = published_items(ids, runs)
     run = planner or engine_planner()
-    held = held_planner if planner is not None else engine_planner(hold_zero=True)
+    held = held_planner if planner is not None else engine_planner(hold_published=True)
     completer = None if planner is not None else engine_planner(complete=True)
     return [check(i, run, held, completer) for i in items], skipped
 
@@ -547,9 +565,10 @@ def _row(ch: Check) -> Row:
              formula="published step / best step − 1", source=SRC_CHECKS),
         term("checks_hold", "checks hold", ch.holds, Unit.text,
              formula="feasible and (top k or gap <= 5%) and best <= published", source=SRC_CHECKS),
-        term("held_zero_top_or_close", "check 2, ZeRO as published", ch.held_in_top_or_close,
-             Unit.text, formula="top k or gap <= 5% with the planner's ZeRO stage pinned to the "
-             "published one (asked where check 2 fails and the pick changes it)",
+        term("held_top_or_close", "check 2, ZeRO and overlaps as published",
+             ch.held_in_top_or_close, Unit.text,
+             formula="top k or gap <= 5% with the planner's ZeRO stage and overlaps pinned to "
+             "the run's (asked where check 2 fails and the pick changes one of them)",
              source=SRC_CHECKS),
         term("why", "why not", ch.why(), Unit.text, formula="", source=ch.item.case.source),
     ]  # fmt: skip
@@ -569,6 +588,7 @@ def published_report(
         warnings=tuple(f"skipped {s}" for s in skipped),
         notes=(
             f"{held} of {len(done)} published runs pass all three checks",
-            f"check 2 holds for {pinned} more once the planner is held to the published ZeRO stage",
+            f"all three hold for {pinned} more once the planner is held to the run's ZeRO stage "
+            "and overlaps",
         ),
     )
