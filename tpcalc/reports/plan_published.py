@@ -162,19 +162,29 @@ def choice(layout: Any, run: Any, options: TimeOptions | None = None) -> dict[st
     return got
 
 
-def overlaps(layout: Any, options: TimeOptions) -> str:
-    """The dimensions whose communication runs under compute (``step.Overlap``), among those
-    the layout has (a size above 1), or "none"."""
+def overlap_flags(options: TimeOptions) -> dict[str, bool]:
+    """Whether each dimension's communication runs under compute (``step.Overlap``): the TP
+    userbuffers, the CP ring, the EP all-to-all (off unless turned on), the PP sends, the DP
+    gradient reduce and parameter gather."""
     ov = options.overlap
-    on = [
-        name
-        for name, size, flag in (
-            ("tp", layout.tp, ov.tp_comm), ("cp", layout.cp, ov.cp_ring),
-            ("ep", layout.ep, bool(ov.ep_a2a)), ("pp", layout.pp, ov.pp_p2p),
-            ("dp", layout.dp, ov.dp_grad_reduce and ov.dp_param_gather),
-        )
-        if size > 1 and flag
-    ]  # fmt: skip
+    return {
+        "tp": ov.tp_comm, "cp": ov.cp_ring, "ep": bool(ov.ep_a2a), "pp": ov.pp_p2p,
+        "dp": ov.dp_grad_reduce and ov.dp_param_gather,
+    }  # fmt: skip
+
+
+# The planner's pin of each dimension's overlap (``calc.plan.space.overlap``).
+_OVERLAP_PINS = {
+    "tp": "tp_comm_overlap", "cp": "cp_overlap", "ep": "ep_overlap", "pp": "pp_overlap",
+    "dp": "dp_overlap",
+}  # fmt: skip
+
+
+def overlaps(layout: Any, options: TimeOptions) -> str:
+    """The dimensions whose communication runs under compute (``overlap_flags``), among those
+    the layout has (a size above 1), or "none"."""
+    sizes = {"tp": layout.tp, "cp": layout.cp, "ep": layout.ep, "pp": layout.pp, "dp": layout.dp}
+    on = [d for d, flag in overlap_flags(options).items() if sizes[d] > 1 and flag]
     return ",".join(on) or "none"
 
 
@@ -449,15 +459,11 @@ def _held(ch: Check, held_planner: Callable[[Published], Pick] | None) -> Check:
 
 def published_settings(item: Published) -> dict[str, list]:
     """The pins that hold the planner to the run's own settings: its ZeRO stage (Megatron FSDP
-    as ZeRO-3) and which communication it overlaps, as ``tpcalc validate`` prices the run
-    (``recipe_options``): the TP userbuffers, the CP ring, the EP all-to-all (off unless the
-    recipe turns it on), the PP sends and the DP gradient reduce and parameter gather."""
-    ov = item.case.options.overlap
-    return {
-        "zero": [int(item.memory_case.layout.zero)], "tp_comm_overlap": [ov.tp_comm],
-        "cp_overlap": [ov.cp_ring], "ep_overlap": [bool(ov.ep_a2a)],
-        "pp_overlap": [ov.pp_p2p], "dp_overlap": [ov.dp_grad_reduce and ov.dp_param_gather],
-    }  # fmt: skip
+    as ZeRO-3) and which communication it overlaps (``overlap_flags``), as ``tpcalc validate``
+    prices the run (``recipe_options``)."""
+    flags = overlap_flags(item.case.options)
+    pins: dict[str, list] = {"zero": [int(item.memory_case.layout.zero)]}
+    return pins | {_OVERLAP_PINS[d]: [on] for d, on in flags.items()}
 
 
 def engine_planner(
