@@ -42,8 +42,10 @@ PIN_DIMS = SIZE_DIMS + OPTION_DIMS
 
 
 # Called by a search as it goes: (phase, fraction of that phase done in [0, 1]). Phases, in
-# order: "screen" (divisibility and memory), "bounds", "top", "pareto". For a caller's progress
-# display (issue 11: "a rich progress bar when a search will take more than about a second").
+# order: "screen" (divisibility and memory), "bounds", "top", "pareto"; "bounds" and "pareto"
+# again, in that order, when the results need groups whose bounds were deferred (search._settled).
+# For a caller's progress display (issue 11: "a rich progress bar when a search will take more
+# than about a second").
 ProgressCallback = Callable[[str, float], None]
 
 
