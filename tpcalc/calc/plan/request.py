@@ -11,13 +11,7 @@ from msgspec.structs import replace
 
 from tpcalc.calc.dp.zero import zero_stage
 from tpcalc.calc.layout.groups import MemoryTechniques, resolve_fp8_inputs
-from tpcalc.calc.plan.types import (
-    OPTION_DIMS,
-    PIN_DIMS,
-    SIZE_DIMS,
-    Objective,
-    PlanRequest,
-)
+from tpcalc.calc.plan.types import OPTION_DIMS, PIN_DIMS, SIZE_DIMS, Objective, PlanRequest
 from tpcalc.calc.time.step import RECOMPUTE_MODULE_OPS, TimeOptions
 from tpcalc.choices import (
     PARETO_WITHIN,
