@@ -29,6 +29,13 @@ class Explanation(Struct, frozen=True):
     part_of: str | None = None
 
 
+# The card's fixed achieved rate (the seeds' convention, ``achieved_flop_per_s`` in a hardware
+# config), as every compute-time table that reads it shows it.
+ACHIEVED_FLOP_PER_S = Explanation(
+    "achieved", Unit.flop_per_s, "hardware config", "the card's achieved_flop_per_s"
+)
+
+
 def terms(
     result: object,
     explanations: Mapping[str, Explanation],

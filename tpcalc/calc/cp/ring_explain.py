@@ -8,7 +8,7 @@ from tpcalc.calc.cp.causal import ZIGZAG, CausalBalance, causal_balance
 from tpcalc.calc.cp.ring import RING_BWD, CpRing
 from tpcalc.calc.cp.shapes import FLASH, RING, ULYSSES
 from tpcalc.calc.links.link import LATENCY_FORMULA, Link, latency_inputs, latency_source
-from tpcalc.explain import Explanation, terms
+from tpcalc.explain import ACHIEVED_FLOP_PER_S, Explanation, terms
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.terms import Scalar, Term, Unit
 from tpcalc.units import Dtype
@@ -94,9 +94,7 @@ RING_EXPLANATIONS: dict[str, Explanation] = {
         "attention FLOP per ring step (one block pair, fwd)", Unit.flop,
         "2·c²·b·heads·(d_k+d_v), c = s/cp", FLASH,
     ),
-    "achieved_flop_per_s": Explanation(
-        "achieved", Unit.flop_per_s, "hardware config", "the card's achieved_flop_per_s"
-    ),
+    "achieved_flop_per_s": ACHIEVED_FLOP_PER_S,
     "attn_step_time_s": Explanation(
         "attention compute per ring step", Unit.seconds, "block_pair_flop / achieved FLOP/s",
         FLASH,

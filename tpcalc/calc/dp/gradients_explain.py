@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tpcalc.calc.dp.gradients import DDP_BUCKET_BYTES, GradientSync, gradient_sync
 from tpcalc.calc.links.link import LATENCY_FORMULA, Link, latency_inputs, latency_source
-from tpcalc.explain import Explanation, terms
+from tpcalc.explain import ACHIEVED_FLOP_PER_S, Explanation, terms
 from tpcalc.specs import HardwareSpec
 from tpcalc.terms import Scalar, Term, Unit
 from tpcalc.units import Dtype
@@ -70,9 +70,7 @@ def explanations(link: Link, link_src: str) -> dict[str, Explanation]:
         "backward_flop": Explanation(
             "backward compute per rank", Unit.flop, "4 × N × tokens", BWD_SOURCE
         ),
-        "achieved_flop_per_s": Explanation(
-            "achieved", Unit.flop_per_s, "hardware config", "the card's achieved_flop_per_s"
-        ),
+        "achieved_flop_per_s": ACHIEVED_FLOP_PER_S,
         "backward_time_s": Explanation(
             "backward time", Unit.seconds, "backward_flop / achieved", BWD_SOURCE
         ),

@@ -20,7 +20,7 @@ from tpcalc.calc.links.link import (
 )
 from tpcalc.calc.params.states import recipe_bytes
 from tpcalc.choices import StateRecipe
-from tpcalc.explain import Explanation, terms
+from tpcalc.explain import ACHIEVED_FLOP_PER_S, Explanation, terms
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.terms import Scalar, Term, Unit
 
@@ -180,9 +180,7 @@ INPUTS: dict[str, Explanation] = {
     "expert_params": Explanation(
         "expert parameters", Unit.params, "3·h·moe_intermediate_size (gate, up, down)", SRC_PARAMS
     ),
-    "achieved_flop_per_s": Explanation(
-        "achieved", Unit.flop_per_s, "hardware config", "the card's achieved_flop_per_s"
-    ),
+    "achieved_flop_per_s": ACHIEVED_FLOP_PER_S,
 }  # fmt: skip
 
 

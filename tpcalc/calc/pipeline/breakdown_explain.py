@@ -12,7 +12,7 @@ from tpcalc.calc.pipeline.breakdown import (
     PipelineBreakdown,
 )
 from tpcalc.choices import Schedule
-from tpcalc.explain import Explanation, terms
+from tpcalc.explain import ACHIEVED_FLOP_PER_S, Explanation, terms
 from tpcalc.specs import HardwareSpec
 from tpcalc.terms import Scalar, Term, Unit
 
@@ -138,9 +138,7 @@ INPUTS: dict[str, Explanation] = {
     "stage_matmul_params_max": Explanation(
         "N_stage", Unit.params, "max over ranks of the parameters a token multiplies", SRC_TIMES
     ),
-    "achieved_flop_per_s": Explanation(
-        "achieved", Unit.flop_per_s, "hardware config", "the card's achieved_flop_per_s"
-    ),
+    "achieved_flop_per_s": ACHIEVED_FLOP_PER_S,
     "in_flight_chunks": Explanation(
         "in-flight chunks (worst rank)", Unit.count, "in_flight_chunks(schedule, p, m, v, r)",
         pp.SRC_INFLIGHT,
