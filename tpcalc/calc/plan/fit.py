@@ -116,6 +116,7 @@ class MemoryScreen:
         self._rank_params: dict[tuple, list] = {}
         self._layer_params: tuple = ()
         self._buffer_rows: dict[tuple, np.ndarray] = {}
+        self._buffer_cols: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._state_factors: dict[tuple, float] = {}
         self._factors: dict[tuple, tuple[np.ndarray, ...]] = {}
         none = np.zeros(0)
@@ -421,6 +422,17 @@ class MemoryScreen:
             )  # fmt: skip
         return self._buffers[key]
 
+    def _buffers_of(self, shape: Shape, mbs: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """``buffer`` of every micro-batch of ``mbs``, on a rank with the last chunk and on
+        one without, [1, M, 1] each; shared by every pp and etp of a (tp, cp, ep)."""
+        key = (shape.tp, shape.cp, shape.ep, tuple(mbs))
+        got = self._buffer_cols.get(key)
+        if got is None:
+            on = np.array([self.buffer(shape, b, True) for b in mbs])[None, :, None]
+            off = np.array([self.buffer(shape, b, False) for b in mbs])[None, :, None]
+            got = self._buffer_cols[key] = (on, off)
+        return got
+
     # ---- a block ----
 
     def block(
@@ -540,9 +552,7 @@ class MemoryScreen:
         fe = np.array([self.state_factor(z, expert_dp) for z in zeros])[None, :, None]
         states = d * fd + e * fe  # [V, Z, ranks], each element as block takes it
         act, last = self._group_act(shape, vs, mbs, per_dp, sps, modes)  # [V, M, S·R, ranks]
-        rows = {b: (self.buffer(shape, b, True), self.buffer(shape, b, False)) for b in mbs}
-        on = np.array([rows[b][0] for b in mbs])[None, :, None]
-        off = np.array([rows[b][1] for b in mbs])[None, :, None]
+        on, off = self._buffers_of(shape, mbs)
         buf = np.where(last[:, None, :], on, off)  # [V, M, ranks]
         # Only ranks no other rank dominates can be the most loaded: a rank whose states,
         # activations and buffers are each at most another's is never above it (float sums
