@@ -424,7 +424,8 @@ class MemoryScreen:
 
     def _buffers_of(self, shape: Shape, mbs: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """``buffer`` of every micro-batch of ``mbs``, on a rank with the last chunk and on
-        one without, [1, M, 1] each; shared by every pp and etp of a (tp, cp, ep)."""
+        one without, [1, M, 1] each; shared by every etp of a (tp, cp, ep), and by every pp
+        with the same micro-batches (``buffer`` reads neither etp nor pp)."""
         key = (shape.tp, shape.cp, shape.ep, tuple(mbs))
         got = self._buffer_cols.get(key)
         if got is None:
