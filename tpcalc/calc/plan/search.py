@@ -1216,13 +1216,11 @@ def _plan_gpus(req: PlanRequest, gpus: int, progress: ProgressCallback = _quiet)
     search.enumerate()
     search.prepare()
     progress("top", 0.0)
-    if req.include_all or req.objective is Objective.memory:
+    if req.include_all or req.objective is Objective.memory:  # nothing deferred (_Search)
         picks, mems, lbs = search.picks()  # every block: all are listed, or ranked by memory
-    if req.include_all:
-        ranked = [(t, _Pick(*map(int, picks[j]))) for t, j in _best_first(search, picks, lbs,
-                                                                          len(picks))]  # fmt: skip
-    elif req.objective is Objective.memory:
-        ranked = []
+        listed = _best_first(search, picks, lbs, len(picks)) if req.include_all else []
+        ranked = [(t, _Pick(*map(int, picks[j]))) for t, j in listed]
+        front_picks = _pareto_built(search)
     else:
         ranked, front_picks = _settled(search, req.top_k)
     if req.objective is Objective.memory:
@@ -1232,8 +1230,6 @@ def _plan_gpus(req: PlanRequest, gpus: int, progress: ProgressCallback = _quiet)
     else:
         cands = [search.candidate(p) for _, p in ranked]
         cands.sort(key=lambda c: (c.step_time_s, c.memory_bytes))
-    if req.include_all or req.objective is Objective.memory:  # nothing deferred (_Search)
-        front_picks = _pareto_built(search)
     front = [search.candidate(p) for p in front_picks]
     top = tuple(cands[: req.top_k])
     why, margin = "", None
