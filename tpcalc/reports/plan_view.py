@@ -178,10 +178,9 @@ def pareto_report(result: PlanResult, most: int = 10) -> Report:
     """The memory-versus-time front, less memory first: every point, or ``most`` of them evenly
     spread (the note says how many there are)."""
     shown = spread(result.pareto, most)
-    title = "Memory versus step time: the Pareto front (less memory first, each one faster)"
     within = result.request.pareto_within
-    if math.isfinite(within):
-        title = title[:-1] + f"; up to {within:g}× the best step, --pareto-within)"
+    reach = f"; up to {within:g}× the best step, --pareto-within" if math.isfinite(within) else ""
+    title = f"Memory versus step time: the Pareto front (less memory first, each one faster{reach})"
     report = candidates_report(result, shown, title, compact=True, index="point")
     if len(shown) < len(result.pareto):
         note = (
