@@ -24,11 +24,12 @@ a distributed optimizer), exposed whatever the overlap (``step._dp_exposed``), p
 over the dense shard (``step._optimizer_s``).
 
 The step is also at least as long as its busiest link is busy (``step._busiest_link_s``, link
-contention), so each bound is the larger of the sum above and stage 0's NIC traffic: its
+contention), so each bound is the larger of the sum above and a stage's NIC traffic: its
 data-parallel collectives over groups that cross nodes (once per step, or per micro-batch under
 ZeRO-2/3, ``_net_dp``) and its MoE layers' all-to-alls in every micro-batch's forward and backward
-where the EP group crosses nodes (``_net_ep``). Both are part of what stage 0's NIC carries, and
-the step's busiest link carries at least that.
+where the EP group crosses nodes (``_net_ep``). Both are part of what that stage's NIC carries,
+and the step's busiest link carries at least that. The stages taken (``nic_stages``): stage 0,
+and for a MoE model the stage with the most MoE layers.
 """
 
 from __future__ import annotations
@@ -114,16 +115,16 @@ class ShardWork(Struct, frozen=True):
 class GroupTerms(NamedTuple):
     """The parts of ``StepBounds.group``'s bound that need no stage split: micro-batch counts
     [M, 1, 1], bubble + sends [V, M, S, R], the constant of stage 0's tail [V, Z] and each
-    parameter group's hinges (A, d_a, C, d_c), each [V, Z, M]; and stage 0's traffic through
-    its NIC (``_link_floor``): the data-parallel part [V, Z, M] and the all-to-all part
-    [V, M, S, R]."""
+    parameter group's hinges (A, d_a, C, d_c), each [V, Z, M]; and the most traffic through
+    the NIC of any of the shape's NIC stages (``StepBounds.nic_stages``, ``_link_floor``), its
+    data-parallel part and its all-to-all part added, [V, Z, M, S] (the same for every
+    recompute mode)."""
 
     m: np.ndarray
     rest: np.ndarray
     const: np.ndarray
     hinges: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
-    net_dp: np.ndarray
-    net_ep: np.ndarray
+    nic: np.ndarray
 
 
 class GroupParts(NamedTuple):
@@ -155,6 +156,8 @@ class StepBounds:
         self._expert_groups: dict[Shape, Group] = {}
         self._a2as: dict[tuple, float] = {}
         self._first_experts: dict[tuple, int] = {}
+        self._nic_stages: dict[tuple[int, int], tuple[int, ...]] = {}
+        self._nic_row: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._rows: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._layer_ops: dict[tuple, tuple] = {}
         self._ends: dict[tuple, tuple] = {}
@@ -473,23 +476,45 @@ class StepBounds:
             self._stage_counts[key] = out
         return self._stage_counts[key]
 
-    def first_stage_dense(self, shape: Shape, v: Variant) -> int:
-        """Dense parameters one rank of stage 0 holds, as ``step._stage_params`` counts them."""
-        key = (shape.pp, v.vpp, shape.tp)
+    def stage_dense(self, shape: Shape, v: Variant, stage: int = 0) -> int:
+        """Dense parameters one rank of ``stage`` holds, as ``step._stage_params`` counts them:
+        its layers' over TP, the embedding on the first stage, the final norm and head on
+        the last."""
+        key = (shape.pp, v.vpp, shape.tp, stage)
         if key not in self._first_params:
             spec = self.spec
-            layers = stage_layers(spec.num_hidden_layers, shape.pp, v.vpp)[0]
+            layers = stage_layers(spec.num_hidden_layers, shape.pp, v.vpp)[stage]
             if not self._layer_dense:  # each layer's dense parameters, counted once
                 self._layer_dense = [
                     layer_params(spec, i) - routed_layer_params(spec, i)
                     for i in range(spec.num_hidden_layers)
                 ]
             dense = sum(self._layer_dense[i] for i in layers)
-            dense += embedding_params(spec)
-            if shape.pp == 1:
+            if stage == 0:
+                dense += embedding_params(spec)
+            if stage == shape.pp - 1:
                 dense += lm_head_params(spec) + final_norm_params(spec)
             self._first_params[key] = dense // shape.tp
         return self._first_params[key]
+
+    def nic_stages(self, pp: int, vpp: int) -> tuple[int, ...]:
+        """The pipeline stages whose NIC traffic the link floor takes (``_link_floor``; the
+        step is at least every stage's busiest link, ``step._busiest_link_s``): stage 0, and
+        for a MoE model the stage with the most MoE layers where that is another (the first
+        of them). DeepSeek-V3's first three layers are dense, so at PP16 its stage 0 holds no
+        expert and stage 1 four MoE layers: stage 0 alone left their all-to-alls and ZeRO-3's
+        per-micro-batch expert gathers out of the floor."""
+        key = (pp, vpp)
+        got = self._nic_stages.get(key)
+        if got is None:
+            got = (0,)
+            if self.spec.is_moe and pp > 1:
+                moe = np.array([1.0 if k[2] else 0.0 for k in self.kinds])
+                heaviest = int(np.argmax(self.stage_counts(pp, vpp) @ moe))
+                if heaviest:
+                    got = (0, heaviest)
+            self._nic_stages[key] = got
+        return got
 
     def dp_tail(self, shape: Shape, v: Variant, distributed: bool) -> tuple[float, float, float]:
         """(constant, A, C) of stage 0's dense parameters over the data-parallel group: the
@@ -498,7 +523,7 @@ class StepBounds:
         key = (shape.tp, shape.cp, shape.pp, shape.dp, v.vpp, distributed)
         if key in self._rest:
             return self._rest[key]
-        params = self.first_stage_dense(shape, v)
+        params = self.stage_dense(shape, v)
         group = self.links(shape)["dp"]
         const, a, c, parts = self._collectives(params, group.size, group.nodes, shape.dp,
                                                distributed)  # fmt: skip
@@ -518,7 +543,7 @@ class StepBounds:
         key = (shape, v.vpp, distributed)
         got = self._expert_rest.get(key)
         if got is None:
-            params = self.first_stage_experts(shape, v)
+            params = self.stage_experts(shape, v)
             if not params:
                 got = (0.0, -math.inf, -math.inf, None)
             else:
@@ -527,11 +552,11 @@ class StepBounds:
             self._expert_rest[key] = got
         return got
 
-    def first_stage_experts(self, shape: Shape, v: Variant) -> int:
-        """Routed-expert parameters one rank of stage 0 holds (``step._stage_params``)."""
-        key = (shape.pp, v.vpp, shape.ep * shape.etp)
+    def stage_experts(self, shape: Shape, v: Variant, stage: int = 0) -> int:
+        """Routed-expert parameters one rank of ``stage`` holds (``step._stage_params``)."""
+        key = (shape.pp, v.vpp, shape.ep * shape.etp, stage)
         if key not in self._first_experts:
-            layers = stage_layers(self.spec.num_hidden_layers, shape.pp, v.vpp)[0]
+            layers = stage_layers(self.spec.num_hidden_layers, shape.pp, v.vpp)[stage]
             routed = sum(routed_layer_params(self.spec, i) for i in layers)
             self._first_experts[key] = routed // (shape.ep * shape.etp)
         return self._first_experts[key]
@@ -873,7 +898,8 @@ class StepBounds:
         slowest, f0, total0 = (x.ravel()[cell] for x in parts.splits)
         hidden = _least_exposed(t.m.ravel()[im], slowest, f0, total0, hinges, self.r.comm_sm_share)
         bound = hidden + t.const.ravel()[vz] + t.rest.ravel()[cell]
-        return np.maximum(bound, t.net_dp.ravel()[vzm] + t.net_ep.ravel()[cell])
+        n_s = t.nic.shape[-1]
+        return np.maximum(bound, t.nic.ravel()[vzm * n_s + sr // (n_sr // n_s)])
 
     def floors(self, parts: GroupParts, fit_z: np.ndarray, cells: np.ndarray) -> np.ndarray:
         """A lower bound on ``group``'s bound of every ZeRO stage of each cell ``cells``
@@ -900,7 +926,8 @@ class StepBounds:
         const = np.where(fit_z, t.const[:, :, None], inf).min(axis=1).ravel()[vm]
         slowest, f0, total0 = (x.ravel()[cells] for x in parts.splits)
         hidden = _least_exposed(t.m.ravel()[im], slowest, f0, total0, hinges, self.r.comm_sm_share)
-        return np.maximum(hidden + const + t.rest.ravel()[cells], _link_floor(t, fit_z, cells, vm))
+        floor = hidden + const + t.rest.ravel()[cells]
+        return np.maximum(floor, _link_floor(t, fit_z, cells, vm, n_sr))
 
     def floor_cuts(self, parts: GroupParts, fit_z: np.ndarray, cells: np.ndarray) -> np.ndarray:
         """A lower bound on ``floors`` of the same cells in a few operations each: m · the
@@ -913,7 +940,7 @@ class StepBounds:
         const = np.where(fit_z, t.const[:, :, None], math.inf).min(axis=1).ravel()[vm]
         slowest = parts.splits[0].ravel()[cells]
         cut = t.m.ravel()[vm % n_m] * slowest + const + t.rest.ravel()[cells]
-        return np.maximum(cut, _link_floor(t, fit_z, cells, vm))
+        return np.maximum(cut, _link_floor(t, fit_z, cells, vm, n_sr))
 
     def terms(
         self, shape: Shape, vs: list[Variant], mbs: list[int], per_dp: int, sps: list[bool],
@@ -937,11 +964,22 @@ class StepBounds:
         for expert in (False, True) if self.spec.is_moe else (False,):
             a, da, c, dc = self._hinges(shape, uniq, zeros, distributed, mm, expert, const)
             groups.append((a[inv], da[inv], c[inv], dc[inv]))  # each [V, Z, M]
-        net_dp = self._net_dp(shape, uniq, zeros, distributed, mm)[inv]
-        net_ep = np.ascontiguousarray(
-            np.broadcast_to(self._net_ep(shape, uniq, mbs, sps, m)[inv], bubble.shape)
-        )
-        return GroupTerms(m, sends + bubble, const[inv], groups, net_dp, net_ep)
+        # the traffic of every vpp's NIC stages (any stage's is a floor on every variant):
+        # the data-parallel part [U, Z, M] and the all-to-all part [U, M, S] added
+        a2a = self._net_ep(shape, uniq, mbs, sps, m)
+
+        def traffic(stage: int) -> np.ndarray:
+            dp = self._net_dp(shape, uniq, zeros, distributed, mm, stage)[..., None]
+            if a2a is None:
+                return np.broadcast_to(dp, (*dp.shape[:-1], len(sps)))
+            per_layer, layers = a2a
+            return dp + (layers[:, stage, None, None] * per_layer[None])[:, None]
+
+        first, *more = sorted({s for u in uniq for s in self.nic_stages(shape.pp, u.vpp)})
+        nic = np.array(traffic(first))
+        for s in more:
+            np.maximum(nic, traffic(s), out=nic)
+        return GroupTerms(m, sends + bubble, const[inv], groups, nic[inv])
 
     def _bubbles(
         self, shape: Shape, vs: list[Variant], modes: list[RecomputeMode], f_on: np.ndarray,
@@ -1018,39 +1056,53 @@ class StepBounds:
 
     def _net_dp(
         self, shape: Shape, uniq: list[Variant], zeros: list[int], distributed: list[bool],
-        mm: np.ndarray,
+        mm: np.ndarray, stage: int = 0,
     ) -> np.ndarray:  # fmt: skip
-        """Seconds stage 0's data-parallel collectives keep its NIC busy in a step [U, Z, M]
+        """Seconds ``stage``'s data-parallel collectives keep its NIC busy in a step [U, Z, M]
         (``step._dp_exposed``'s totals of the groups that cross nodes: once per step, or per
         micro-batch under ZeRO-2/3), for each vpp of ``uniq``."""
         once = np.zeros((len(uniq), len(zeros)))  # per step
         each = np.zeros((len(uniq), len(zeros)))  # per micro-batch
         for i, v in enumerate(uniq):
-            for params, group in self._dp_groups(shape, v):
-                if group.nodes <= 1:
-                    continue
-                per_dist = {
-                    dist: self._collectives(params, group.size, group.nodes, shape.dp, dist)[3]
-                    for dist in set(distributed)
-                }
-                for j, (z, dist) in enumerate(zip(zeros, distributed, strict=True)):
-                    got = per_dist[dist]
-                    if got is None:
-                        continue
-                    one, gather, buckets = got
-                    if z >= 3:
-                        each[i, j] += buckets * (one + 2 * gather)
-                    elif z == 2:
-                        once[i, j] += buckets * gather
-                        each[i, j] += buckets * one
-                    else:
-                        once[i, j] += buckets * (one + gather)
+            for params, group in self._dp_groups(shape, v, stage):
+                if group.nodes > 1:
+                    o, e = self._nic_rows(params, group, shape.dp, zeros, distributed)
+                    once[i] += o
+                    each[i] += e
         return once[:, :, None] + each[:, :, None] * mm[0, 0][None, None, :]
 
-    def _dp_groups(self, shape: Shape, v: Variant) -> list[tuple[int, Group]]:
-        """Stage 0's dense and routed-expert parameters with the group each is reduced over."""
-        out = [(self.first_stage_dense(shape, v), self.links(shape)["dp"])]
-        experts = self.first_stage_experts(shape, v) if self.spec.is_moe else 0
+    def _nic_rows(
+        self, params: int, group: Group, dp: int, zeros: list[int], distributed: list[bool]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """One parameter group's NIC seconds for each ZeRO stage [Z] (``_net_dp``): once per
+        step and per micro-batch. Shared by every shape with the same parameters and group."""
+        key = (params, group.size, group.nodes, dp, tuple(zeros), tuple(distributed))
+        got = self._nic_row.get(key)
+        if got is None:
+            once, each = np.zeros(len(zeros)), np.zeros(len(zeros))
+            per_dist = {
+                dist: self._collectives(params, group.size, group.nodes, dp, dist)[3]
+                for dist in set(distributed)
+            }
+            for j, (z, dist) in enumerate(zip(zeros, distributed, strict=True)):
+                parts = per_dist[dist]
+                if parts is None:
+                    continue
+                one, gather, buckets = parts
+                if z >= 3:
+                    each[j] = buckets * (one + 2 * gather)
+                elif z == 2:
+                    once[j] = buckets * gather
+                    each[j] = buckets * one
+                else:
+                    once[j] = buckets * (one + gather)
+            got = self._nic_row[key] = (once, each)
+        return got
+
+    def _dp_groups(self, shape: Shape, v: Variant, stage: int = 0) -> list[tuple[int, Group]]:
+        """A stage's dense and routed-expert parameters with the group each is reduced over."""
+        out = [(self.stage_dense(shape, v, stage), self.links(shape)["dp"])]
+        experts = self.stage_experts(shape, v, stage) if self.spec.is_moe else 0
         if experts:
             out.append((experts, self._expert_group(shape)))
         return out
@@ -1070,27 +1122,25 @@ class StepBounds:
 
     def _net_ep(
         self, shape: Shape, uniq: list[Variant], mbs: list[int], sps: list[bool], m: np.ndarray
-    ) -> np.ndarray:
-        """Seconds stage 0's EP all-to-alls keep its NIC busy in a step [U, M, S, 1]: the
-        dispatch and combine of its MoE layers in every micro-batch's forward and backward
-        (``step._layer_work``; a recomputed forward's are left out), 0 where the EP group stays
-        in a node."""
-        out = np.zeros((len(uniq), len(mbs), len(sps), 1))
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """What a stage's EP all-to-alls keep its NIC busy in a step: the dispatch and combine
+        of each of its MoE layers in every micro-batch's forward and backward
+        (``step._layer_work``; a recomputed forward's are left out), as seconds per MoE layer
+        [M, S] and each vpp's MoE layers per stage [U, stages]; None where the EP group stays
+        in a node (or there is none)."""
         if not self.spec.is_moe or shape.ep == 1:
-            return out
+            return None
         nodes = self._shard_links_of(shape.tp, shape.cp, shape.ep, shape.etp)["ep"].nodes
         if nodes <= 1:
-            return out
-        # a micro-batch's all-to-alls per MoE layer, per (micro-batch size, sp), then the layers
+            return None
         per_layer = np.zeros((len(mbs), len(sps)))
         for a, b in enumerate(mbs):
             for c, sp in enumerate(sps):
                 shard = self._shard(shape.tp, shape.cp, shape.ep, shape.etp, sp and shape.tp > 1, b)
                 per_layer[a, c] = m[a, 0, 0] * A2A_PASSES * self._a2a(shard, shape.ep, nodes)
         moe = np.array([1.0 if k[2] else 0.0 for k in self.kinds])
-        layers = np.array([self.stage_counts(shape.pp, v.vpp)[0] @ moe for v in uniq])
-        out[..., 0] = layers[:, None, None] * per_layer[None]
-        return out
+        layers = np.array([self.stage_counts(shape.pp, v.vpp) @ moe for v in uniq])
+        return per_layer, layers
 
     def refused(self, shape: Shape, v: Variant, modes: list[RecomputeMode]) -> np.ndarray:
         """Which modes [R] run the EP all-to-all exposed on this variant though the search
@@ -1360,11 +1410,15 @@ def _least(
     return best
 
 
-def _link_floor(t: GroupTerms, fit_z: np.ndarray, cells: np.ndarray, vm: np.ndarray) -> np.ndarray:
-    """The least stage 0's NIC traffic (``GroupTerms.net_dp`` + ``net_ep``) of the cells
-    ``cells`` over every ZeRO stage that fits some cell of their (variant, micro-batch)."""
-    dp = np.where(fit_z, t.net_dp, math.inf).min(axis=1).ravel()[vm]
-    return dp + t.net_ep.ravel()[cells]
+def _link_floor(
+    t: GroupTerms, fit_z: np.ndarray, cells: np.ndarray, vm: np.ndarray, n_sr: int
+) -> np.ndarray:
+    """The least NIC traffic (``GroupTerms.nic``) of the cells ``cells`` (flat into
+    [V, M, S, R], ``vm`` their (variant, micro-batch)) over every ZeRO stage that fits some
+    cell of their (variant, micro-batch)."""
+    n_s = t.nic.shape[-1]
+    least = np.where(fit_z[..., None], t.nic, math.inf).min(axis=1)  # [V, M, S]
+    return least.ravel()[vm * n_s + cells % n_sr // (n_sr // n_s)]
 
 
 def _least_exposed(
