@@ -150,12 +150,12 @@ class StepBounds:
         self._work: dict[tuple, ShardWork] = {}
         self._rest: dict[tuple, tuple[float, float, float]] = {}
         self._dp_parts: dict[tuple, tuple[float, float, int]] = {}
-        self._first_params: dict[tuple, int] = {}
+        self._stage_dense_of: dict[tuple, int] = {}
         self._layer_dense: list[int] = []
         self._expert_rest: dict[tuple, tuple] = {}
         self._expert_groups: dict[Shape, Group] = {}
         self._a2as: dict[tuple, float] = {}
-        self._first_experts: dict[tuple, int] = {}
+        self._stage_experts_of: dict[tuple, int] = {}
         self._nic_stages: dict[tuple[int, int], tuple[int, ...]] = {}
         self._nic_row: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._rows: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
@@ -173,6 +173,7 @@ class StepBounds:
             kinds.setdefault((spec.resolved_layer_types[i], spec.is_moe_layer(i)), []).append(i)
         self.kinds = [(v[0], len(v), k[1]) for k, v in kinds.items()]  # (first, count, moe)
         self.kind_counts = np.array([float(c) for _, c, _ in self.kinds])
+        self.moe_kinds = np.array([1.0 if moe else 0.0 for _, _, moe in self.kinds])  # [K]
         self.kind_index = [0] * spec.num_hidden_layers
         for k, layers in enumerate(kinds.values()):
             for i in layers:
@@ -481,7 +482,7 @@ class StepBounds:
         its layers' over TP, the embedding on the first stage, the final norm and head on
         the last."""
         key = (shape.pp, v.vpp, shape.tp, stage)
-        if key not in self._first_params:
+        if key not in self._stage_dense_of:
             spec = self.spec
             layers = stage_layers(spec.num_hidden_layers, shape.pp, v.vpp)[stage]
             if not self._layer_dense:  # each layer's dense parameters, counted once
@@ -494,8 +495,8 @@ class StepBounds:
                 dense += embedding_params(spec)
             if stage == shape.pp - 1:
                 dense += lm_head_params(spec) + final_norm_params(spec)
-            self._first_params[key] = dense // shape.tp
-        return self._first_params[key]
+            self._stage_dense_of[key] = dense // shape.tp
+        return self._stage_dense_of[key]
 
     def nic_stages(self, pp: int, vpp: int) -> tuple[int, ...]:
         """The pipeline stages whose NIC traffic the link floor takes (``_link_floor``; the
@@ -509,8 +510,7 @@ class StepBounds:
         if got is None:
             got = (0,)
             if self.spec.is_moe and pp > 1:
-                moe = np.array([1.0 if k[2] else 0.0 for k in self.kinds])
-                heaviest = int(np.argmax(self.stage_counts(pp, vpp) @ moe))
+                heaviest = int(np.argmax(self.stage_counts(pp, vpp) @ self.moe_kinds))
                 if heaviest:
                     got = (0, heaviest)
             self._nic_stages[key] = got
@@ -555,11 +555,11 @@ class StepBounds:
     def stage_experts(self, shape: Shape, v: Variant, stage: int = 0) -> int:
         """Routed-expert parameters one rank of ``stage`` holds (``step._stage_params``)."""
         key = (shape.pp, v.vpp, shape.ep * shape.etp, stage)
-        if key not in self._first_experts:
+        if key not in self._stage_experts_of:
             layers = stage_layers(self.spec.num_hidden_layers, shape.pp, v.vpp)[stage]
             routed = sum(routed_layer_params(self.spec, i) for i in layers)
-            self._first_experts[key] = routed // (shape.ep * shape.etp)
-        return self._first_experts[key]
+            self._stage_experts_of[key] = routed // (shape.ep * shape.etp)
+        return self._stage_experts_of[key]
 
     def _collectives(
         self, params: int, size: int, nodes: int, dp: int, distributed: bool
@@ -898,8 +898,7 @@ class StepBounds:
         slowest, f0, total0 = (x.ravel()[cell] for x in parts.splits)
         hidden = _least_exposed(t.m.ravel()[im], slowest, f0, total0, hinges, self.r.comm_sm_share)
         bound = hidden + t.const.ravel()[vz] + t.rest.ravel()[cell]
-        n_s = t.nic.shape[-1]
-        return np.maximum(bound, t.nic.ravel()[vzm * n_s + sr // (n_sr // n_s)])
+        return np.maximum(bound, t.nic.ravel()[_per_sp(vzm, sr, n_sr, t.nic.shape[-1])])
 
     def floors(self, parts: GroupParts, fit_z: np.ndarray, cells: np.ndarray) -> np.ndarray:
         """A lower bound on ``group``'s bound of every ZeRO stage of each cell ``cells``
@@ -1138,8 +1137,7 @@ class StepBounds:
             for c, sp in enumerate(sps):
                 shard = self._shard(shape.tp, shape.cp, shape.ep, shape.etp, sp and shape.tp > 1, b)
                 per_layer[a, c] = m[a, 0, 0] * A2A_PASSES * self._a2a(shard, shape.ep, nodes)
-        moe = np.array([1.0 if k[2] else 0.0 for k in self.kinds])
-        layers = np.array([self.stage_counts(shape.pp, v.vpp) @ moe for v in uniq])
+        layers = np.array([self.stage_counts(shape.pp, v.vpp) @ self.moe_kinds for v in uniq])
         return per_layer, layers
 
     def refused(self, shape: Shape, v: Variant, modes: list[RecomputeMode]) -> np.ndarray:
@@ -1416,9 +1414,14 @@ def _link_floor(
     """The least NIC traffic (``GroupTerms.nic``) of the cells ``cells`` (flat into
     [V, M, S, R], ``vm`` their (variant, micro-batch)) over every ZeRO stage that fits some
     cell of their (variant, micro-batch)."""
-    n_s = t.nic.shape[-1]
     least = np.where(fit_z[..., None], t.nic, math.inf).min(axis=1)  # [V, M, S]
-    return least.ravel()[vm * n_s + cells % n_sr // (n_sr // n_s)]
+    return least.ravel()[_per_sp(vm, cells % n_sr, n_sr, t.nic.shape[-1])]
+
+
+def _per_sp(rows: np.ndarray, sr: np.ndarray, n_sr: int, n_s: int) -> np.ndarray:
+    """Flat indices into [rows, S] of candidates at ``rows`` whose (sp, mode) index into
+    [S, R] is ``sr``: ``GroupTerms.nic`` is the same for every recompute mode."""
+    return rows * n_s + sr // (n_sr // n_s)
 
 
 def _least_exposed(
