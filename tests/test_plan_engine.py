@@ -785,22 +785,23 @@ def test_two_workers_give_the_one_process_search_bit_for_bit(h100, monkeypatch):
     assert len(forks) == 2
 
 
-def test_packed_memory_keeps_what_fits():
-    """A group packed for the pipe (search._Group.pack) unpacks to its memory where the entry
-    fits (at most the capacity; its slabs only where the micro-batch is allowed) and inf
-    elsewhere, the slabs left out inf too."""
-    mem = np.arange(16, dtype=np.float64).reshape(2, 1, 2, 2, 2) * 0.75  # [V, Z, M, S, R]
-    live = np.array([[[True, False]], [[True, True]]])  # [V, Z, M]: the allowed slabs
-    allowed = live[:, 0]
-    grp = S._Group(
-        Shape(1, 1, 1, 1, 1, 1), [], [1, 2], 2, [False, True], live,
-        mem.reshape(2, 1, 2, 4)[live], allowed, [],
-    )  # fmt: skip
-    grp.pack(6.0)
-    assert grp.values.size == 0 and grp.packed is not None
-    want = np.where((mem <= 6.0) & allowed[:, None, :, None, None], mem, np.inf)
-    assert np.array_equal(grp.mem(), want)
-    assert grp.packed is None and np.array_equal(grp.mem(), want)
+def test_a_dropped_group_is_restored_bit_for_bit(h800):
+    """A group whose slabs' memory a child dropped (search._Group.drop) gets it back from the
+    screen (search._Search.restore) with the same floats, and its blocks read the same
+    memory: DeepSeek-V3 on 256 H800, every group of one unit (tp 2, cp 1)."""
+    req = _request("deepseek-v3", h800, gpus=256, seq=4096, global_batch=1024, top_k=5)
+    search = S._Search(req, 256)
+    chunk = search._chunk(2, 1)
+    assert chunk.groups
+    for grp in chunk.groups:
+        kept, mem = grp.slabs().copy(), grp.mem()
+        grp.drop()
+        grp.memory.clear()
+        with pytest.raises(ValueError, match="dropped"):
+            grp.mem()
+        search.restore(grp)
+        assert np.array_equal(grp.slabs(), kept)
+        assert np.array_equal(grp.mem(), mem)
 
 
 @LINUX_ONLY

@@ -84,7 +84,9 @@ def _counts_from_whole(s: S._Search) -> tuple[int, int]:
         allowed = grp.allowed[:, None, :, None, None]
         fitting += int(((whole <= s.capacity) & allowed).sum())
         over += int(((whole > s.capacity) & allowed).sum())
-        # the group's memory as the search reads it (``_Group.mem``): the same where it fits
+        # the group's memory as the search reads it (``_Group.mem``, restored first where a
+        # child dropped it): the same where it fits
+        s.restore(grp)
         mem = grp.mem()
         fits = (whole <= s.capacity) & allowed
         assert np.array_equal(mem[fits], whole[fits]), grp.shape
