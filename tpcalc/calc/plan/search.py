@@ -17,7 +17,8 @@ could draw on it (``_defer``, ``_settled``): the same result, fewer bounds. The 
 to the request's ``pareto_within`` times the best step.
 
 The screen and the bounds go unit (tp, cp) by unit; a large search forks one child that runs
-part of the units and pipes their arrays back (``_Search._chunks``, ``WORKERS``), and the
+part of the units and pipes back their cells and bounds (``_Search._chunks``, ``WORKERS``; the
+slabs' memory is taken again here for the groups a search reads, ``_Search.restore``), and the
 units are put together in order, so the result is that of one process, bit for bit.
 
 Reported numbers come from the exact model: every candidate in the result is re-priced by
