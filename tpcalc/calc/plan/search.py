@@ -96,6 +96,9 @@ class _Group(Struct):
     values: np.ndarray | None  # None: dropped by a child (``drop``), taken again when read
     allowed: np.ndarray
     blocks: list[int]  # the block index of each variant
+    # which entries of ``values`` fit, from the screen (``_Search._shape``) until ``_fits`` or
+    # ``_defer`` reads it
+    fit: np.ndarray | None = None
     # the micro-batches where something fits (prepare), and the flat indices of the timed
     # candidates that fit in [V, Z', those micro-batches, S, R] with their bounds
     bounds: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
@@ -146,6 +149,7 @@ class _Group(Struct):
         took about 2-3 s to carry on a 2-vCPU machine; this process restores a few hundred
         groups at about 1 ms each."""
         self.values = None
+        self.fit = None
 
 
 class _Fits(NamedTuple):
@@ -435,9 +439,9 @@ class _Search:
         floor = self.bounds.ring_floor(grp.shape, grp.per_dp)
         if floor <= self.defer_above:
             return False
-        values = grp.slabs()
-        fit = values[values <= self.capacity]
-        grp.least = float(fit.min()) if fit.size else math.inf
+        grp.fit = None
+        least = float(grp.slabs().min())  # the least entry, which fits if any entry does
+        grp.least = least if least <= self.capacity else math.inf
         grp.deferred = floor * (1 - 2 * BOUND_MARGIN)
         return True
 
@@ -490,31 +494,28 @@ class _Search:
         key = (shape.tp, shape.cp, shape.pp)
         if self._rules[0] != key:  # the same for every ep and etp, visited in a row
             self._rules = (key, self._sequence_rules(shape, sps, vs, per_dp, mbs, inner))
-        ok, kept, rejected = self._rules[1]
+        ok, kept, rejected = self._rules[1][:3]
         self.rejections.update(rejected)
         if not ok or not kept:
             return
-        used = sorted({b for _, good in kept for b in good})
-        allowed = np.array([[b in good for b in used] for _, good in kept])  # [V, M]
-        place = {b: i for i, b in enumerate(used)}  # each micro-batch's index in used
-        vs_kept = [v for v, _ in kept]
+        used, allowed, takes, vs_kept = self._rules[1][3:]
         live, values = self.screen.group_slabs(
             shape, vs_kept, used, per_dp, ok, modes, self.zeros, self.capacity, allowed
         )  # [V, Z, M] and [slabs, S·R]: every entry that fits, in a slab kept
         # what fits, per variant, from the slabs kept (the others hold nothing that fits)
-        per_slab = (values <= self.capacity).sum(axis=1)
+        fit = values <= self.capacity
+        per_slab = fit.sum(axis=1)
         n_fit = np.bincount(np.nonzero(live)[0], per_slab, minlength=len(kept)).astype(np.int64)
         n_all = allowed.sum(axis=1) * (len(self.zeros) * len(ok) * len(modes))
         n_over = n_all - n_fit
         if n_over.any():
             self.rejections[MEMORY] += int(n_over.sum())
         self.fitting += int(n_fit.sum())
-        group = _Group(shape, vs_kept, used, per_dp, ok, live, values, allowed, [])
+        group = _Group(shape, vs_kept, used, per_dp, ok, live, values, allowed, [], fit=fit)
         for i, (v, good) in enumerate(kept):
             if n_over[i] < n_all[i]:
                 group.blocks.append(len(self.blocks))
-                take = [place[b] for b in good]
-                self.blocks.append(_Block(shape, v, good, per_dp, ok, group, i, take))
+                self.blocks.append(_Block(shape, v, good, per_dp, ok, group, i, takes[i]))
             else:
                 group.blocks.append(-1)
         if any(k >= 0 for k in group.blocks):
@@ -523,10 +524,15 @@ class _Search:
     def _sequence_rules(
         self, shape: Shape, sps: list[bool], vs: list[Variant], per_dp: int, mbs: list[int],
         inner: int,
-    ) -> tuple[list[bool], list[tuple[Variant, list[int]]], Counter[str]]:  # fmt: skip
+    ) -> tuple[
+        list[bool], list[tuple[Variant, list[int]]], Counter[str], list[int], np.ndarray,
+        list[list[int]], list[Variant],
+    ]:  # fmt: skip
         """The rules that do not depend on ep and etp: the SP values the sequence allows, the
         variants with the micro-batches their schedule allows, and what each rule turned
-        down."""
+        down; then what ``_shape`` reads of them for every ep and etp: the micro-batches any
+        kept variant allows (ascending), which each allows [V, M], each one's indices into
+        them, and the kept variants."""
         rejected: Counter[str] = Counter()
         n_mb = max(1, len(mbs))
         ok = []
@@ -538,7 +544,7 @@ class _Search:
                 ok.append(sp)
         kept: list[tuple[Variant, list[int]]] = []
         if not ok:
-            return ok, kept, rejected
+            return ok, kept, rejected, [], np.zeros((0, 0), bool), [], []
         for v in vs:
             why = space.pipeline_rule(
                 self.req.spec.num_hidden_layers, shape.pp, v, self.req.allow_uneven,
@@ -562,7 +568,11 @@ class _Search:
                     good.append(b)
             if good:
                 kept.append((v, good))
-        return ok, kept, rejected
+        used = sorted({b for _, good in kept for b in good})
+        allowed = np.array([[b in good for b in used] for _, good in kept])  # [V, M]
+        place = {b: i for i, b in enumerate(used)}  # each micro-batch's index in used
+        takes = [[place[b] for b in good] for _, good in kept]
+        return ok, kept, rejected, used, allowed, takes, [v for v, _ in kept]
 
     @property
     def feasible(self) -> int:
@@ -606,7 +616,8 @@ class _Search:
         vi, zi, mi = np.nonzero(grp.live)
         t = self._timed_at[zi]
         values = grp.slabs()
-        fit = values <= self.capacity  # [slabs, S·R]: slabs only where allowed
+        fit = values <= self.capacity if grp.fit is None else grp.fit  # [slabs, S·R]
+        grp.fit = None
         some = fit.any(axis=1) & (t >= 0)
         if not some.any():
             return None
