@@ -91,10 +91,6 @@ from tpcalc.choices import Recompute, Schedule
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.units import Dtype
 
-# Stages up to which ``StepBounds.splits`` takes the slowest as a running maximum (one call
-# per stage); above, one reduce over a transposed copy is cheaper (measured: 4 stages 4.5 µs
-# against 5.4 µs, 16 stages 21 µs against 9 µs, on a [6, 2, 29, stages] array).
-FEW_STAGES = 6
 # A MoE layer's dispatch and combine run in its forward and again in its backward (step._layer_work)
 A2A_PASSES = 2
 
@@ -182,6 +178,7 @@ class StepBounds:
         self._stacked: dict[tuple, tuple] = {}
         self._links: dict[tuple, dict] = {}
         self._sends: dict[tuple, float] = {}
+        self._stage_rows: dict[tuple[int, int], tuple[np.ndarray, int, int, list[int]]] = {}
         self.shards = 0
         self._mode_key = ModeKeys()
         self._floors: dict[tuple, tuple[np.ndarray, ...]] = {}
@@ -476,6 +473,19 @@ class StepBounds:
                     out[r, self.kind_index[i]] += 1
             self._stage_counts[key] = out
         return self._stage_counts[key]
+
+    def stage_rows(self, pp: int, vpp: int) -> tuple[np.ndarray, int, int, list[int]]:
+        """``stage_counts``' distinct rows (most stages of a split hold the same layers),
+        the row of the first stage and of the last, and the rows of the stages between."""
+        key = (pp, vpp)
+        got = self._stage_rows.get(key)
+        if got is None:
+            rows, inv = np.unique(self.stage_counts(pp, vpp), axis=0, return_inverse=True)
+            inv = inv.ravel()
+            got = self._stage_rows[key] = (
+                rows, int(inv[0]), int(inv[-1]), sorted({int(u) for u in inv[1:-1]}),
+            )  # fmt: skip
+        return got
 
     def stage_dense(self, shape: Shape, v: Variant, stage: int = 0) -> int:
         """Dense parameters one rank of ``stage`` holds, as ``step._stage_params`` counts them:
@@ -1260,22 +1270,21 @@ class StepBounds:
                     )
                 kind, kind_f = exposed[pattern]
             counts = self.stage_counts(shape.pp, v.vpp)  # [stages, K]
-            per = kind @ counts.T  # [M, S, R, stages]
-            per[..., 0] += first
-            per[..., -1] += last
-            # the slowest stage: a max over the short last axis is many times slower
-            # (profile), so a running maximum over a few stages, and over many one reduce of
-            # the stages put first (contiguous); a maximum is exact (the same value, bit for
-            # bit, in any order)
+            rows, at_first, at_last, middle = self.stage_rows(shape.pp, v.vpp)
+            per = kind @ rows.T  # [M, S, R, distinct rows]: a stage's sums are its row's
+            stage0 = out[2][i, 0]
+            np.add(per[..., at_first], first, out=stage0)
+            if shape.pp == 1:
+                stage0 += last
+            # the slowest stage: stage 0, the last, and each distinct row of the others (a
+            # maximum is exact: the same value, bit for bit, in any order)
             slowest = out[0][i, 0]
-            if per.shape[-1] > FEW_STAGES:
-                np.maximum.reduce(np.moveaxis(per, -1, 0).copy(), axis=0, out=slowest)
-            else:
-                np.copyto(slowest, per[..., 0])
-                for s in range(1, per.shape[-1]):
-                    np.maximum(slowest, per[..., s], out=slowest)
+            np.copyto(slowest, stage0)
+            if shape.pp > 1:
+                np.maximum(slowest, per[..., at_last] + last, out=slowest)
+            for u in middle:
+                np.maximum(slowest, per[..., u], out=slowest)
             out[1][i, 0] = kind_f @ counts[0] + first_f
-            out[2][i, 0] = per[..., 0]
         return out
 
     def kind_arrays(
