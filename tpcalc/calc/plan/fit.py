@@ -520,9 +520,13 @@ class MemoryScreen:
         micro-batch) slabs at ZeRO-3, 22% at ZeRO-2, 12% at ZeRO-1, 2.5% without ZeRO."""
         states, act, buf, ix = self._group_terms(shape, vs, mbs, per_dp, sps, modes, zeros)
         act_t, least = self._last_act[3]  # [V, ranks, M, S·R] and [V, M, ranks] (_group_act)
-        floor = states[:, :, None, :] + least[:, None]  # [V, Z, M, ranks]
-        floor += buf[:, None]
-        live = (floor.max(axis=-1) <= capacity) & allowed[:, None, :]  # [V, Z, M]
+        # the floor at the kept ranks only: a rank left out has states, buffers and every
+        # activation (so its least) at most a kept rank's, so its floor is at most that
+        # rank's and the most loaded is the same value
+        rows = np.arange(len(vs))[:, None]
+        floor = states[rows, :, ix][..., None] + least[rows, :, ix][:, :, None]  # [V, W, Z, M]
+        floor += buf[rows, :, ix][:, :, None]
+        live = (floor.max(axis=1) <= capacity) & allowed[:, None, :]  # [V, Z, M]
         vi, zi, mi = np.nonzero(live)
         acc = np.empty((len(vi), act.shape[2]))
         for j in range(ix.shape[1]):
