@@ -755,10 +755,13 @@ def _forks(monkeypatch) -> list[int]:
 
 
 @LINUX_ONLY
-def test_two_workers_give_the_one_process_search_bit_for_bit(h100, monkeypatch):
+@pytest.mark.parametrize("drop_above", [math.inf, 0.0])
+def test_two_workers_give_the_one_process_search_bit_for_bit(h100, monkeypatch, drop_above):
     """Forced to fork (threshold 1 shape), the search deals its units (tp, cp) to a child and
     puts them back in order: the cells, blocks and the whole result are those of the search in
-    one process, bit for bit."""
+    one process, bit for bit, whether the child sends its groups' slab memory or drops it
+    (``DROP_ABOVE_BYTES``) and this process restores what it reads."""
+    monkeypatch.setattr(S, "DROP_ABOVE_BYTES", drop_above)
     req = _request("llama3-8b", h100, gpus=64, global_batch=128, top_k=5)
     monkeypatch.setattr(S, "WORKERS", 1)
     one = S._Search(req, req.gpus)
@@ -773,6 +776,8 @@ def test_two_workers_give_the_one_process_search_bit_for_bit(h100, monkeypatch):
     two.enumerate()
     two.prepare()
     assert len(forks) == 1
+    dropped = sum(grp.values is None for grp in two.groups)
+    assert (dropped > 0) == (drop_above == 0.0)
     for name in ("cell_block", "cell_mem", "cell_floor", "floors"):
         assert np.array_equal(getattr(one, name), getattr(two, name)), name
     assert [(b.shape, b.variant, b.mbs) for b in one.blocks] == [
