@@ -152,6 +152,22 @@ class _Group(Struct):
         self.fit = None
 
 
+class _Rules(NamedTuple):
+    """What the rules that do not read ep and etp leave of a (tp, cp, pp) (``_sequence_rules``):
+    the SP values the sequence allows, the variants with the micro-batches their schedule
+    allows, and what each rule turned down; then what ``_shape`` reads of them for every ep and
+    etp: the micro-batches any kept variant allows (ascending), which each allows [V, M], each
+    one's indices into them, and the kept variants."""
+
+    ok: list[bool]
+    kept: list[tuple[Variant, list[int]]]
+    rejected: Counter[str]
+    used: list[int]
+    allowed: np.ndarray
+    takes: list[list[int]]
+    variants: list[Variant]
+
+
 class _Fits(NamedTuple):
     """The slabs of a group (``_Group``) at the timed ZeRO stages that hold a cell that fits:
     each one's variant, timed stage and micro-batch (its index in ``used``), which of its
@@ -257,7 +273,7 @@ class _Search:
         )
         self.blocks: list[_Block] = []
         self.groups: list[_Group] = []
-        self._rules: tuple[tuple | None, tuple] = (None, ())
+        self._rules: tuple[tuple[int, int, int] | None, _Rules | None] = (None, None)
         self.rejections: Counter[str] = Counter()
         self.enumerated = 0
         self.fitting = 0  # candidates that divide and fit, counted as the blocks are screened
@@ -493,13 +509,14 @@ class _Search:
             self.rejections[reason] += total
             return
         key = (shape.tp, shape.cp, shape.pp)
-        if self._rules[0] != key:  # the same for every ep and etp, visited in a row
-            self._rules = (key, self._sequence_rules(shape, sps, vs, per_dp, mbs, inner))
-        ok, kept, rejected = self._rules[1][:3]
-        self.rejections.update(rejected)
+        rules = self._rules[1]
+        if rules is None or self._rules[0] != key:  # the same for every ep and etp, in a row
+            rules = self._sequence_rules(shape, sps, vs, per_dp, mbs, inner)
+            self._rules = (key, rules)
+        ok, kept, _, used, allowed, takes, vs_kept = rules
+        self.rejections.update(rules.rejected)
         if not ok or not kept:
             return
-        used, allowed, takes, vs_kept = self._rules[1][3:]
         live, values = self.screen.group_slabs(
             shape, vs_kept, used, per_dp, ok, modes, self.zeros, self.capacity, allowed
         )  # [V, Z, M] and [slabs, S·R]: every entry that fits, in a slab kept
@@ -525,15 +542,8 @@ class _Search:
     def _sequence_rules(
         self, shape: Shape, sps: list[bool], vs: list[Variant], per_dp: int, mbs: list[int],
         inner: int,
-    ) -> tuple[
-        list[bool], list[tuple[Variant, list[int]]], Counter[str], list[int], np.ndarray,
-        list[list[int]], list[Variant],
-    ]:  # fmt: skip
-        """The rules that do not depend on ep and etp: the SP values the sequence allows, the
-        variants with the micro-batches their schedule allows, and what each rule turned
-        down; then what ``_shape`` reads of them for every ep and etp: the micro-batches any
-        kept variant allows (ascending), which each allows [V, M], each one's indices into
-        them, and the kept variants."""
+    ) -> _Rules:  # fmt: skip
+        """The rules that do not depend on ep and etp (``_Rules``)."""
         rejected: Counter[str] = Counter()
         n_mb = max(1, len(mbs))
         ok = []
@@ -545,7 +555,7 @@ class _Search:
                 ok.append(sp)
         kept: list[tuple[Variant, list[int]]] = []
         if not ok:
-            return ok, kept, rejected, [], np.zeros((0, 0), bool), [], []
+            return _Rules(ok, kept, rejected, [], np.zeros((0, 0), bool), [], [])
         for v in vs:
             why = space.pipeline_rule(
                 self.req.spec.num_hidden_layers, shape.pp, v, self.req.allow_uneven,
@@ -573,7 +583,7 @@ class _Search:
         allowed = np.array([[b in good for b in used] for _, good in kept])  # [V, M]
         place = {b: i for i, b in enumerate(used)}  # each micro-batch's index in used
         takes = [[place[b] for b in good] for _, good in kept]
-        return ok, kept, rejected, used, allowed, takes, [v for v, _ in kept]
+        return _Rules(ok, kept, rejected, used, allowed, takes, [v for v, _ in kept])
 
     @property
     def feasible(self) -> int:
