@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import typer
 
@@ -24,6 +25,17 @@ def error(message: str) -> None:
     sys.stderr.write(f"Error: {' '.join(message.split())}\n")
 
 
+@contextmanager
+def input_errors() -> Iterator[None]:
+    """Inside: a domain error (``TpcalcError``) becomes one line on stderr and exit 1, the
+    CLI contract; anything else propagates (a bug, ``tpcalc.cli.main``'s to report)."""
+    try:
+        yield
+    except TpcalcError as exc:
+        error(str(exc))
+        raise typer.Exit(1) from None
+
+
 def warn(message: str) -> None:
     sys.stderr.write(f"Warning: {message}\n")
 
@@ -36,11 +48,8 @@ def emit(
     explain: bool = False,
 ) -> Report:
     """Run ``build``; on success render to stdout and warnings to stderr; on error exit 1."""
-    try:
+    with input_errors():
         report = build()
-    except TpcalcError as exc:
-        error(str(exc))
-        raise typer.Exit(1) from None
     # Anything else is a bug, not the user's input: it reaches tpcalc.cli.main, which prints one
     # "internal error" line and exits 3 (design.md, "CLI contract"; issue 8 §5).
     overflowed = [

@@ -7,10 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import typer
-
-from tpcalc.cli.common import error
-from tpcalc.errors import TpcalcError
+from tpcalc.cli.common import input_errors
 from tpcalc.render import Format
 
 
@@ -30,12 +27,9 @@ def draw(
     if not to_stdout and svg_path is None:
         return
     width = picture_width(sys.stdout)
-    try:
+    with input_errors():
         pictures = build(width)
         emit_pictures(
             pictures, to_stdout=to_stdout, out=sys.stdout, svg_path=svg_path, title=title,
             width=width,
         )  # fmt: skip
-    except TpcalcError as exc:
-        error(str(exc))
-        raise typer.Exit(1) from None

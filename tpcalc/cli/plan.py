@@ -25,7 +25,7 @@ from tpcalc.choices import (
     Schedule,
     StateRecipe,
 )
-from tpcalc.cli.common import emit, error, warn
+from tpcalc.cli.common import emit, input_errors, warn
 from tpcalc.cli.options import (
     DEFAULT_HARDWARE,
     DEFAULT_MODEL,
@@ -361,11 +361,8 @@ def plan(
     maxima = {"tp": max_tp, "cp": max_cp, "pp": max_pp, "ep": max_ep, "vpp": max_vpp,
               "micro_batch": max_micro_batch}  # fmt: skip
     techniques = techniques_of(memory)
-    try:
+    with input_errors():
         pins = _pins(lists, recompute, schedule, recompute_modules, switches)
-    except TpcalcError as exc:
-        error(str(exc))
-        raise typer.Exit(1) from None
     if max_seq or largest_micro_batch:
         _inverse(
             model, hardware, gpus=gpus, pins=pins, seq=seq, global_batch=global_batch,
@@ -374,24 +371,18 @@ def plan(
             ends=(account_for_embedding, account_for_loss), techniques=techniques,
         )  # fmt: skip
         return
-    options: dict[str, Any] = dict(
-        global_batch=global_batch, global_batch_tokens=global_batch_tokens, pins=pins,
-        bounds={name: value for name, value in maxima.items() if value is not None},
-        memory_headroom=memory_headroom, reserve_bytes=reserve_gb * GB, top_k=top,
-        include_all=all_layouts, pareto_within=pareto_within or math.inf,
-        tp_within_node=tp_within_node, allow_uneven=uneven,
-        gpus_per_node=gpus_per_node,
+    options = _engine_options(
+        pins, maxima, global_batch=global_batch, global_batch_tokens=global_batch_tokens,
+        memory_headroom=memory_headroom, reserve_gb=reserve_gb, top_k=top,
+        include_all=all_layouts, pareto_within=pareto_within, tp_within_node=tp_within_node,
+        allow_uneven=uneven, gpus_per_node=gpus_per_node,
+        ends=(account_for_embedding, account_for_loss),
     )  # fmt: skip
-    if (split := _split_options(account_for_embedding, account_for_loss)) is not None:
-        options["time_options"] = split
     workload = dict(seq=seq, recipe=recipe, dtype=dtype, activations=activations)
     question = _Question(model, hardware, gpus, workload, techniques, options, objective,
                          target_step_time)  # fmt: skip
-    try:
+    with input_errors():
         result, counts = _run_with_progress(question.search, fmt)
-    except TpcalcError as exc:
-        error(str(exc))
-        raise typer.Exit(1) from None
     for note in question.notes:  # the workload's warnings (defaulted seq, FP8 storage)
         warn(note)
     if counts is not None and fmt is Format.table:
@@ -399,6 +390,26 @@ def plan(
     _print(
         result, model, hardware, fmt=fmt, units=units, explain=explain, every=all_layouts, top=top
     )
+
+
+def _engine_options(
+    pins: dict[str, Any], maxima: dict[str, int | None], *, global_batch: int | None,
+    global_batch_tokens: int | None, memory_headroom: float, reserve_gb: float, top_k: int,
+    include_all: bool, pareto_within: float | None, tp_within_node: bool, allow_uneven: bool,
+    gpus_per_node: int | None, ends: tuple[bool, bool],
+) -> dict[str, Any]:  # fmt: skip
+    """``tpcalc.plan``'s keyword options from the command line: the bounds given, the reserve
+    in bytes, no Pareto limit for 0, and the layer split's ends when either is counted."""
+    options: dict[str, Any] = dict(
+        global_batch=global_batch, global_batch_tokens=global_batch_tokens, pins=pins,
+        bounds={name: value for name, value in maxima.items() if value is not None},
+        memory_headroom=memory_headroom, reserve_bytes=reserve_gb * GB, top_k=top_k,
+        include_all=include_all, pareto_within=pareto_within or math.inf,
+        tp_within_node=tp_within_node, allow_uneven=allow_uneven, gpus_per_node=gpus_per_node,
+    )  # fmt: skip
+    if (split := _split_options(*ends)) is not None:
+        options["time_options"] = split
+    return options
 
 
 class _Question:
