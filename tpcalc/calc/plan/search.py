@@ -488,14 +488,24 @@ class _Search:
         self._bound(groups)
 
     def restore(self, grp: _Group) -> None:
-        """``grp``'s slabs' memory again after ``_Group.drop``: the screen's call of
-        ``_shape`` over again (the same inputs, so the same floats; the slabs kept are the
-        same, ``grp.live``)."""
+        """``grp``'s slabs' memory again after ``_Group.drop``: ``_slabs`` over again with the
+        inputs ``_shape`` gave it (the same floats; the slabs kept are ``grp.live``)."""
         if grp.values is None:
-            _, grp.values = self.screen.group_slabs(
-                grp.shape, grp.variants, grp.mbs, grp.per_dp, grp.sps, self.d.recompute,
-                self.zeros, self.capacity, grp.allowed,
-            )  # fmt: skip
+            _, grp.values = self._slabs(
+                grp.shape, grp.variants, grp.mbs, grp.per_dp, grp.sps, grp.allowed
+            )
+
+    def _slabs(
+        self, shape: Shape, vs: list[Variant], mbs: list[int], per_dp: int, sps: list[bool],
+        allowed: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+        """The screen of one group (``MemoryScreen.group_slabs`` at this search's recompute
+        modes, ZeRO stages and capacity): its slabs that may fit [V, Z, M] and their memory
+        [slabs, S·R]. ``_shape`` and ``restore`` both take it here, so a restored group's
+        memory is the screen's, bit for bit."""
+        return self.screen.group_slabs(
+            shape, vs, mbs, per_dp, sps, self.d.recompute, self.zeros, self.capacity, allowed
+        )
 
     def _shape(
         self, shape: Shape, tp_reason: str | None, sps: list[bool], vs: list[Variant],
@@ -517,9 +527,8 @@ class _Search:
         self.rejections.update(rules.rejected)
         if not ok or not kept:
             return
-        live, values = self.screen.group_slabs(
-            shape, vs_kept, used, per_dp, ok, modes, self.zeros, self.capacity, allowed
-        )  # [V, Z, M] and [slabs, S·R]: every entry that fits, in a slab kept
+        live, values = self._slabs(shape, vs_kept, used, per_dp, ok, allowed)
+        # [V, Z, M] and [slabs, S·R]: every entry that fits, in a slab kept
         # what fits, per variant, from the slabs kept (the others hold nothing that fits)
         fit = values <= self.capacity
         per_slab = fit.sum(axis=1)
