@@ -809,6 +809,42 @@ def test_a_dropped_group_is_restored_bit_for_bit(h800):
         assert np.array_equal(grp.mem(), mem)
 
 
+def test_entries_read_the_slabs_as_mem_of(h800):
+    """``_Group.entries`` (what ``expand`` lists) is ``mem_of`` at the same indices, inf in
+    the slabs the screen left out: DeepSeek-V3 on 256 H800, every group of unit (tp 2, cp 1),
+    every (variant, zero, micro-batch) and three (sp, mode) cells of each."""
+    req = _request("deepseek-v3", h800, gpus=256, seq=4096, global_batch=1024, top_k=5)
+    search = S._Search(req, 256)
+    left_out = 0
+    for grp in search._chunk(2, 1).groups:
+        for v in range(len(grp.variants)):
+            mem = grp.mem_of(v)  # [Z, M, S, R]
+            n_z, n_m = mem.shape[:2]
+            flat = mem.reshape(n_z, n_m, -1)
+            z, m = (a.ravel() for a in np.indices((n_z, n_m)))
+            for sr in (0, flat.shape[2] // 2, flat.shape[2] - 1):
+                at = np.full(len(z), sr)
+                assert np.array_equal(grp.entries(v, z, m, at), flat[z, m, sr])
+            left_out += int((~grp.live[v]).sum())
+    assert left_out > 0  # some slabs are left out, and read as inf
+
+
+def test_a_unit_visited_again_screens_the_same(h800):
+    """The screen keeps the activations of the last few units (``fit.ACT_CACHE_BYTES``): a
+    group screened again after other units gives the same slabs bit for bit, as a screen
+    that never saw those units."""
+    req = _request("deepseek-v3", h800, gpus=256, seq=4096, global_batch=1024, top_k=5)
+    first = S._Search(req, 256)
+    groups = first._chunk(2, 1).groups
+    first._chunk(4, 1)  # other units in between
+    fresh = S._Search(req, 256)
+    for grp in groups[:: max(1, len(groups) // 8)]:
+        args = (grp.shape, grp.variants, grp.mbs, grp.per_dp, grp.sps, grp.allowed)
+        again, mine = first._slabs(*args), fresh._slabs(*args)
+        assert np.array_equal(again[0], mine[0]) and np.array_equal(again[1], mine[1])
+        assert np.array_equal(again[1], grp.slabs())
+
+
 @LINUX_ONLY
 def test_a_failed_child_leaves_the_result_unchanged(h100, monkeypatch):
     """If the child cannot send its chunks, the search runs them itself: same result."""

@@ -20,6 +20,7 @@ takes it, so the screen and rank_memory agree to the last bit (tests compare the
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -57,6 +58,11 @@ from tpcalc.choices import ActivationModel, Recompute, Schedule, StateRecipe
 from tpcalc.specs import ModelSpec
 from tpcalc.units import Dtype
 
+# The activations of the last few (tp, cp, pp) units (``_group_act``) kept, up to this many
+# bytes: the search visits a unit's groups in a row, but the top-k and Pareto passes restore
+# groups a child dropped (``search._Search.restore``) in the order of their bounds, jumping
+# between units (DeepSeek-V3 on 2,048 H800: 639 restores over 30 units, 3-10 MB each).
+ACT_CACHE_BYTES = 64e6
 AFFINE_POINTS = (1, 2)  # micro-batch sizes the inventory is built at (affine in b)
 
 
@@ -123,6 +129,7 @@ class MemoryScreen:
         self._last_act: tuple[Any, Any, Any, Any] = (
             None, (none, none), (none, none, none), (none, none),
         )  # fmt: skip
+        self._acts: OrderedDict[tuple, tuple[Any, Any, Any, Any]] = OrderedDict()
         rb = recipe_bytes(recipe)
         self._rb = (rb.weight_bytes, rb.grad_bytes, rb.optimizer_bytes)
 
@@ -599,6 +606,10 @@ class MemoryScreen:
                self._mode_key(modes))  # fmt: skip
         if self._last_act[0] == key:
             return self._last_act[1]
+        if key in self._acts:  # a unit seen a few units ago
+            self._acts.move_to_end(key)
+            self._last_act = self._acts[key]
+            return self._last_act[1]
         pp = shape.pp
         if self._modes_seen[0] is not modes:
             self._modes_seen = (modes, tuple(modes))
@@ -630,7 +641,21 @@ class MemoryScreen:
         self._last_act = (
             key, (act, last), (top, below_top, below_prev), (act_t, act.min(axis=2)),
         )  # fmt: skip
+        self._keep_act(key)
         return act, last
+
+    def _keep_act(self, key: tuple) -> None:
+        """Keep ``_last_act`` under ``key``, the oldest left out past ``ACT_CACHE_BYTES``."""
+        self._acts[key] = self._last_act
+        held = sum(_nbytes(entry) for entry in self._acts.values())
+        while held > ACT_CACHE_BYTES and len(self._acts) > 1:
+            _, old = self._acts.popitem(last=False)
+            held -= _nbytes(old)
+
+
+def _nbytes(entry: tuple) -> int:
+    """The bytes of the arrays in a ``_last_act`` entry (its key first)."""
+    return sum(a.nbytes for part in entry[1:] for a in part)
 
 
 _MODULES = (

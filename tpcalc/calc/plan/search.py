@@ -141,6 +141,16 @@ class _Group(Struct):
             got = self.memory[v] = out.reshape(*live.shape, len(self.sps), -1)
         return got
 
+    def entries(self, v: int, z: np.ndarray, m: np.ndarray, sr: np.ndarray) -> np.ndarray:
+        """The memory of variant ``v``'s entries at ZeRO stages ``z``, micro-batches ``m`` (the
+        group's indices) and (sp, mode) cells ``sr`` (flat into [S, R]): ``mem_of(v)`` at
+        them, read from the slabs without building it (inf in a slab left out)."""
+        live = self.live[v]  # [Z, M]
+        slab = int(self.live[:v].sum()) + np.cumsum(live.ravel()) - 1
+        at = z * live.shape[1] + m
+        got = self.slabs()[slab.reshape(live.shape)[z, m].clip(0), sr]
+        return np.where(live.ravel()[at], got, math.inf)
+
     def drop(self) -> None:
         """Leave out the memory of the slabs (``values``) once the cells are taken
         (``_Search._cells``): a child sends its groups without it, and this process takes it
@@ -777,11 +787,13 @@ class _Search:
             _, z, mu, s, r = np.unravel_index(flat, shape)
             inv = np.full(len(grp.mbs), -1, dtype=np.int64)
             inv[blk.take] = np.arange(len(blk.take))
-            i = inv[used[mu]]  # the block's micro-batch index of each candidate
+            m = used[mu]  # the group's micro-batch index of each candidate
+            i = inv[m]  # the block's
             self.restore(grp)
-            mem = blk.memory[self._zs]  # [Z', M, S, R]
-            own = np.ravel_multi_index((z, i, s, r), mem.shape)
-            mine = mem.ravel()[own]
+            mine = grp.entries(blk.v, self.zi[z], m, s * shape[4] + r)
+            # its flat index into the block's [Z', M, S, R] (``_Block.memory`` at the timed
+            # stages): the order of the exhaustive list
+            own = np.ravel_multi_index((z, i, s, r), (n_z, len(blk.take), *shape[3:]))
             if below < math.inf:
                 under = mine < below
                 z, i, s, r, own, mine, lb = (x[under] for x in (z, i, s, r, own, mine, lb))
