@@ -43,7 +43,18 @@ HALF_LAST_DIGIT = 0.0005
 # The summary's column order: System, #-GPUs, Precision, GBS, MBS, Sequence Length, TP, PP, CP,
 # VP, EP, Tokens / sec / GPU, Model TFLOP / sec / GPU.
 SUMMARY_COLUMNS = 13
-SYSTEM_HARDWARE = {"DGX-GB200": "gb200", "DGX-H100": "h100-sxm"}
+SYSTEM_HARDWARE = {"DGX-GB200": "gb200", "DGX-H100": "h100-sxm", "DGX-B200": "b200"}
+GUIDE_DOCUMENT = "NVIDIA NeMo Framework User Guide, Performance (performance summary)"
+GUIDE_URL = "https://docs.nvidia.com/nemo-framework/user-guide/latest/performance/"
+# The user guide's columns -> the row's fields (FSDP and GA: read apart; the model: its name).
+GUIDE_FIELDS = {
+    "#-GPUs": "gpus", "GBS": "global_batch", "MBS": "micro_batch",
+    "Sequence Length": "seq_length", "TP": "tp", "PP": "pp", "CP": "cp", "VP": "vp", "EP": "ep",
+}  # fmt: skip
+GUIDE_MEASURED = {
+    "Tokens / sec / GPU": "tokens_per_s_per_gpu",
+    "Model TFLOP / sec / GPU": "model_tflop_per_s_per_gpu",
+}
 # The printed precision -> the row's fp8_recipe and the recipe's fp8 recipe (Megatron-Bridge
 # mixed_precision.py: bf16_with_mxfp8_mixed "mxfp8"; FP8 read as FP8_CS, "tensorwise").
 SUMMARY_PRECISION = {
@@ -63,11 +74,15 @@ def rows():
 
 
 def is_card(row: dict) -> bool:
-    return bool(CARD_PATH.match(row["source"]["path"]))
+    return bool(CARD_PATH.match(row["source"].get("path", "")))
 
 
 def is_summary(row: dict) -> bool:
-    return row["source"]["path"] == SUMMARY_PATH
+    return row["source"].get("path") == SUMMARY_PATH
+
+
+def is_guide(row: dict) -> bool:
+    return row["source"]["document"] == GUIDE_DOCUMENT
 
 
 @pytest.fixture(scope="module")
@@ -80,18 +95,28 @@ def summary_rows(rows):
     return [r for r in rows if is_summary(r)]
 
 
-def test_every_row_has_one_known_source(rows, cards, summary_rows):
+@pytest.fixture(scope="module")
+def guide_rows(rows):
+    return [r for r in rows if is_guide(r)]
+
+
+def test_every_row_has_one_known_source(rows, cards, summary_rows, guide_rows):
     assert len(cards) >= 7  # every verified H100/GB200 pretrain_performance item with a config
     # the 26.08 GB200 rows of DeepSeekV3, GPT OSS 120B, Qwen3_30B_a3B, Qwen3_235B_a22B
     assert sum(edition(r) == "26.08" for r in summary_rows) >= 4
     # the 26.06 GB200 and H100 FP8/MXFP8 rows of LLAMA3.1_405B (3), DeepSeekV3, GPT OSS 120B,
     # Qwen3_30B_a3B (2) and Qwen3_235B_a22B
     assert sum(edition(r) == "26.06" for r in summary_rows) >= 8
-    assert len(cards) + len(summary_rows) == len(rows)
+    # the NeMo user guide's tables as far as the stored copies show them: 25.02 DGX-B200 (8) and
+    # DGX-H100 (1), 25.04 DGX-GB200 (7), 25.07 DGX-GB200 (3)
+    containers = [r["source"]["container"] for r in guide_rows]
+    assert [containers.count(f"NeMo {v}") for v in ("25.02", "25.04", "25.07")] == [9, 7, 3]
+    assert len(cards) + len(summary_rows) + len(guide_rows) == len(rows)
     ids = [r["id"] for r in rows]
     assert len(set(ids)) == len(ids)
     for r in rows:
-        assert r["source"]["repository"] == "NVIDIA-NeMo/Megatron-Bridge", r["id"]
+        if not is_guide(r):
+            assert r["source"]["repository"] == "NVIDIA-NeMo/Megatron-Bridge", r["id"]
 
 
 def test_card_sources_complete(cards):
@@ -185,11 +210,49 @@ def test_summary_rows_are_the_printed_lines(summary_rows):
             assert "(footnote)" in r["options"]["moe_token_distribution"], r["id"]
 
 
+def test_guide_rows_are_the_printed_cells(guide_rows):
+    # Every number of a user-guide row is its cell in source.row_text (cells in source.columns
+    # order; a cell printed "A (B)" gives A), but for a correction the row states.
+    for r in guide_rows:
+        src = r["source"]
+        assert src["url"].startswith(GUIDE_URL), r["id"]
+        version = src["container"].removeprefix("NeMo ")
+        assert r["id"].startswith(f"nemo-{version}-"), r["id"]
+        cells = [c.strip().split(" (")[0] for c in src["row_text"].split("|")]
+        assert len(cells) == len(src["columns"]), r["id"]
+        printed = dict(zip(src["columns"], cells, strict=True))
+        assert printed["Model"] == r["model"]["published"], r["id"]
+        assert SYSTEM_HARDWARE[r["system"]] == r["hardware"], r["id"]
+        assert src["row"] == f"{printed['Model']}, {printed['#-GPUs']} GPUs", r["id"]
+        corrected = {c["field"] for c in r.get("corrections", [])}
+        for column, field in GUIDE_FIELDS.items():
+            if field in " / ".join(corrected):
+                continue
+            assert type(r[field]) is int and str(r[field]) == printed[column], (r["id"], field)
+        assert str(r["grad_accum_printed"]) == printed["GA"] == str(r["grad_accum"]), r["id"]
+        assert r["fsdp"] == (int(printed["FSDP"]) if "FSDP" in printed else None), r["id"]
+        for column, field in GUIDE_MEASURED.items():
+            assert str(r["measured"][field]) == printed[column], (r["id"], field)
+        assert r["dtype"] == "fp8" and r["recipe"] is None, r["id"]
+        assert r["measured"]["step_time_s"] is None and r["etp"] is None, r["id"]
+        assert (r["kind"] == "moe") == (r["ep"] > 1), r["id"]
+    # the one correction: Mixtral-8x22B's GBS and MBS, printed swapped (GA 16 as printed)
+    fixed = [r for r in guide_rows if r.get("corrections")]
+    assert [r["id"] for r in fixed] == ["nemo-25.02-mixtral-8x22b-b200-256"]
+    assert "GBS 1, MBS 64" in fixed[0]["corrections"][0]["printed"]
+    assert (fixed[0]["global_batch"], fixed[0]["micro_batch"]) == (64, 1)
+
+
 def test_layouts_add_up(rows):
     for r in rows:
         tp, pp, cp = r["tp"], r["pp"], r["cp"]
         assert r["gpus"] == tp * pp * cp * r["dp"], r["id"]
         assert r["dp"] * r["grad_accum"] * r["micro_batch"] == r["global_batch"], r["id"]
+        if r["recipe"] is None:  # the user guide's rows name no recipe
+            assert is_guide(r), r["id"]
+            if r["ep"] > 1:
+                assert (tp * cp * r["dp"]) % r["ep"] == 0, r["id"]
+            continue
         fields = r["recipe"]["fields"]
         if "preset" in r["recipe"]:
             # a preset states only what differs from WorkloadBaseConfig

@@ -1,8 +1,9 @@
 """Print the README's held-out table from `tpcalc validate` (python tools/heldout_markdown.py).
 
 One row per run of tpcalc/validation/heldout.yaml (Megatron-Bridge model verification cards,
-the 26.08 performance summary's GB200 rows and the 26.06 one's GB200 and H100 rows, no row used
-by any fit): the card item or summary edition ("26.06 performance summary"), GPUs, layout,
+the 26.08 performance summary's GB200 rows, the 26.06 one's GB200 and H100 rows and the NeMo
+25.02-25.07 user guide's rows, no row used by any fit): the card item, summary edition ("26.06
+performance summary") or user-guide container ("NeMo 25.04 user guide"), GPUs, layout,
 measured and predicted tokens/s/GPU and the error, then the mean |error| of the dense and of the
 MoE rows. "same layout in runs.yaml" names
 the performance-summary editions of the shipped rows of the same model, card and layout (any
@@ -25,9 +26,12 @@ SUMMARY_PATH = "docs/performance-summary.md"
 
 
 def source_of(row: dict) -> str:
-    """`<model dir> <item>` of the card a row was read from, or `<edition> performance summary`
-    for a row of Megatron-Bridge's performance summary (container "NeMo 26.08" -> 26.08)."""
+    """`<model dir> <item>` of the card a row was read from, `<edition> performance summary`
+    for a row of Megatron-Bridge's performance summary (container "NeMo 26.08" -> 26.08), or
+    `<container> user guide` for a row of the NeMo Framework user guide's page."""
     src = row["source"]
+    if "path" not in src:  # the NeMo Framework user guide's page (no repository)
+        return f"{src['container']} user guide"
     if src["path"] == SUMMARY_PATH:
         return f"{src['container'].removeprefix('NeMo ')} performance summary"
     model_dir = src["path"].split("/")[-2]
