@@ -755,13 +755,20 @@ def _forks(monkeypatch) -> list[int]:
 
 
 @LINUX_ONLY
-@pytest.mark.parametrize("drop_above", [math.inf, 0.0])
-def test_two_workers_give_the_one_process_search_bit_for_bit(h100, monkeypatch, drop_above):
+@pytest.mark.parametrize(("drop_above", "eager"), [
+    (math.inf, S.EAGER_BOUNDS), (0.0, S.EAGER_BOUNDS), (0.0, 0),
+])  # fmt: skip
+def test_two_workers_give_the_one_process_search_bit_for_bit(
+    h100, monkeypatch, drop_above, eager
+):
     """Forced to fork (threshold 1 shape), the search deals its units (tp, cp) to a child and
     puts them back in order: the cells, blocks and the whole result are those of the search in
     one process, bit for bit, whether the child sends its groups' slab memory or drops it
-    (``DROP_ABOVE_BYTES``) and this process restores what it reads."""
+    (``DROP_ABOVE_BYTES``) and this process restores what it reads, for groups bounded as they
+    are enumerated and for groups bounded block by block when listed (``EAGER_BOUNDS`` 0:
+    ``_block_bounds`` reads a dropped group's memory)."""
     monkeypatch.setattr(S, "DROP_ABOVE_BYTES", drop_above)
+    monkeypatch.setattr(S, "EAGER_BOUNDS", eager)
     req = _request("llama3-8b", h100, gpus=64, global_batch=128, top_k=5)
     monkeypatch.setattr(S, "WORKERS", 1)
     one = S._Search(req, req.gpus)

@@ -813,7 +813,8 @@ class _Search:
         bounds, for a group whose bounds were not taken up front (a large group, ``_cells``),
         from its parts (``StepBounds.group_parts``, kept by ``_cells``) by one
         ``StepBounds.group_at``: elementwise, the same floats as ``StepBounds.group`` over
-        the whole group."""
+        the whole group. Its memory is restored first if a child dropped it."""
+        self.restore(grp)
         flats = []
         for v in vs:
             mem = grp.mem_of(v)[self._zs][:, grp.used]  # [Z', M', S, R]
