@@ -758,9 +758,7 @@ def _forks(monkeypatch) -> list[int]:
 @pytest.mark.parametrize(("drop_above", "eager"), [
     (math.inf, S.EAGER_BOUNDS), (0.0, S.EAGER_BOUNDS), (0.0, 0),
 ])  # fmt: skip
-def test_two_workers_give_the_one_process_search_bit_for_bit(
-    h100, monkeypatch, drop_above, eager
-):
+def test_two_workers_give_the_one_process_search_bit_for_bit(h100, monkeypatch, drop_above, eager):
     """Forced to fork (threshold 1 shape), the search deals its units (tp, cp) to a child and
     puts them back in order: the cells, blocks and the whole result are those of the search in
     one process, bit for bit, whether the child sends its groups' slab memory or drops it
