@@ -190,6 +190,33 @@ def test_defaults_are_the_megatron_te_h100_ones():
         ActivationOptions(t=0)
 
 
+def test_a_config_that_states_its_dropout_is_taken_at_its_word():
+    # Nemotron trains without dropout (NeMo NemotronConfig hidden_dropout = attention_dropout =
+    # 0.0; the NeMo 24.07 launcher configs also set ffn_dropout 0.0), though tpcalc's rule would
+    # keep masks for its LayerNorm, non-gated MLP; GPT-3's launcher configs train with 0.1 and
+    # state nothing, so the rule keeps its masks. An explicit option wins over both.
+    opts = ActivationOptions()
+    for name in ("nemotron3-8b", "nemotron3-22b", "nemotron4-15b", "nemotron4-340b"):
+        spec = load_model(name)
+        assert spec.uses_layernorm and not spec.gated_mlp  # the rule alone would say on
+        assert spec.tpcalc.dropout is False and "hidden_dropout 0.0" in spec.tpcalc.dropout_source
+        assert opts.resolved_dropout(spec) is False
+        assert ActivationOptions(dropout=True).resolved_dropout(spec) is True
+    gpt3 = load_model("gpt3-175b")
+    assert gpt3.tpcalc.dropout is None and opts.resolved_dropout(gpt3) is True
+    # ``tpcalc show`` says so, with the source
+    from tpcalc.reports.models import show_report
+
+    notes = show_report("nemotron4-340b").notes
+    assert any(n.startswith("dropout off by default: NVIDIA/NeMo") for n in notes)
+    assert not any(n.startswith("dropout") for n in show_report("gpt3-175b").notes)
+    # the masks are saved activations: the same layer holds less without them
+    nemotron = load_model("nemotron3-8b")
+    without = saved_tensors(nemotron, 0, 4096, 1, ActivationOptions(t=2))
+    with_masks = saved_tensors(nemotron, 0, 4096, 1, ActivationOptions(t=2, dropout=True))
+    assert sum(r.bytes for r in without) < sum(r.bytes for r in with_masks)
+
+
 @pytest.mark.parametrize(("spec", "seq", "opts", "error", "text"), [
     (LLAMA, 4096, {"attention": "eager", "cp": 2}, InputError, "--attention flash"),
     (LLAMA, 4100, {"t": 8}, DivisibilityError, "seq/cp"),

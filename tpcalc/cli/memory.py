@@ -80,7 +80,10 @@ def memory(
         bool | None,
         typer.Option(
             "--dropout/--no-dropout",
-            help="Dropout masks. Default: the model's (on for GPT-style, off for Llama-style).",
+            help=(
+                "Dropout masks. Default: what the model config states (tpcalc.dropout), else "
+                "on for GPT-style models, off for Llama-style."
+            ),
         ),
     ] = None,
     fused_norm: Annotated[

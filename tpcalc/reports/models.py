@@ -84,5 +84,8 @@ def show_report(model: str) -> Report:
     notes = (
         [f"seq length: {spec.tpcalc.seq_length_source}"] if spec.tpcalc.seq_length_source else []
     )
+    if spec.tpcalc.dropout is not None:
+        state = "on" if spec.tpcalc.dropout else "off"
+        notes.append(f"dropout {state} by default: {spec.tpcalc.dropout_source}")
     notes += [spec.tpcalc.notes] if spec.tpcalc.notes else []
     return Report(title=f"{row.inputs['name']}", rows=(row,), notes=(*notes, TOTAL_NOTE))

@@ -79,6 +79,11 @@ class TpcalcBlock(BaseModel):
     # True when tpcalc chose seq_length (a config.json has no training length); reports then
     # say which length was used and that --seq sets it.
     seq_length_defaulted: bool = False
+    # Whether the model trains with dropout (its masks are saved activations), as its training
+    # config states it; None: tpcalc's rule (on for GPT-style models, off for Llama-style),
+    # ``calc.activations.exact.options.ActivationOptions.resolved_dropout``.
+    dropout: bool | None = None
+    dropout_source: str = ""
     source: str = ""
     declared_parts: tuple[DeclaredPart, ...] = ()
     notes: str = ""

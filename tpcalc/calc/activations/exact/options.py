@@ -75,9 +75,13 @@ class ActivationOptions(Struct, frozen=True, kw_only=True):
                 raise InputError(f"{name}={value} must be a positive integer")
 
     def resolved_dropout(self, spec: ModelSpec) -> bool:
-        """Dropout on for GPT-style models (LayerNorm, non-gated MLP), off for Llama-style."""
+        """The option when set; else what the model's config states (``tpcalc.dropout``, e.g.
+        Nemotron's launcher configs train without dropout); else on for GPT-style models
+        (LayerNorm, non-gated MLP) and off for Llama-style."""
         if self.dropout is not None:
             return self.dropout
+        if spec.tpcalc.dropout is not None:
+            return spec.tpcalc.dropout
         return spec.uses_layernorm or not spec.gated_mlp
 
     def sp(self) -> bool:
