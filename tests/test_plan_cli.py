@@ -468,6 +468,28 @@ def test_layouts_planned_with_memory_techniques_reproduce_in_tpcalc_layout():
         assert total["memory_bytes_per_rank"] == pytest.approx(c.memory_bytes, rel=1e-9)
 
 
+def test_plan_without_dropout_reproduces_in_tpcalc_layout():
+    # GPT-3's default keeps dropout masks; --no-dropout plans without them, the option is echoed
+    # and rides in the reproduction command, and `tpcalc layout` without it needs more memory.
+    r = run_cli("plan", "-m", "gpt3-5b", "--gpus", "8", "--seq", "2048", "--global-batch", "16",
+                "--top", "1", "--no-dropout", "-f", "json")  # fmt: skip
+    assert r.code == 0, r.err
+    row = json.loads(r.out)[0]
+    assert row["dropout"] is False
+    from tpcalc.calc.layout.groups import MemoryTechniques
+    from tpcalc.reports.plan import plan
+
+    best = plan("gpt3-5b", "h100-sxm", gpus=8, seq=2048, global_batch=16, top_k=1,
+                memory=MemoryTechniques(dropout=False)).top[0]  # fmt: skip
+    args = plan_view.layout_args("gpt3-5b", "h100-sxm", best)
+    assert "--no-dropout" in args
+    without = json.loads(run_cli("layout", *args, "-f", "json").out)[-1]
+    assert without["memory_bytes_per_rank"] == pytest.approx(best.memory_bytes, rel=1e-9)
+    args.remove("--no-dropout")
+    masks = json.loads(run_cli("layout", *args, "-f", "json").out)[-1]
+    assert masks["memory_bytes_per_rank"] > without["memory_bytes_per_rank"]
+
+
 # A DeepEP / HybridEP run (Megatron-Core --moe-token-dispatcher-type flex): Qwen3 30B-A3B on two
 # H100 nodes with EP 16, so the dispatch crosses the network. Every candidate is timed with the
 # node-aware dispatch, the option is echoed, and the printed reproduction command carries it:

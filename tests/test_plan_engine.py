@@ -112,6 +112,25 @@ def test_memory_screen_matches_rank_memory(small, moe):
         _check_memory(req, s, picks, mems, 150)
 
 
+@pytest.mark.parametrize(("model", "dropout"), [("gpt3-5b", False), ("llama3-8b", True)])
+def test_memory_screen_follows_the_dropout_option(h100, model, dropout):
+    """``--dropout/--no-dropout`` against each model's default (GPT-3 keeps masks, Llama does
+    not): the screen's memory equals rank_memory with the same techniques, and the switch moves
+    the memory of the same candidate the way the masks say."""
+    req = _request(model, h100, pins={"recompute": ("none",)},
+                   memory=MemoryTechniques(dropout=dropout))  # fmt: skip
+    s, picks, mems, _ = _search(req)
+    assert all(s.layout_run(_pick(p))[1].memory.dropout is dropout for p in picks[:5])
+    _check_memory(req, s, picks, mems, 40)
+    layout, run = s.layout_run(_pick(picks[0]))
+    args = {"seq": run.seq, "micro_batch": run.micro_batch, "microbatches": run.microbatches,
+            "vpp": run.vpp, "schedule": run.schedule, "recipe": run.recipe, "sp": run.sp,
+            "recompute": run.recompute}  # fmt: skip
+    on = rank_memory(req.spec, layout, **args, techniques=replace(run.memory, dropout=True))
+    off = rank_memory(req.spec, layout, **args, techniques=replace(run.memory, dropout=False))
+    assert max(m.activation_bytes for m in on) > max(m.activation_bytes for m in off)
+
+
 def test_memory_screen_dualpipe_mtp_offload():
     """DeepSeek-V3 (MLA, MoE, MTP): every entry of screened blocks with DualPipe, interleaved
     and offloaded layers against rank_memory, fitting or not."""

@@ -120,7 +120,7 @@ def test_workload_of_builds_the_memory_techniques_from_the_shared_options() -> N
         "dtype": Dtype.fp8, "recompute": Recompute.none, "state_recipe": StateRecipe.bf16_moments,
         "recompute_modules": "layernorm,moe_act", "fp8_cache": True,
         "moe_dispatcher": MoeDispatcher.allgather, "router_dtype": RouterDtype.fp64,
-        "capacity_factor": None,
+        "capacity_factor": None, "dropout": False,
     }  # fmt: skip
     work = workload_of(params)
     assert (work.spec.name, work.hw.name, work.seq, work.micro_batch) == (
@@ -131,7 +131,7 @@ def test_workload_of_builds_the_memory_techniques_from_the_shared_options() -> N
     )  # fmt: skip
     assert work.memory == MemoryTechniques(
         recompute_modules=("layernorm", "moe_act"), fp8_cache=True, moe_dispatcher="allgather",
-        router_dtype="fp64",
+        router_dtype="fp64", dropout=False,
     )  # fmt: skip
     assert work.sp is True and work.warnings == ()  # defaults; seq was given
 

@@ -33,6 +33,7 @@ from tpcalc.cli.options import (
 from tpcalc.cli.parallel_options import (
     ActivationsOpt,
     CapacityFactorOpt,
+    DropoutOpt,
     Fp8CacheOpt,
     Fp8LinearInputsOpt,
     ProbsInActOpt,
@@ -76,16 +77,7 @@ def memory(
         SoftmaxDtype,
         typer.Option("--softmax-dtype", help="Softmax output dtype (eager attention only)."),
     ] = SoftmaxDtype.bf16,
-    dropout: Annotated[
-        bool | None,
-        typer.Option(
-            "--dropout/--no-dropout",
-            help=(
-                "Dropout masks. Default: what the model config states (tpcalc.dropout), else "
-                "on for GPT-style models, off for Llama-style."
-            ),
-        ),
-    ] = None,
+    dropout: DropoutOpt = None,
     fused_norm: Annotated[
         bool, typer.Option("--fused-norm/--no-fused-norm", help="TE fused LayerNorm/RMSNorm.")
     ] = True,

@@ -224,6 +224,16 @@ ProbsInActOpt = Annotated[
         "Example: --moe-probs-in-act",
     ),
 ]
+DropoutOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--dropout/--no-dropout",
+        help="Keep dropout masks for backward. Default: what the model config states "
+        "(tpcalc.dropout, e.g. off for Nemotron), else on for GPT-style models (LayerNorm, "
+        "non-gated MLP), off for Llama-style. Example: --no-dropout",
+        show_default=False,
+    ),
+]
 MtpOpt = Annotated[
     bool,
     typer.Option(

@@ -24,6 +24,7 @@ from tpcalc.cli.options import (
 from tpcalc.cli.parallel_options import (
     ActivationsOpt,
     DpOpt,
+    DropoutOpt,
     Fp8CacheOpt,
     Fp8LinearInputsOpt,
     GpusPerNodeOpt,
@@ -78,6 +79,7 @@ def pipeline(
     latency: LatencyOpt = True,
     recompute_modules: RecomputeModulesOpt = None,
     fp8_cache: Fp8CacheOpt = False,
+    dropout: DropoutOpt = None,
     fp8_linear_inputs: Fp8LinearInputsOpt = None,
     moe_probs_in_act: ProbsInActOpt = False,
     first_stage_layers: FirstStageLayersOpt = None,

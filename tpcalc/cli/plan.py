@@ -41,6 +41,7 @@ from tpcalc.cli.parallel_options import (
     ActivationsOpt,
     CapacityFactorOpt,
     DispatcherOpt,
+    DropoutOpt,
     Fp8CacheOpt,
     Fp8LinearInputsOpt,
     GpusPerNodeOpt,
@@ -280,6 +281,7 @@ def plan(
     recipe: StateRecipeOpt = StateRecipe.zero16,
     activations: ActivationsOpt = ActivationModel.exact,
     fp8_cache: Fp8CacheOpt = False,
+    dropout: DropoutOpt = None,
     fp8_linear_inputs: Fp8LinearInputsOpt = None,
     moe_probs_in_act: ProbsInActOpt = False,
     mtp: MtpOpt = True,
@@ -357,7 +359,7 @@ def plan(
     memory = {"fp8_cache": fp8_cache, "fp8_linear_inputs": fp8_linear_inputs,
               "moe_probs_in_act": moe_probs_in_act, "mtp": mtp, "offload_layers": offload_layers,
               "moe_dispatcher": moe_dispatcher, "capacity_factor": capacity_factor,
-              "router_dtype": router_dtype}  # fmt: skip
+              "router_dtype": router_dtype, "dropout": dropout}  # fmt: skip
     maxima = {"tp": max_tp, "cp": max_cp, "pp": max_pp, "ep": max_ep, "vpp": max_vpp,
               "micro_batch": max_micro_batch}  # fmt: skip
     techniques = techniques_of(memory)

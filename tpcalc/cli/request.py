@@ -46,6 +46,7 @@ TECHNIQUE_OPTIONS: dict[str, str] = {
     "moe_dispatcher": "moe_dispatcher",
     "capacity_factor": "capacity_factor",
     "router_dtype": "router_dtype",
+    "dropout": "dropout",
 }
 # option parameter name -> Layout field
 LAYOUT_OPTIONS: dict[str, str] = {

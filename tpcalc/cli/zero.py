@@ -23,6 +23,7 @@ from tpcalc.cli.options import (
 from tpcalc.cli.parallel_options import (
     ActivationsOpt,
     DpListOpt,
+    DropoutOpt,
     Fp8CacheOpt,
     Fp8LinearInputsOpt,
     GpusPerNodeOpt,
@@ -59,6 +60,7 @@ def zero(
     activations: ActivationsOpt = ActivationModel.exact,
     recompute_modules: RecomputeModulesOpt = None,
     fp8_cache: Fp8CacheOpt = False,
+    dropout: DropoutOpt = None,
     fp8_linear_inputs: Fp8LinearInputsOpt = None,
     moe_probs_in_act: ProbsInActOpt = False,
     units: UnitsOpt = ByteUnits.GB,

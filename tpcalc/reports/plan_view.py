@@ -99,6 +99,7 @@ def _shared(result: PlanResult) -> dict[str, Scalar]:
         "loss_in_split": req.time_options.loss_in_split,
         "moe_dispatcher": req.memory.moe_dispatcher,
         "ep_dispatch": "node-aware" if req.time_options.ep_node_dedup else "all-to-all",
+        "dropout": "model" if req.memory.dropout is None else req.memory.dropout,
     }  # fmt: skip
 
 
@@ -278,6 +279,8 @@ def technique_args(memory: MemoryTechniques) -> list[str]:
         args += ["--capacity-factor", f"{memory.capacity_factor:g}"]
     if memory.router_dtype != base.router_dtype:
         args += ["--router-dtype", memory.router_dtype]
+    if memory.dropout is not None:
+        args.append("--dropout" if memory.dropout else "--no-dropout")
     return args
 
 

@@ -137,6 +137,9 @@ class MemoryTechniques(Struct, frozen=True, kw_only=True):
     moe_dispatcher: str = "alltoall"  # Megatron-Core --moe-token-dispatcher-type
     capacity_factor: float | None = None  # --moe-expert-capacity-factor (off: no dropping)
     router_dtype: str = "fp32"  # --moe-router-dtype
+    # dropout masks kept for backward; None: the model's (its config's tpcalc.dropout, else on
+    # for GPT-style models, off for Llama-style: ActivationOptions.resolved_dropout)
+    dropout: bool | None = None
 
     def echo(self) -> dict[str, Scalar]:
         return {
@@ -146,6 +149,7 @@ class MemoryTechniques(Struct, frozen=True, kw_only=True):
             "offload_layers": self.offload_layers,
             "moe_dispatcher": self.moe_dispatcher, "router_dtype": self.router_dtype,
             "capacity_factor": "none" if self.capacity_factor is None else self.capacity_factor,
+            "dropout": "model" if self.dropout is None else self.dropout,
         }  # fmt: skip
 
 

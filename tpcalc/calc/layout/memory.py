@@ -163,7 +163,7 @@ def activation_options(
         fp8_linear_inputs=bool(techniques.fp8_linear_inputs),
         moe_probs_in_act=techniques.moe_probs_in_act,
         router_dtype=RouterDtype(techniques.router_dtype),
-        capacity_factor=techniques.capacity_factor,
+        capacity_factor=techniques.capacity_factor, dropout=techniques.dropout,
     )  # fmt: skip
 
 

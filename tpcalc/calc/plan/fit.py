@@ -141,6 +141,7 @@ class MemoryScreen:
             fp8_cache=self.tech.fp8_cache, moe_probs_in_act=self.tech.moe_probs_in_act,
             fp8_linear_inputs=self.tech.fp8_linear_inputs,
             router_dtype=self.tech.router_dtype, capacity_factor=self.tech.capacity_factor,
+            dropout=self.tech.dropout,
         )  # fmt: skip
         opts = activation_options(layout, sp=sp, recompute=grain, techniques=tech)
         return [saved_tensors(self.spec, i, self.seq, b, opts) for i in self.first]
@@ -258,6 +259,7 @@ class MemoryScreen:
             moe_probs_in_act=self.tech.moe_probs_in_act, mtp=self.tech.mtp,
             offload_layers=self.tech.offload_layers, moe_dispatcher=self.tech.moe_dispatcher,
             capacity_factor=self.tech.capacity_factor, router_dtype=self.tech.router_dtype,
+            dropout=self.tech.dropout,
         )  # fmt: skip
 
     def techniques(self, mode: RecomputeMode) -> MemoryTechniques:
