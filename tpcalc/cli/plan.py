@@ -67,6 +67,17 @@ app = typer.Typer()
 # A search that has not finished after this long gets a progress display on stderr (issue 11:
 # "a rich progress bar when a search will take more than about a second").
 PROGRESS_AFTER_S = 1.0
+# The options that pin a dimension to a list (flag -> parameter), the overlap and SP switches
+# that pin one value, and the bounds (--max-* parameter -> the engine's bound name).
+PIN_LISTS = {
+    "--tp": "tp", "--cp": "cp", "--pp": "pp", "--dp": "dp", "--ep": "ep", "--etp": "etp",
+    "--vpp": "vpp", "--micro-batch": "micro_batch", "--zero": "zero",
+}  # fmt: skip
+PIN_SWITCHES = ("sp", "tp_comm_overlap", "dp_overlap", "cp_overlap", "ep_overlap", "pp_overlap")
+MAXIMA = {
+    "max_tp": "tp", "max_cp": "cp", "max_pp": "pp", "max_ep": "ep", "max_vpp": "vpp",
+    "max_micro_batch": "micro_batch",
+}  # fmt: skip
 
 
 def _list(flag: str, what: str) -> Any:
@@ -217,6 +228,7 @@ def _run_with_progress(work: Callable[[], Any], fmt: Format) -> Any:
 
 @app.command()
 def plan(
+    ctx: typer.Context,
     gpus: GpusOpt,
     model: ModelOpt = DEFAULT_MODEL,
     hardware: HardwareOpt = DEFAULT_HARDWARE,
@@ -350,21 +362,14 @@ def plan(
       --global-batch 2048 --max-seq --account-for-embedding-in-pipeline-split
       --account-for-loss-in-pipeline-split
     """
-    lists = {"--tp": tp, "--cp": cp, "--pp": pp, "--dp": dp, "--ep": ep, "--etp": etp,
-             "--vpp": vpp, "--micro-batch": micro_batch, "--zero": zero}  # fmt: skip
-    switches = {
-        "sp": sp, "tp_comm_overlap": tp_comm_overlap, "dp_overlap": dp_overlap,
-        "cp_overlap": cp_overlap, "ep_overlap": ep_overlap, "pp_overlap": pp_overlap,
-    }  # fmt: skip
-    memory = {"fp8_cache": fp8_cache, "fp8_linear_inputs": fp8_linear_inputs,
-              "moe_probs_in_act": moe_probs_in_act, "mtp": mtp, "offload_layers": offload_layers,
-              "moe_dispatcher": moe_dispatcher, "capacity_factor": capacity_factor,
-              "router_dtype": router_dtype, "dropout": dropout}  # fmt: skip
-    maxima = {"tp": max_tp, "cp": max_cp, "pp": max_pp, "ep": max_ep, "vpp": max_vpp,
-              "micro_batch": max_micro_batch}  # fmt: skip
-    techniques = techniques_of(memory)
+    params = ctx.params
+    techniques = techniques_of(params)  # the memory techniques, as every command reads them
     with input_errors():
-        pins = _pins(lists, recompute, schedule, recompute_modules, switches)
+        pins = _pins(
+            {flag: params[name] for flag, name in PIN_LISTS.items()}, recompute, schedule,
+            recompute_modules, {name: params[name] for name in PIN_SWITCHES},
+        )  # fmt: skip
+    maxima = {field: params[name] for name, field in MAXIMA.items()}
     if max_seq or largest_micro_batch:
         _inverse(
             model, hardware, gpus=gpus, pins=pins, seq=seq, global_batch=global_batch,
