@@ -99,7 +99,7 @@ def _shared(result: PlanResult) -> dict[str, Scalar]:
         "loss_in_split": req.time_options.loss_in_split,
         "moe_dispatcher": req.memory.moe_dispatcher,
         "ep_dispatch": "node-aware" if req.time_options.ep_node_dedup else "all-to-all",
-        "dropout": "model" if req.memory.dropout is None else req.memory.dropout,
+        "dropout": req.memory.echo()["dropout"],
     }  # fmt: skip
 
 
