@@ -80,3 +80,18 @@ def test_cli_ep_and_layout_take_the_new_options(cli):
     assert res.code == 0 and '"router_dtype": "fp64"' in res.out
     bad = cli("ep", "--ep", "8", "--capacity-factor", "-1")
     assert bad.code == 1 and "capacity_factor" in bad.err
+
+
+@pytest.mark.parametrize("value", ["1e309", "nan", "0"])
+@pytest.mark.parametrize(
+    "command",
+    [("memory", "-m", "deepseek-v3"), ("ep", "--ep", "8"),
+     ("layout", "-m", "qwen3-30b-a3b", "--dp", "8", "--ep", "8")],
+)  # fmt: skip
+def test_a_capacity_factor_that_is_not_a_positive_finite_number_is_refused(cli, command, value):
+    # fuzz seed 74 found `tpcalc memory --capacity-factor 1e309` ending in an internal error (the
+    # expert capacity ceil(inf)); every command now refuses it in one line, naming the field
+    res = cli(*command, "--capacity-factor", value, "-f", "json")
+    assert res.code == 1 and res.out == ""
+    assert "capacity_factor=" in res.err and "positive finite" in res.err
+    assert len(res.err.strip().splitlines()) == 1

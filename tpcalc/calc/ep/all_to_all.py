@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from msgspec import Struct
 
+from tpcalc.calc.activations.exact.options import check_capacity_factor
 from tpcalc.calc.ep.memory import ExpertMemory, expert_memory, require_moe
 from tpcalc.calc.ep.routing import AllToAll, all_to_all, copies_per_token, max_nodes_per_token
 from tpcalc.calc.links.link import nodes_spanned
@@ -37,10 +38,9 @@ SRC_CAPACITY = (
 def routed_copies(k: int, capacity_factor: float | None) -> float:
     """Token copies a rank sends and receives per token: k, or capacity_factor·k when tokens are
     dropped/padded to the expert capacity (``SRC_CAPACITY``)."""
+    check_capacity_factor(capacity_factor)
     if capacity_factor is None:
         return float(k)
-    if capacity_factor <= 0:
-        raise InputError(f"capacity_factor={capacity_factor} must be positive (e.g. 1.0)")
     return capacity_factor * k
 
 

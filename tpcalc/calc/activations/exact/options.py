@@ -7,6 +7,8 @@ The resolved values are echoed into every result row, so a number always says wh
 
 from __future__ import annotations
 
+import math
+
 from msgspec import Struct
 from msgspec.structs import force_setattr
 
@@ -73,6 +75,7 @@ class ActivationOptions(Struct, frozen=True, kw_only=True):
         for name, value in (("t", self.t), ("cp", self.cp)):
             if value < 1:
                 raise InputError(f"{name}={value} must be a positive integer")
+        check_capacity_factor(self.capacity_factor)
 
     def resolved_dropout(self, spec: ModelSpec) -> bool:
         """The option when set; else what the model's config states (``tpcalc.dropout``, e.g.
@@ -108,3 +111,12 @@ class ActivationOptions(Struct, frozen=True, kw_only=True):
             "router_dtype": self.router_dtype.value,
             "capacity_factor": "none" if self.capacity_factor is None else self.capacity_factor,
         }
+
+
+def check_capacity_factor(capacity_factor: float | None) -> None:
+    """An expert capacity factor is off (None) or a positive, finite number of token slots per
+    routed copy (Megatron --moe-expert-capacity-factor); anything else is refused in one line."""
+    if capacity_factor is not None and not 0 < capacity_factor < math.inf:
+        raise InputError(
+            f"capacity_factor={capacity_factor} must be a positive finite number (e.g. 1.0)"
+        )
