@@ -11,6 +11,7 @@ import typer
 from tpcalc.choices import (
     ActivationModel,
     AttentionFlops,
+    AttentionKernel,
     MoeDispatcher,
     Recompute,
     RouterDtype,
@@ -36,6 +37,7 @@ from tpcalc.cli.options import (
 )
 from tpcalc.cli.parallel_options import (
     ActivationsOpt,
+    AttentionOpt,
     CapacityFactorOpt,
     CpOpt,
     DispatcherOpt,
@@ -113,6 +115,7 @@ def layout(
     recompute_modules: RecomputeModulesOpt = None,
     fp8_cache: Fp8CacheOpt = False,
     dropout: DropoutOpt = None,
+    attention: AttentionOpt = AttentionKernel.flash,
     fp8_linear_inputs: Fp8LinearInputsOpt = None,
     moe_probs_in_act: ProbsInActOpt = False,
     mtp: MtpOpt = True,

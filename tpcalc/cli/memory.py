@@ -32,6 +32,7 @@ from tpcalc.cli.options import (
 )
 from tpcalc.cli.parallel_options import (
     ActivationsOpt,
+    AttentionOpt,
     CapacityFactorOpt,
     DropoutOpt,
     Fp8CacheOpt,
@@ -69,10 +70,7 @@ def memory(
     ] = FullRecomputeSharding.paper,
     state_recipe: StateRecipeOpt = StateRecipe.zero16,
     activations: ActivationsOpt = ActivationModel.exact,
-    attention: Annotated[
-        AttentionKernel,
-        typer.Option("--attention", help="Attention kernel of the exact model."),
-    ] = AttentionKernel.flash,
+    attention: AttentionOpt = AttentionKernel.flash,
     softmax_dtype: Annotated[
         SoftmaxDtype,
         typer.Option("--softmax-dtype", help="Softmax output dtype (eager attention only)."),

@@ -12,6 +12,7 @@ import typer
 from tpcalc.choices import (
     DEFAULT_EP,
     ActivationModel,
+    AttentionKernel,
     LinkChoice,
     MoeDispatcher,
     RouterDtype,
@@ -222,6 +223,18 @@ ProbsInActOpt = Annotated[
         help="Router probabilities applied inside the expert SwiGLU (Megatron-Core "
         "activation_func_with_probs), so the combine keeps no expert output. "
         "Example: --moe-probs-in-act",
+    ),
+]
+AttentionOpt = Annotated[
+    AttentionKernel,
+    typer.Option(
+        "--attention",
+        help="Attention kernel: 'flash' (FlashAttention / cuDNN fused attention: the s x s scores "
+        "are never stored) or 'eager' (Megatron's own attention, the only one before "
+        "FlashAttention: QK^T, a fused scale-mask-softmax, dropout on the probabilities, then x V, "
+        "the scores materialised in memory and timed as batched GEMMs and memory-bound kernels; "
+        "needs --cp 1). 'sdpa-math' is PyTorch's CPU math kernel (memory as measured on CPU, "
+        "timed as eager). Example: --attention eager",
     ),
 ]
 DropoutOpt = Annotated[

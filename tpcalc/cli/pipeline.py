@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from tpcalc.choices import ActivationModel, LinkChoice, Recompute, Schedule
+from tpcalc.choices import ActivationModel, AttentionKernel, LinkChoice, Recompute, Schedule
 from tpcalc.cli.common import emit
 from tpcalc.cli.options import (
     DEFAULT_HARDWARE,
@@ -23,6 +23,7 @@ from tpcalc.cli.options import (
 )
 from tpcalc.cli.parallel_options import (
     ActivationsOpt,
+    AttentionOpt,
     DpOpt,
     DropoutOpt,
     Fp8CacheOpt,
@@ -80,6 +81,7 @@ def pipeline(
     recompute_modules: RecomputeModulesOpt = None,
     fp8_cache: Fp8CacheOpt = False,
     dropout: DropoutOpt = None,
+    attention: AttentionOpt = AttentionKernel.flash,
     fp8_linear_inputs: Fp8LinearInputsOpt = None,
     moe_probs_in_act: ProbsInActOpt = False,
     first_stage_layers: FirstStageLayersOpt = None,

@@ -18,6 +18,7 @@ import typer
 from tpcalc.choices import (
     PARETO_WITHIN,
     ActivationModel,
+    AttentionKernel,
     MoeDispatcher,
     PlanObjective,
     Recompute,
@@ -39,6 +40,7 @@ from tpcalc.cli.options import (
 )
 from tpcalc.cli.parallel_options import (
     ActivationsOpt,
+    AttentionOpt,
     CapacityFactorOpt,
     DispatcherOpt,
     DropoutOpt,
@@ -294,6 +296,7 @@ def plan(
     activations: ActivationsOpt = ActivationModel.exact,
     fp8_cache: Fp8CacheOpt = False,
     dropout: DropoutOpt = None,
+    attention: AttentionOpt = AttentionKernel.flash,
     fp8_linear_inputs: Fp8LinearInputsOpt = None,
     moe_probs_in_act: ProbsInActOpt = False,
     mtp: MtpOpt = True,

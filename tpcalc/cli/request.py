@@ -47,6 +47,7 @@ TECHNIQUE_OPTIONS: dict[str, str] = {
     "capacity_factor": "capacity_factor",
     "router_dtype": "router_dtype",
     "dropout": "dropout",
+    "attention": "attention",
 }
 # option parameter name -> Layout field
 LAYOUT_OPTIONS: dict[str, str] = {

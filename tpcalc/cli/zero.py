@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from tpcalc.choices import ActivationModel, LinkChoice, Recompute, StateRecipe
+from tpcalc.choices import ActivationModel, AttentionKernel, LinkChoice, Recompute, StateRecipe
 from tpcalc.cli.common import emit
 from tpcalc.cli.options import (
     DEFAULT_HARDWARE,
@@ -22,6 +22,7 @@ from tpcalc.cli.options import (
 )
 from tpcalc.cli.parallel_options import (
     ActivationsOpt,
+    AttentionOpt,
     DpListOpt,
     DropoutOpt,
     Fp8CacheOpt,
@@ -61,6 +62,7 @@ def zero(
     recompute_modules: RecomputeModulesOpt = None,
     fp8_cache: Fp8CacheOpt = False,
     dropout: DropoutOpt = None,
+    attention: AttentionOpt = AttentionKernel.flash,
     fp8_linear_inputs: Fp8LinearInputsOpt = None,
     moe_probs_in_act: ProbsInActOpt = False,
     units: UnitsOpt = ByteUnits.GB,

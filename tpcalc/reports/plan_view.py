@@ -100,6 +100,7 @@ def _shared(result: PlanResult) -> dict[str, Scalar]:
         "moe_dispatcher": req.memory.moe_dispatcher,
         "ep_dispatch": "node-aware" if req.time_options.ep_node_dedup else "all-to-all",
         "dropout": req.memory.echo()["dropout"],
+        "attention": req.memory.attention,
     }  # fmt: skip
 
 
@@ -281,6 +282,8 @@ def technique_args(memory: MemoryTechniques) -> list[str]:
         args += ["--router-dtype", memory.router_dtype]
     if memory.dropout is not None:
         args.append("--dropout" if memory.dropout else "--no-dropout")
+    if memory.attention != base.attention:
+        args += ["--attention", memory.attention]
     return args
 
 

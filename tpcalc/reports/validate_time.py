@@ -22,7 +22,7 @@ from tpcalc.calc.layout.groups import LayoutRun, MemoryTechniques, ParallelLayou
 from tpcalc.calc.time.pipeline_layout import parse_pipeline_layout, split_text
 from tpcalc.calc.time.step import Overlap, StepTime, TimeOptions, hand_split, step_time
 from tpcalc.catalog import hardware_names, load_hardware, load_model, model_names
-from tpcalc.choices import Recompute, Schedule
+from tpcalc.choices import AttentionKernel, Recompute, Schedule
 from tpcalc.configfile import parse, read_text
 from tpcalc.errors import ConfigError, InputError
 from tpcalc.terms import Report, Row, Scalar, Term, Unit, term
@@ -76,6 +76,8 @@ class Case(Struct, frozen=True):
     source: str
     notes: tuple[str, ...] = field(default_factory=tuple)
     release: str = ""  # the software the run measured (the summary's container), or the document
+    # how the measured tokens/s/GPU were read: as printed, or counted back from printed TFLOP/s
+    measured_from: str = "as printed"
 
 
 def runs_path() -> Any:
@@ -108,6 +110,8 @@ def _zero_stage(row: dict[str, Any], recipe: dict[str, Any]) -> ZeroStage:
     every other Megatron-Bridge and NeMo recipe uses the distributed optimizer (ZeRO-1)."""
     if row.get("fsdp") or recipe.get("use_megatron_fsdp"):
         return ZeroStage.parameters
+    if recipe.get("use_distributed_optimizer") is False:  # Megatron-LM before its 2022 ZeRO-1
+        return ZeroStage.none
     return ZeroStage.optimizer
 
 
@@ -141,7 +145,10 @@ def case_of(row: dict[str, Any]) -> Case | str:
         schedule=Schedule.interleaved if vp > 1 else Schedule.one_f_one_b,
         sp=tp > 1 and row.get("sequence_parallel") is not False,
         recompute=recompute, dtype=Dtype(row["dtype"]),
-        memory=MemoryTechniques(recompute_modules=modules, mtp=_trains_mtp(row, recipe)),
+        memory=MemoryTechniques(
+            recompute_modules=modules, mtp=_trains_mtp(row, recipe),
+            attention=attention_kernel(recipe).value,
+        ),
     )  # fmt: skip
     overlap = Overlap(
         tp_comm=bool(recipe.get("tp_comm_overlap", True)) and tp > 1,
@@ -168,10 +175,19 @@ def case_of(row: dict[str, Any]) -> Case | str:
     return Case(
         id=row["id"], model=model, hardware=row["hardware"], kind=row["kind"],
         dtype=run.dtype, gpus=row["gpus"], layout=layout, run=run, options=options,
-        measured_tokens_per_s_per_gpu=measured.get("tokens_per_s_per_gpu"),
+        measured_tokens_per_s_per_gpu=measured.get("tokens_per_s_per_gpu")
+        or tokens_from_tflops(row, load_model(model)),
         measured_tflop_per_s_per_gpu=measured.get("model_tflop_per_s_per_gpu"), source=where,
         release=str(src.get("container") or src.get("document") or ""),
+        measured_from=_measured_from(measured),
     )  # fmt: skip
+
+
+def _measured_from(measured: dict[str, Any]) -> str:
+    if measured.get("tokens_per_s_per_gpu") or not measured.get("flop_convention"):
+        return "as printed"
+    name = measured["flop_convention"].get("name")
+    return f"printed model TFLOP/s / FLOP per token ({name})"
 
 
 # NeMo 1.x launcher configs name Megatron-Core's recompute_granularity
@@ -188,11 +204,61 @@ def _granularity(recipe: dict[str, Any]) -> Recompute:
     An empty list is not "no module list": Megatron-Core fills the default only when
     recompute_modules is None (``if self.recompute_modules is None``), so "selective" with []
     recomputes nothing (Megatron-Bridge perf_recipes GPT-OSS-120B GB200 MXFP8 @ 4ab94df).
-    Full recompute is read by the memory case and ``recompute_num_layers`` (block)."""
+    Full recompute of N layers per chunk is ``recompute_num_layers`` (block); full with no
+    count recomputes every layer (Megatron-LM's 2021 --checkpoint-activations)."""
     granularity = next((recipe[k] for k in GRANULARITY_KEYS if recipe.get(k)), None)
     if granularity == Recompute.selective.value and recipe.get("recompute_modules") is None:
         return Recompute.selective
+    if granularity == Recompute.full.value and recipe.get("recompute_num_layers") is None:
+        return Recompute.full  # every layer (Megatron-LM 2021 --checkpoint-activations)
     return Recompute.none
+
+
+# Megatron-Core attention_backend values that run its own attention, the scores materialised
+# (AttnBackend.local: megatron/core/transformer/dot_product_attention.py; unfused: TE's
+# UnfusedDotProductAttention), which the 2021 code ran for every model: tpcalc's eager kernel.
+EAGER_BACKENDS = frozenset({"local", "unfused"})
+
+
+def attention_kernel(recipe: dict[str, Any]) -> AttentionKernel:
+    """The attention kernel a recipe names: eager for Megatron's own (``EAGER_BACKENDS``), else
+    flash (every NeMo / Megatron-Bridge recipe leaves Transformer Engine to pick its fused
+    kernel)."""
+    if recipe.get("attention_backend") in EAGER_BACKENDS:
+        return AttentionKernel.eager
+    return AttentionKernel.flash
+
+
+# FLOP counts of a sources' TFLOP/s, by name (``measured.flop_convention``), per token: with
+# the row's model, sequence and the vocabulary the source states.
+def _narayanan_2021_eq3(spec: Any, seq: int, vocab: int) -> float:
+    """Narayanan et al. 2021 §5.1 Eq. 3, per token: 96·l·h²·(1 + s/(6h) + V/(16·l·h)), which
+    counts the recompute forward (every run of its Table 1 recomputes activations)."""
+    h, layers = spec.hidden_size, spec.num_hidden_layers
+    return 96 * layers * h**2 * (1 + seq / (6 * h) + vocab / (16 * layers * h))
+
+
+FLOP_CONVENTIONS = {"narayanan-2021-eq3": _narayanan_2021_eq3}
+FLOP_PER_TFLOP = 1e12
+
+
+def tokens_from_tflops(row: dict[str, Any], spec: Any) -> float | None:
+    """Measured tokens/s/GPU of a row that prints model TFLOP/s only, counted back with the
+    FLOP convention its source states (``measured.flop_convention``: name and vocabulary);
+    None when it states none (the Llama 3 paper rows: predicted, not scored)."""
+    measured = row["measured"]
+    convention = measured.get("flop_convention")
+    tflops = measured.get("model_tflop_per_s_per_gpu")
+    if not convention or not tflops:
+        return None
+    per_token = FLOP_CONVENTIONS.get(convention.get("name"))
+    if per_token is None:
+        raise ConfigError(
+            f"{row['id']}: flop_convention {convention.get('name')!r} is not one tpcalc "
+            f"knows; valid: {', '.join(FLOP_CONVENTIONS)}"
+        )
+    flop_per_s = float(tflops) * FLOP_PER_TFLOP
+    return flop_per_s / per_token(spec, row["seq_length"], int(convention["vocab"]))
 
 
 def layout_chunk_layers(layout: Any, stages: int) -> tuple[int, ...] | None:
@@ -334,7 +400,7 @@ def _row(o: Outcome) -> Row:
     terms: list[Term] = [
         term(
             "measured_tokens_per_s_per_gpu", "measured", c.measured_tokens_per_s_per_gpu,
-            Unit.count, formula="as printed", source=c.source,
+            Unit.count, formula=c.measured_from, source=c.source,
         ),
         term(
             "predicted_tokens_per_s_per_gpu", "predicted", st.tokens_per_s_per_gpu, Unit.count,

@@ -140,6 +140,9 @@ class MemoryTechniques(Struct, frozen=True, kw_only=True):
     # dropout masks kept for backward; None: the model's (its config's tpcalc.dropout, else on
     # for GPT-style models, off for Llama-style: ActivationOptions.resolved_dropout)
     dropout: bool | None = None
+    # the attention kernel (choices.AttentionKernel): "flash" never stores the scores; "eager"
+    # (Megatron's own attention before FlashAttention) materialises them, in memory and in time
+    attention: str = "flash"
 
     def echo(self) -> dict[str, Scalar]:
         return {
@@ -150,6 +153,7 @@ class MemoryTechniques(Struct, frozen=True, kw_only=True):
             "moe_dispatcher": self.moe_dispatcher, "router_dtype": self.router_dtype,
             "capacity_factor": "none" if self.capacity_factor is None else self.capacity_factor,
             "dropout": "model" if self.dropout is None else self.dropout,
+            "attention": self.attention,
         }  # fmt: skip
 
 
@@ -215,6 +219,12 @@ def layout_problems(
 
         if (why := sp_seq_problem(seq, layout.tp, layout.cp)) is not None:
             problems.append(why)
+    if layout.cp > 1 and run.memory.attention != "flash":
+        problems.append(
+            f"cp={layout.cp} needs a flash attention kernel (Transformer Engine's CP ring "
+            f"passes K, V blocks between flash kernels; {run.memory.attention} attention has "
+            "none): use --attention flash or --cp 1"
+        )
     try:
         check_pipeline(
             spec.num_hidden_layers, layout.pp, run.microbatches, run.vpp, run.schedule,

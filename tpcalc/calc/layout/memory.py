@@ -38,7 +38,14 @@ from tpcalc.calc.pipeline.schedule import (
     rank_layers,
     rank_params,
 )
-from tpcalc.choices import ActivationModel, Recompute, RouterDtype, Schedule, StateRecipe
+from tpcalc.choices import (
+    ActivationModel,
+    AttentionKernel,
+    Recompute,
+    RouterDtype,
+    Schedule,
+    StateRecipe,
+)  # fmt: skip
 from tpcalc.errors import InputError
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.units import Dtype
@@ -164,6 +171,7 @@ def activation_options(
         moe_probs_in_act=techniques.moe_probs_in_act,
         router_dtype=RouterDtype(techniques.router_dtype),
         capacity_factor=techniques.capacity_factor, dropout=techniques.dropout,
+        attention=AttentionKernel(techniques.attention),
     )  # fmt: skip
 
 

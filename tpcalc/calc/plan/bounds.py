@@ -84,6 +84,7 @@ from tpcalc.calc.time.step import (
     attention_pass_s,
     cp_ring_s,
     exposed_s,
+    scores_of,
     stage_layers,
 )
 from tpcalc.calc.tp.rules import padded_vocab
@@ -223,7 +224,7 @@ class StepBounds:
         return Shard(
             seq=self.seq, micro_batch=b, tp=tp, cp=cp, ep=ep, etp=etp, sp=sp,
             dtype=Dtype.bf16, gemm_dtype=self.dtype, causal=opts.causal,
-            fused_sinks=opts.fused_sinks,
+            fused_sinks=opts.fused_sinks, **scores_of(self.spec, self.tech),
         )  # fmt: skip
 
     def _shard_links_of(self, tp: int, cp: int, ep: int, etp: int) -> dict:

@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 from msgspec import Struct
+from msgspec.structs import replace
 
 from tpcalc.calc.activations.exact.layer import layer_kind, saved_tensors
 from tpcalc.calc.activations.exact.techniques import apply_techniques
@@ -137,12 +138,8 @@ class MemoryScreen:
 
     def _records(self, tp: int, cp: int, sp: bool, grain: Recompute, b: int) -> list[list]:
         layout = ParallelLayout(gpus_per_node=self.node, tp=tp, cp=cp)
-        tech = MemoryTechniques(
-            fp8_cache=self.tech.fp8_cache, moe_probs_in_act=self.tech.moe_probs_in_act,
-            fp8_linear_inputs=self.tech.fp8_linear_inputs,
-            router_dtype=self.tech.router_dtype, capacity_factor=self.tech.capacity_factor,
-            dropout=self.tech.dropout,
-        )  # fmt: skip
+        # every technique of the run but its recompute modules (the inventory's masks apply them)
+        tech = replace(self.tech, recompute_modules=())
         opts = activation_options(layout, sp=sp, recompute=grain, techniques=tech)
         return [saved_tensors(self.spec, i, self.seq, b, opts) for i in self.first]
 
@@ -253,14 +250,8 @@ class MemoryScreen:
         return got
 
     def _techniques(self, mode: RecomputeMode) -> MemoryTechniques:
-        return MemoryTechniques(
-            recompute_modules=mode.modules, fp8_cache=self.tech.fp8_cache,
-            fp8_linear_inputs=self.tech.fp8_linear_inputs,
-            moe_probs_in_act=self.tech.moe_probs_in_act, mtp=self.tech.mtp,
-            offload_layers=self.tech.offload_layers, moe_dispatcher=self.tech.moe_dispatcher,
-            capacity_factor=self.tech.capacity_factor, router_dtype=self.tech.router_dtype,
-            dropout=self.tech.dropout,
-        )  # fmt: skip
+        """The run's techniques, every one kept, with this mode's recompute modules."""
+        return replace(self.tech, recompute_modules=mode.modules)
 
     def techniques(self, mode: RecomputeMode) -> MemoryTechniques:
         """The run's memory techniques with this recompute mode's modules."""

@@ -74,6 +74,7 @@ from tpcalc.calc.time.step import (
     effective_options,
     model_flop_per_token,
 )
+from tpcalc.choices import AttentionKernel
 
 BATCH = "batch: dp does not divide the global batch"
 NO_MICRO_BATCH = "batch: no allowed micro-batch splits global batch / dp"
@@ -274,6 +275,7 @@ class _Search:
             last_stage_layers=None, recompute_layers=None,
         )  # fmt: skip
         self.capacity = req.hw.memory_bytes.value * (1 - req.memory_headroom) - req.reserve_bytes
+        self._flash = req.memory.attention == AttentionKernel.flash.value  # else no CP (cp_rule)
         self.screen = MemoryScreen(
             req.spec, seq=req.seq, recipe=req.recipe, activations=req.activations,
             techniques=req.memory, gpus_per_node=self.node,
@@ -567,7 +569,7 @@ class _Search:
         n_mb = max(1, len(mbs))
         ok = []
         for sp in sps:
-            why = space.cp_rule(self.req.seq, shape.tp, shape.cp, sp)
+            why = space.cp_rule(self.req.seq, shape.tp, shape.cp, sp, self._flash)
             if why:
                 rejected[why] += len(vs) * n_mb * inner
             else:

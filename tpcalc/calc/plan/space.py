@@ -229,14 +229,18 @@ def tp_rule(spec: ModelSpec, tp: int) -> str | None:
     return "divisibility: tp (heads, widths, KV heads)" if tp_problem(spec, tp) else None
 
 
-def cp_rule(seq: int, tp: int, cp: int, sp: bool) -> str | None:
-    """layout_problems' sequence rules, in its order."""
+def cp_rule(seq: int, tp: int, cp: int, sp: bool, flash: bool = True) -> str | None:
+    """layout_problems' sequence rules, in its order; then CP's kernel: the ring exchanges K, V
+    blocks of a flash kernel (Transformer Engine context parallelism), so eager attention,
+    which materialises the scores, has none (the memory model refuses it the same way)."""
     if seq % cp:
         return "divisibility: seq by cp"
     if cp > 1 and seq % (ZIGZAG_CHUNKS * cp):
         return "divisibility: seq by 2·cp (zig-zag CP)"
     if sp and sp_seq_problem(seq, tp, cp) is not None:
         return "divisibility: seq/cp by tp (SP)"
+    if cp > 1 and not flash:
+        return "kernel: cp needs flash attention"
     return None
 
 

@@ -133,7 +133,8 @@ class PlanResult(Struct, frozen=True, kw_only=True):
     """The best layouts, the Pareto front and how the search got there.
 
     ``rejections`` counts the layouts turned down per reason ("divisibility: <rule>", "memory",
-    "batch"); they add up to ``enumerated − feasible``.
+    "batch", and "kernel: cp needs flash attention" under eager attention); they add up to
+    ``enumerated − feasible``.
     """
 
     request: PlanRequest

@@ -50,6 +50,11 @@ ACT_RELU2_RW = (4, 6)
 ROPE_RW = (2, 2)  # q, k rotated in place; the backward rotates the gradient back
 # Materialised softmax: scores -> probabilities; probabilities, their gradient -> dscores
 UNFUSED_SOFTMAX_RW = (2, 3)
+# Dropout on materialised probabilities (PyTorch native_dropout: reads p, writes the output and
+# a one-byte bool mask; native_dropout_backward reads the gradient and the mask, writes the
+# gradient), bytes per score besides the activation dtype's: the mask, once each way.
+DROPOUT_MASK_BYTES = 1
+DROPOUT_RW = (2, 2)
 GATE_RW = (3, 4)  # sigmoid output gate: o, g -> y; o, g, dy -> do, dg
 PERMUTE_RW = (2, 2)  # MoE token permute / unpermute: a gather and its scatter
 # The routed experts' fc2 bias (models with mlp_bias: GPT-OSS), added unfused after the grouped
@@ -120,6 +125,10 @@ class Shard(Struct, frozen=True):
     # A fused attention kernel for learnable softmax sinks (cuDNN / FlashAttention with sinks);
     # False: the unfused fallback Transformer Engine takes without one (TE issue #2318).
     fused_sinks: bool = True
+    # The scores materialised by every attention layer (choices.AttentionKernel eager: Megatron's
+    # own attention, the only one before FlashAttention), and dropout on its probabilities
+    materialised_scores: bool = False
+    attention_dropout: bool = False
 
     @property
     def tokens(self) -> int:
@@ -237,19 +246,32 @@ def _fused(
     )  # fmt: skip
 
 
-def unfused_attention(name: str, shard: Shard, heads: int, d: int) -> tuple[Op, ...]:
-    """Attention with the scores materialised (Transformer Engine's UnfusedDotProductAttention,
-    which it falls back to for a learnable softmax sink: NVIDIA/TransformerEngine issue #2318):
-    Q·Kᵀ and P·V as batched GEMMs over every score, masked or not, and a softmax that reads and
-    writes each score (its backward: probabilities and their gradient in, score gradient out)."""
+def unfused_attention(
+    name: str, shard: Shard, heads: int, d_qk: int, d_v: int | None = None
+) -> tuple[Op, ...]:
+    """Attention with the scores materialised (Megatron's own attention, Korthikanti et al. 2022
+    §4.1: QKᵀ, a fused scale-mask-softmax, dropout on the probabilities, then ·V; Transformer
+    Engine's UnfusedDotProductAttention, which it falls back to for a learnable softmax sink:
+    NVIDIA/TransformerEngine issue #2318): Q·Kᵀ and P·V as batched GEMMs over every score,
+    masked or not, a softmax that reads and writes each score (its backward: probabilities and
+    their gradient in, score gradient out) and, when the run trains with dropout, the dropout of
+    the probabilities with its one-byte mask."""
     b, q_len, kv_len = shard.micro_batch, shard.seq // shard.cp, shard.seq
     groups = b * heads
     scores = groups * q_len * kv_len
     dt = shard.dtype
+    dropout: tuple[Op, ...] = ()
+    if shard.attention_dropout:
+        fwd, bwd = (rw * dt.bytes + DROPOUT_MASK_BYTES for rw in DROPOUT_RW)
+        dropout = (
+            Op(f"{name}_dropout", OpKind.memory, Pass.forward, 0.0, fwd * scores),
+            Op(f"{name}_dropout", OpKind.memory, Pass.backward_input, 0.0, bwd * scores),
+        )
     return (
-        *gemm(f"{name}_qk", q_len, kv_len, d, dt, groups),
+        *gemm(f"{name}_qk", q_len, kv_len, d_qk, dt, groups),
         *elementwise(f"{name}_softmax", scores, UNFUSED_SOFTMAX_RW, dt),
-        *gemm(f"{name}_pv", q_len, d, kv_len, dt, groups),
+        *dropout,
+        *gemm(f"{name}_pv", q_len, d_qk if d_v is None else d_v, kv_len, dt, groups),
     )
 
 
@@ -274,7 +296,7 @@ def attention_ops(spec: ModelSpec, shard: Shard, banded: bool = False) -> tuple[
         ops += elementwise("qk_norm", t_all * (nq + nkv) * d, NORM_RW, dt)
     ops += elementwise("rope", t_all * (nq + nkv) * d, ROPE_RW, dt)
     window = spec.sliding_window if banded else None
-    if spec.attention_sinks and not shard.fused_sinks:
+    if shard.materialised_scores or (spec.attention_sinks and not shard.fused_sinks):
         ops += unfused_attention("core_attn", shard, nq, d)
     else:
         ops += attention_core("core_attn", shard, nq, nkv, d, d, window)
@@ -304,7 +326,10 @@ def mla_ops(spec: ModelSpec, shard: Shard) -> tuple[Op, ...]:
     ops += elementwise("kv_norm", t_all * kv_rank, NORM_RW, dt)
     ops += gemm("kv_up_proj", t_all, nq * (nope + v), kv_rank, shard.gemm_dtype)
     ops += elementwise("rope", t_all * (nq + 1) * rope, ROPE_RW, dt)
-    ops += attention_core("core_attn", shard, nq, nq, nope + rope, v)
+    if shard.materialised_scores:
+        ops += unfused_attention("core_attn", shard, nq, nope + rope, v)
+    else:
+        ops += attention_core("core_attn", shard, nq, nq, nope + rope, v)
     ops += gemm("out_proj", t_all, h, nq * v, shard.gemm_dtype)
     ops += elementwise("attn_residual", t_sp * h, RESIDUAL_RW, dt)
     return tuple(ops)

@@ -51,11 +51,13 @@ from functools import cache
 from msgspec import Struct, field
 from msgspec.structs import astuple, replace
 
+from tpcalc.calc.activations.exact.options import model_dropout
 from tpcalc.calc.dp.stage import ZeroStage
 from tpcalc.calc.ep.overlap import a2a_overlap_problem
 from tpcalc.calc.layout.groups import (
     Group,
     LayoutRun,
+    MemoryTechniques,
     ParallelLayout,
     expert_dp_group,
     place_groups,
@@ -87,7 +89,7 @@ from tpcalc.calc.time.ops import (
 )
 from tpcalc.calc.time.roofline import Rates, collective_time_s, dispatch_time_s, op_time_s, rates
 from tpcalc.calc.tp.rules import padded_vocab
-from tpcalc.choices import DEFAULT_VOCAB_PAD_MULTIPLE, Recompute, Schedule
+from tpcalc.choices import DEFAULT_VOCAB_PAD_MULTIPLE, AttentionKernel, Recompute, Schedule
 from tpcalc.errors import InputError
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.units import Dtype
@@ -741,13 +743,24 @@ def effective_options(
     return opts
 
 
+def scores_of(spec: ModelSpec, tech: MemoryTechniques) -> dict[str, bool]:
+    """The ``Shard`` fields of the run's attention kernel: the scores materialised unless the
+    kernel is flash (``choices.AttentionKernel``), and then dropout on its probabilities when
+    the run trains with dropout (``model_dropout``; a flash kernel applies it in-kernel)."""
+    eager = tech.attention != AttentionKernel.flash.value
+    return {
+        "materialised_scores": eager,
+        "attention_dropout": eager and model_dropout(spec, tech.dropout),
+    }
+
+
 def _context(spec: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, run: LayoutRun,
              opts: TimeOptions) -> _Ctx:  # fmt: skip
     """The rates, the micro-batch's shard and the groups every op and collective is timed on."""
     shard = Shard(
         seq=run.seq, micro_batch=run.micro_batch, tp=layout.tp, cp=layout.cp, ep=layout.ep,
         etp=layout.etp, sp=run.sp and layout.tp > 1, dtype=Dtype.bf16, gemm_dtype=run.dtype,
-        causal=opts.causal, fused_sinks=opts.fused_sinks,
+        causal=opts.causal, fused_sinks=opts.fused_sinks, **scores_of(spec, run.memory),
     )  # fmt: skip
     ep_overlap = ep_overlap_on(spec, layout, run, opts)
     r = rates(hw, run.dtype, efficiency_scale=opts.efficiency_scale)

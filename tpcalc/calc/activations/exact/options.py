@@ -81,11 +81,7 @@ class ActivationOptions(Struct, frozen=True, kw_only=True):
         """The option when set; else what the model's config states (``tpcalc.dropout``, e.g.
         Nemotron's launcher configs train without dropout); else on for GPT-style models
         (LayerNorm, non-gated MLP) and off for Llama-style."""
-        if self.dropout is not None:
-            return self.dropout
-        if spec.tpcalc.dropout is not None:
-            return spec.tpcalc.dropout
-        return spec.uses_layernorm or not spec.gated_mlp
+        return model_dropout(spec, self.dropout)
 
     def sp(self) -> bool:
         """Sequence parallelism only means something when t > 1."""
@@ -120,3 +116,15 @@ def check_capacity_factor(capacity_factor: float | None) -> None:
         raise InputError(
             f"capacity_factor={capacity_factor} must be a positive finite number (e.g. 1.0)"
         )
+
+
+def model_dropout(spec: ModelSpec, dropout: bool | None) -> bool:
+    """Whether a run trains with dropout: ``dropout`` when set (--dropout/--no-dropout); else
+    what the model's config states (``tpcalc.dropout``, e.g. Nemotron's launcher configs train
+    without it); else on for GPT-style models (LayerNorm, non-gated MLP: GPT-2/3 and Megatron's
+    GPT default hidden and attention dropout 0.1) and off for Llama-style."""
+    if dropout is not None:
+        return dropout
+    if spec.tpcalc.dropout is not None:
+        return spec.tpcalc.dropout
+    return spec.uses_layernorm or not spec.gated_mlp

@@ -1,0 +1,163 @@
+"""The attention kernel as a run option (``--attention flash|eager``): eager attention, Megatron's
+own before FlashAttention (Korthikanti et al. 2022 §4.1: QKᵀ, a fused scale-mask-softmax, dropout
+on the probabilities, then ·V), materialises every score, in the step time as in memory, and the
+planner, the layout and ``tpcalc validate`` read the same choice."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from msgspec.structs import replace
+
+from tpcalc.calc.dp.zero import ZeroStage
+from tpcalc.calc.layout.groups import LayoutRun, MemoryTechniques, ParallelLayout, layout_problems
+from tpcalc.calc.layout.memory import rank_memory
+from tpcalc.calc.plan import search as S
+from tpcalc.calc.plan.request import build_request
+from tpcalc.calc.time.ops import OpKind, Pass, Shard, layer_ops
+from tpcalc.calc.time.step import TimeOptions, scores_of, step_time
+from tpcalc.catalog import load_hardware, load_model
+from tpcalc.choices import Recompute
+from tpcalc.errors import ConfigError
+from tpcalc.reports.validate_time import (
+    _granularity,
+    _zero_stage,
+    attention_kernel,
+    tokens_from_tflops,
+)
+
+GPT3 = load_model("gpt3-175b")
+LLAMA8 = load_model("llama3-8b")
+A100 = load_hardware("a100-80g")
+EAGER = MemoryTechniques(attention="eager")
+
+
+def _core(spec, shard: Shard) -> list:
+    return [o for o in layer_ops(spec, shard, 0) if o.name.startswith("core_attn")]
+
+
+def test_eager_attention_materialises_every_score_with_its_softmax_and_dropout():
+    s, b, t = 2048, 2, 8
+    heads, d = 96 // t, 128  # GPT-3 175B: 96 heads of 128 on 8 ranks
+    shard = Shard(seq=s, micro_batch=b, tp=t, **scores_of(GPT3, EAGER))
+    ops = _core(GPT3, shard)
+    assert not [o for o in ops if o.kind is OpKind.attention]  # no fused kernel
+    qk = next(o for o in ops if o.name == "core_attn_qk" and o.phase is Pass.forward)
+    assert (qk.m, qk.n, qk.k, qk.groups) == (s, s, d, b * heads)  # every score, masked or not
+    scores = b * heads * s * s
+    softmax = {o.phase: o.bytes for o in ops if o.name == "core_attn_softmax"}
+    # bf16 probabilities: softmax reads scores, writes probabilities (2 x 2 B); backward reads
+    # both and writes the score gradient (3 x 2 B)
+    assert softmax == {Pass.forward: 4 * scores, Pass.backward_input: 6 * scores}
+    dropout = {o.phase: o.bytes for o in ops if o.name == "core_attn_dropout"}
+    # native_dropout: p in, output and a 1-byte mask out; backward: gradient and mask in, out
+    assert dropout == {Pass.forward: 5 * scores, Pass.backward_input: 5 * scores}
+
+
+def test_attention_dropout_follows_the_runs_dropout():
+    # GPT-style models train with dropout by default, Llama-style without; --no-dropout drops it
+    assert scores_of(GPT3, EAGER)["attention_dropout"]
+    assert not scores_of(LLAMA8, EAGER)["attention_dropout"]
+    assert not scores_of(GPT3, replace(EAGER, dropout=False))["attention_dropout"]
+    # a flash kernel applies dropout in-kernel: no materialised scores, no dropout op
+    assert scores_of(GPT3, MemoryTechniques()) == {
+        "materialised_scores": False, "attention_dropout": False,
+    }  # fmt: skip
+
+
+def _case(memory: MemoryTechniques, cp: int = 1) -> tuple[ParallelLayout, LayoutRun]:
+    layout = ParallelLayout(gpus_per_node=8, tp=8, cp=cp, pp=8, dp=1, zero=ZeroStage.none)
+    run = LayoutRun(
+        seq=2048, microbatches=64, micro_batch=1, sp=False, recompute=Recompute.full,
+        memory=memory,
+    )  # fmt: skip
+    return layout, run
+
+
+def test_eager_attention_makes_the_step_slower_and_keeps_its_gemms():
+    layout, flash_run = _case(MemoryTechniques())
+    eager_run = replace(flash_run, memory=EAGER)
+    flash = step_time(GPT3, A100, layout, flash_run, TimeOptions())
+    eager = step_time(GPT3, A100, layout, eager_run, TimeOptions())
+    assert eager.attention_time_s == 0 < flash.attention_time_s
+    assert eager.memory_bound_time_s > flash.memory_bound_time_s
+    assert eager.step_time_s > flash.step_time_s
+
+
+def test_context_parallelism_needs_a_flash_kernel(cli):
+    layout, run = _case(EAGER, cp=2)
+    layout = replace(layout, pp=4)
+    assert any("needs a flash attention kernel" in p for p in layout_problems(GPT3, layout, run))
+    res = cli(
+        "layout", "-m", "gpt3-175b", "--hardware", "a100-80g", "--tp", "8", "--cp", "2",
+        "--pp", "4", "--seq", "2048", "--attention", "eager",
+    )  # fmt: skip
+    assert res.code == 1
+    assert res.err.count("\n") == 1 and "--attention flash or --cp 1" in res.err
+
+
+def test_the_planner_screens_and_times_eager_attention_as_layout_does():
+    req = build_request(
+        GPT3, A100, gpus=64, seq=2048, global_batch=64, top_k=3, memory=EAGER,
+    )  # fmt: skip
+    result = S.plan(req)
+    assert dict(result.rejections)["kernel: cp needs flash attention"] > 0
+    for c in result.top:
+        assert c.layout.cp == 1 and c.run.memory.attention == "eager"
+        assert c.memory_bytes <= c.capacity_bytes
+        ranks = rank_memory(
+            GPT3, c.layout, seq=c.run.seq, micro_batch=c.run.micro_batch, sp=c.run.sp,
+            recompute=c.run.recompute, recipe=c.run.recipe, vpp=c.run.vpp,
+            schedule=c.run.schedule, microbatches=c.run.microbatches,
+            activations=c.run.activations, techniques=c.run.memory,
+        )  # fmt: skip
+        assert max(r.total_bytes for r in ranks) == c.memory_bytes
+        assert step_time(GPT3, A100, c.layout, c.run, c.options).step_time_s == c.step_time_s
+
+
+def test_plan_passes_the_attention_kernel_to_its_reproduce_command(cli):
+    args = (
+        "plan", "-m", "gpt3-175b", "--hardware", "a100-80g", "--gpus", "64", "--seq", "2048",
+        "--global-batch", "64", "--attention", "eager", "--top", "1",
+    )  # fmt: skip
+    res = cli(*args, "--format", "json")
+    assert res.code == 0, res.err
+    assert json.loads(res.out)[0]["attention"] == "eager"
+    table = cli(*args)
+    reproduce = next(x for x in table.out.splitlines() if x.startswith("Reproduce the best"))
+    assert reproduce.endswith("--attention eager")
+
+
+# tpcalc validate reads the kernel and the 2021 options from a row's recipe
+
+
+def test_validate_reads_the_2021_megatron_options():
+    assert attention_kernel({"attention_backend": "local"}).value == "eager"
+    assert attention_kernel({"attention_backend": "unfused"}).value == "eager"
+    assert attention_kernel({}).value == "flash"
+    assert _granularity({"recompute_granularity": "full"}) is Recompute.full
+    assert _granularity({"recompute_granularity": "full", "recompute_num_layers": 5}) is (
+        Recompute.none  # block recompute of 5 layers per chunk (TimeOptions.recompute_layers)
+    )
+    assert _zero_stage({}, {"use_distributed_optimizer": False}) is ZeroStage.none
+    assert _zero_stage({}, {}) is ZeroStage.optimizer
+
+
+def _row(convention: dict | None, tflops: float = 137) -> dict:
+    measured = {"tokens_per_s_per_gpu": None, "model_tflop_per_s_per_gpu": tflops}
+    if convention:
+        measured["flop_convention"] = convention
+    return {"id": "r", "seq_length": 2048, "measured": measured}
+
+
+def test_measured_tokens_are_counted_back_with_the_sources_flop_convention():
+    # Narayanan et al. 2021 Eq. 3 per token, written out here for GPT 1.7B (h 2304, 24 layers):
+    # 96·l·h²·(1 + s/(6h) + V/(16·l·h)) with s = 2,048, V = 51,200
+    spec = GPT3.model_copy(update={"hidden_size": 2304, "num_hidden_layers": 24})
+    per_token = 96 * 24 * 2304**2 * (1 + 2048 / (6 * 2304) + 51200 / (16 * 24 * 2304))
+    got = tokens_from_tflops(_row({"name": "narayanan-2021-eq3", "vocab": 51200}), spec)
+    assert got == pytest.approx(137e12 / per_token, rel=1e-12)
+    assert tokens_from_tflops(_row(None), spec) is None  # no convention: not scored
+    with pytest.raises(ConfigError, match="valid: narayanan-2021-eq3"):
+        tokens_from_tflops(_row({"name": "palm", "vocab": 1}), spec)
