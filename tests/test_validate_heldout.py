@@ -1,5 +1,6 @@
 """Held-out published runs: Megatron-Bridge model verification cards, the GB200 rows of the
-26.08 performance summary and the GB200 and H100 rows of the 26.06 one (issue 9 §5).
+26.08 performance summary and the GB200 and H100 rows of the 26.06 one, the NeMo user guide's
+tables and Megatron-LM's April 2021 A100 GPT scaling table (issue 9 §5).
 
 `tpcalc/validation/heldout.yaml` holds runs no fit has seen. These tests check each source's rows
 by that source's rules (a card prints 3-decimal metrics and a step time; the summary prints
@@ -21,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.mbridge_presets import PRESET_DEFAULTS, PRESET_LAYOUT
-from tpcalc.catalog import load_hardware
+from tpcalc.catalog import load_hardware, load_model
 from tpcalc.choices import Recompute
 from tpcalc.reports.validate_time import case_of, load_runs, outcomes
 
@@ -61,6 +62,13 @@ SUMMARY_PRECISION = {
     "MXFP8": ("MXFP8 block scaling", "mxfp8"),
     "FP8": ("not stated (column prints FP8)", "tensorwise"),
 }
+# Source 5: Megatron-LM's GPT scaling table (README image, = Narayanan et al. 2021 Table 1) and
+# the script that launches its runs (examples/sc21/run_table_1.sh).
+MLM_TABLE_PATH = "images/cases_april2021.png"
+MLM_TABLE_COMMIT = "50a4b5fa0280a160cc1b03a1c15faddbc1b1da9a"
+MLM_SCRIPT = ("examples/sc21/run_table_1.sh", "de7dc40f883ceed06344051c3c7ebd57da59cc53")
+# the table prints aggregate petaFLOP/s to 0.1 and per-GPU teraFLOP/s to 1
+MLM_PFLOPS_HALF_DIGIT = 0.05
 
 
 def edition(row: dict) -> str:
@@ -85,6 +93,10 @@ def is_guide(row: dict) -> bool:
     return row["source"]["document"] == GUIDE_DOCUMENT
 
 
+def is_megatron_2021(row: dict) -> bool:
+    return row["source"].get("path") == MLM_TABLE_PATH
+
+
 @pytest.fixture(scope="module")
 def cards(rows):
     return [r for r in rows if is_card(r)]
@@ -100,7 +112,12 @@ def guide_rows(rows):
     return [r for r in rows if is_guide(r)]
 
 
-def test_every_row_has_one_known_source(rows, cards, summary_rows, guide_rows):
+@pytest.fixture(scope="module")
+def megatron_rows(rows):
+    return [r for r in rows if is_megatron_2021(r)]
+
+
+def test_every_row_has_one_known_source(rows, cards, summary_rows, guide_rows, megatron_rows):
     assert len(cards) >= 7  # every verified H100/GB200 pretrain_performance item with a config
     # the 26.08 GB200 rows of DeepSeekV3, GPT OSS 120B, Qwen3_30B_a3B, Qwen3_235B_a22B
     assert sum(edition(r) == "26.08" for r in summary_rows) >= 4
@@ -111,11 +128,15 @@ def test_every_row_has_one_known_source(rows, cards, summary_rows, guide_rows):
     # DGX-H100 (1), 25.04 DGX-GB200 (7), 25.07 DGX-GB200 (3)
     containers = [r["source"]["container"] for r in guide_rows]
     assert [containers.count(f"NeMo {v}") for v in ("25.02", "25.04", "25.07")] == [9, 7, 3]
-    assert len(cards) + len(summary_rows) + len(guide_rows) == len(rows)
+    # Megatron-LM's April 2021 GPT scaling table: all ten rows, 1.7B to 1T
+    assert len(megatron_rows) == 10
+    assert len(cards) + len(summary_rows) + len(guide_rows) + len(megatron_rows) == len(rows)
     ids = [r["id"] for r in rows]
     assert len(set(ids)) == len(ids)
     for r in rows:
-        if not is_guide(r):
+        if is_megatron_2021(r):
+            assert r["source"]["repository"] == "NVIDIA/Megatron-LM", r["id"]
+        elif not is_guide(r):
             assert r["source"]["repository"] == "NVIDIA-NeMo/Megatron-Bridge", r["id"]
 
 
@@ -247,11 +268,59 @@ def test_guide_rows_are_the_printed_cells(guide_rows):
     assert (fixed[0]["global_batch"], fixed[0]["micro_batch"]) == (64, 1)
 
 
+def test_megatron_2021_rows_are_the_printed_cells(megatron_rows):
+    # Every number of a Megatron-LM 2021 row is its cell of the table as printed (source.row, in
+    # source.columns order), and run_table_1.sh agrees with the printed columns.
+    for r in megatron_rows:
+        src, recipe = r["source"], r["recipe"]
+        assert src["commit"] == MLM_TABLE_COMMIT and SHA.match(recipe["commit"]), r["id"]
+        assert (recipe["path"], recipe["commit"]) == MLM_SCRIPT, r["id"]
+        assert src["url"].endswith(f"/blob/{MLM_TABLE_COMMIT}/{MLM_TABLE_PATH}"), r["id"]
+        cells = [c.strip() for c in src["row"].split("|")]
+        assert len(cells) == len(src["columns"]) == 10, r["id"]
+        size, hidden, layers, _, mp, gpus, batch, tflops, _, pflops = cells
+        assert r["model"]["published"] == f"GPT {size}", r["id"]
+        assert r["id"] == f"megatron-lm-2021-gpt-{size.lower()}-a100-{gpus}", r["id"]
+        spec = load_model(r["model"]["tpcalc"])
+        assert (str(spec.hidden_size), str(spec.num_hidden_layers)) == (hidden, layers), r["id"]
+        assert str(r["tp"] * r["pp"]) == mp, r["id"]  # "Model-parallel size"
+        assert str(r["gpus"]) == gpus and str(r["global_batch"]) == batch, r["id"]
+        m = r["measured"]
+        assert type(m["model_tflop_per_s_per_gpu"]) is int, r["id"]
+        assert str(m["model_tflop_per_s_per_gpu"]) == tflops, r["id"]
+        assert m["flop_convention"]["name"] == "narayanan-2021-eq3", r["id"]
+        assert m["flop_convention"]["vocab"] == 51200, r["id"]  # the README's vocabulary
+        # aggregate petaFLOP/s = GPUs x teraFLOP/s per GPU, within both cells' rounding
+        tol = MLM_PFLOPS_HALF_DIGIT + r["gpus"] * 0.5 / 1e3
+        assert float(pflops) == pytest.approx(r["gpus"] * int(tflops) / 1e3, abs=tol), r["id"]
+        assert r["dtype"] == "fp16" and r["recipe"]["fields"]["fp16"] is True, r["id"]
+        assert r["recompute"] == "full" and recipe["fields"]["checkpoint_activations"], r["id"]
+        # torch DDP overlaps the gradient all-reduce with the backward, local DDP does not
+        ddp = recipe["fields"]["ddp_impl"]
+        assert recipe["derived"]["overlap_grad_reduce"] is (ddp == "torch"), r["id"]
+        assert recipe["derived"]["use_distributed_optimizer"] is False, r["id"]
+        assert m["tokens_per_s_per_gpu"] is None and m["step_time_s"] is None, r["id"]
+
+
 def test_layouts_add_up(rows):
     for r in rows:
         tp, pp, cp = r["tp"], r["pp"], r["cp"]
         assert r["gpus"] == tp * pp * cp * r["dp"], r["id"]
         assert r["dp"] * r["grad_accum"] * r["micro_batch"] == r["global_batch"], r["id"]
+        if is_megatron_2021(r):
+            # run_table_1.sh options; vp from --num-layers-per-virtual-pipeline-stage
+            # (megatron/arguments.py: layers / (pp * that)), none set: no interleaving
+            fields = r["recipe"]["fields"]
+            assert fields["tensor_model_parallel_size"] == tp, r["id"]
+            assert fields["pipeline_model_parallel_size"] == pp, r["id"]
+            assert fields["global_batch_size"] == r["global_batch"], r["id"]
+            assert fields["micro_batch_size"] == r["micro_batch"], r["id"]
+            per_stage = fields.get("num_layers_per_virtual_pipeline_stage")
+            layers = load_model(r["model"]["tpcalc"]).num_hidden_layers
+            vp = None if per_stage is None else layers // (pp * per_stage)
+            assert r["vp"] == vp and (vp is None or vp * pp * per_stage == layers), r["id"]
+            assert cp == 1 and r["sequence_parallel"] is False, r["id"]
+            continue
         if r["recipe"] is None:  # the user guide's rows name no recipe
             assert is_guide(r), r["id"]
             if r["ep"] > 1:
@@ -300,7 +369,16 @@ def test_every_row_computes_with_its_measured_number(rows):
     assert skipped == []
     assert [o.case.id for o in done] == [r["id"] for r in rows]
     for o, r in zip(done, rows, strict=True):
-        assert o.case.measured_tokens_per_s_per_gpu == r["measured"]["tokens_per_s_per_gpu"]
+        m = r["measured"]
+        if m["tokens_per_s_per_gpu"] is None:
+            # printed as model TFLOP/s only (Megatron-LM 2021): counted back with the FLOP
+            # convention the row states
+            assert m["model_tflop_per_s_per_gpu"] and m["flop_convention"], r["id"]
+            assert o.case.measured_tflop_per_s_per_gpu == m["model_tflop_per_s_per_gpu"]
+            assert m["flop_convention"]["name"] in o.case.measured_from, r["id"]
+            assert o.case.measured_tokens_per_s_per_gpu > 0, r["id"]
+        else:
+            assert o.case.measured_tokens_per_s_per_gpu == m["tokens_per_s_per_gpu"]
         assert o.error is not None and o.step.tokens_per_s_per_gpu > 0
 
 

@@ -54,7 +54,7 @@ CLASSES = (OK, CLEAN_ERROR, *FAILURES)
 # --- what gets generated ---------------------------------------------------------------------
 BUILTIN_MODELS = (
     "qwen3.8", "llama3-8b", "llama3-70b", "llama3-405b", "deepseek-v3", "mixtral-8x7b",
-    "nemotron4-15b",
+    "nemotron4-15b", "megatron-gpt-1.7b",
 )  # fmt: skip
 BUILTIN_HARDWARE = ("h100-sxm", "h800", "a100-80g", "b200", "h200")
 FORMATS = ("table", "json", "csv")

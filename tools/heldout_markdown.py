@@ -1,8 +1,9 @@
 """Print the README's held-out table from `tpcalc validate` (python tools/heldout_markdown.py).
 
 One row per run of tpcalc/validation/heldout.yaml (Megatron-Bridge model verification cards,
-the 26.08 performance summary's GB200 rows, the 26.06 one's GB200 and H100 rows and the NeMo
-25.02-25.07 user guide's rows, no row used by any fit): the card item, summary edition ("26.06
+the 26.08 performance summary's GB200 rows, the 26.06 one's GB200 and H100 rows, the NeMo
+25.02-25.07 user guide's rows and Megatron-LM's 2021 A100 GPT scaling table, no row used by any
+fit): the card item, summary edition ("26.06
 performance summary") or user-guide container ("NeMo 25.04 user guide"), GPUs, layout,
 measured and predicted tokens/s/GPU and the error, then the mean |error| of the dense and of the
 MoE rows. "same layout in runs.yaml" names
@@ -30,12 +31,19 @@ def source_of(row: dict) -> str:
     for a row of Megatron-Bridge's performance summary (container "NeMo 26.08" -> 26.08), or
     `<container> user guide` for a row of the NeMo Framework user guide's page."""
     src = row["source"]
+    if src.get("repository") == "NVIDIA/Megatron-LM":  # the 2021 GPT scaling table
+        return f"Megatron-LM README {src['date'][:4]} (Narayanan et al. Table 1)"
     if "path" not in src:  # the NeMo Framework user guide's page (no repository)
         return f"{src['container']} user guide"
     if src["path"] == SUMMARY_PATH:
         return f"{src['container'].removeprefix('NeMo ')} performance summary"
     model_dir = src["path"].split("/")[-2]
     return f"{model_dir} `{src['item']}`"
+
+
+def tokens(value: float) -> str:
+    """Tokens/s/GPU to the printed precision's scale: whole above 100, else one decimal."""
+    return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
 
 
 def fitted_ids() -> set[str]:
@@ -71,13 +79,20 @@ def main() -> None:
     for o in done:
         c = o.case
         err = f"{o.error:+.1%}" if o.error is not None else "–"
-        meas = f"{c.measured_tokens_per_s_per_gpu:,.0f}" if c.measured_tokens_per_s_per_gpu else "–"
+        meas = tokens(c.measured_tokens_per_s_per_gpu) if c.measured_tokens_per_s_per_gpu else "–"
+        if c.measured_from != "as printed":
+            meas += "†"
         twin = same_layout(c, [s.case for s in shipped], fitted)
         print(
             f"| {c.id} | {source_of(by_id[c.id])} | {c.gpus:,} | {layout_text(c)} | {meas} "
-            f"| {o.step.tokens_per_s_per_gpu:,.0f} | {err} | {twin} |"
+            f"| {tokens(o.step.tokens_per_s_per_gpu)} | {err} | {twin} |"
         )
     print()
+    if any(o.case.measured_from != "as printed" for o in done):
+        print(
+            "† counted back from the printed model TFLOP/s/GPU with the source's FLOP count "
+            "(Narayanan et al. 2021 Eq. 3: `measured.flop_convention`)\n"
+        )
     for kind in ("dense", "moe"):
         errors = [o.error for o in done if o.case.kind == kind and o.error is not None]
         if errors:

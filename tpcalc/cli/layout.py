@@ -194,6 +194,13 @@ def layout(
       --schedule dualpipe --recompute none --recompute-modules layernorm,mla_up_proj,moe_act
       --fp8-cache --moe-probs-in-act --state-recipe bf16-moments
 
+    Megatron-LM's own 2021 run of its 1T GPT on 3,072 A100 (Narayanan et al. 2021 Table 1):
+    its attention with the scores materialised, full recompute, fp16, no distributed optimizer,
+    the gradient all-reduce after the backward (local DDP):
+
+      tpcalc layout -m megatron-gpt-1t --hardware a100-80g --tp 8 --pp 64 --dp 6 --zero 0
+      --microbatches 512 --no-sp --recompute full --dtype fp16 --attention eager --no-dp-overlap
+
     Every published layout at once: tpcalc validate --memory
     """
 
