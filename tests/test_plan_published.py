@@ -381,3 +381,38 @@ def test_an_unknown_unstated_dimension_is_a_config_error(tmp_path: Path):
     path.write_text(yaml.safe_dump({"runs": [row]}))
     with pytest.raises(ConfigError, match="unknown dimension 'virtual_stages'; valid: tp"):
         published_items(runs=path)
+
+
+HELDOUT = Path(__file__).parents[1] / "tpcalc" / "validation" / "heldout.yaml"
+
+
+def test_the_held_planner_keeps_to_what_the_runs_software_offered():
+    # Megatron-LM of April 2021 (heldout.yaml, Narayanan et al. 2021 Table 1): no selective
+    # recompute, SP, CP or ZeRO; its rows state that as `software.pins`, and the planner held to
+    # the run's settings searches only those values, on top of its ZeRO stage and overlaps
+    from tpcalc.reports.plan_published import published_settings
+
+    items, _ = published_items({"megatron-lm-2021-gpt-1t-a100-3072"}, HELDOUT)
+    (item,) = items
+    pins = published_settings(item)
+    assert pins["recompute"] == ["none", "full"] and pins["sp"] == [False]
+    assert pins["zero"] == [0] and pins["cp"] == [1]
+    ch = check(item, engine_planner(), engine_planner(hold_published=True))
+    assert not ch.in_top_or_close and ch.held is not None
+    for c in ch.held.choices:
+        assert c["recompute"] in ("none", "full") and c["ZeRO"] == 0 and c["CP"] == 1
+    assert "its software's options (recompute none|full" in ch.why()
+
+
+def test_an_unknown_software_dimension_is_a_config_error(tmp_path: Path):
+    import yaml
+
+    from tpcalc.errors import ConfigError
+    from tpcalc.reports.validate_time import load_runs
+
+    row = next(r for r in load_runs(HELDOUT) if r["id"].startswith("megatron-lm-2021-gpt-1.7b"))
+    row["software"]["pins"]["flash"] = [False]
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump({"runs": [row]}))
+    with pytest.raises(ConfigError, match="software: unknown dimension 'flash'; valid: tp"):
+        published_items(runs=path)

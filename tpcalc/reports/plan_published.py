@@ -84,6 +84,9 @@ class Published(Struct, frozen=True):
     unmodelled: tuple[str, ...]
     unstated: tuple[str, ...] = ()  # pin dimensions the source does not print (row ``unstated``)
     stated: dict[str, Any] = field(default_factory=dict)  # what it states of them, as pins
+    # what the run's software could do, as pins (row ``software``: e.g. Megatron-LM of 2021 had
+    # no selective recompute, sequence parallelism or ZeRO); the held planner keeps to them
+    software: dict[str, Any] = field(default_factory=dict)
 
 
 def _unstated(row: dict[str, Any]) -> tuple[tuple[str, ...], dict[str, Any]]:
@@ -92,12 +95,23 @@ def _unstated(row: dict[str, Any]) -> tuple[tuple[str, ...], dict[str, Any]]:
     got = row.get("unstated") or {}
     choices = tuple(got.get("choices") or ())
     pins = dict(got.get("pins") or {})
-    for dim in (*choices, *pins):
+    _check_dims(row, "unstated", (*choices, *pins))
+    return choices, pins
+
+
+def _software(row: dict[str, Any]) -> dict[str, Any]:
+    """The row's ``software.pins``: the values of each pin dimension its software offered."""
+    pins = dict((row.get("software") or {}).get("pins") or {})
+    _check_dims(row, "software", tuple(pins))
+    return pins
+
+
+def _check_dims(row: dict[str, Any], where: str, dims: tuple[str, ...]) -> None:
+    for dim in dims:
         if dim not in PIN_DIMS:
             raise ConfigError(
-                f"{row['id']}: unstated: unknown dimension {dim!r}; valid: {', '.join(PIN_DIMS)}"
+                f"{row['id']}: {where}: unknown dimension {dim!r}; valid: {', '.join(PIN_DIMS)}"
             )
-    return choices, pins
 
 
 def published(row: dict[str, Any]) -> Published | str:
@@ -128,7 +142,9 @@ def published(row: dict[str, Any]) -> Published | str:
     )
     memory_case = replace(case, layout=layout, run=run)
     unstated, stated = _unstated(row)
-    return Published(case, memory_case, row["global_batch"], unmodelled, unstated, stated)
+    return Published(
+        case, memory_case, row["global_batch"], unmodelled, unstated, stated, _software(row)
+    )
 
 
 def completion_pins(item: Published) -> dict[str, Any]:
@@ -398,10 +414,23 @@ class Check(Struct, frozen=True):
         where = f"ranks {rank}" if rank is not None else f"is not in the top {held.top_k}"
         verdict = "check 2 holds" if top_or_close(held, self.published_step_s) else "still fails"
         on = self.published_choice.get("overlap", "none")
-        return (
-            f"held to ZeRO-{z} ({as_published}) and the run's overlaps ({on}), the published "
-            f"layout {where}, {gap:+.1%} from that best: {verdict}"
+        software = "".join(
+            f", {dim} {'|'.join(_pin_text(v) for v in values)}"
+            for dim, values in self.item.software.items()
         )
+        also = f" and its software's options ({software[2:]})" if software else ""
+        return (
+            f"held to ZeRO-{z} ({as_published}) and the run's overlaps ({on}){also}, the "
+            f"published layout {where}, {gap:+.1%} from that best: {verdict}"
+        )
+
+
+def _pin_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, list | tuple):
+        return ",".join(map(str, value)) or "no modules"
+    return str(value)
 
 
 def check(
@@ -451,6 +480,7 @@ def _held(ch: Check, held_planner: Callable[[Published], Pick] | None) -> Check:
     changed = bool(pick.choices) and (
         pick.choices[0]["ZeRO"] != ch.published_zero
         or bool(overlap_changes(ch.published_choice, pick.choices[0]))
+        or bool(item.software)  # the pick may use what the run's software did not have
     )
     if held_planner is not None and changed and not ch.in_top_or_close:
         ch = replace(ch, held=held_planner(item))
@@ -460,10 +490,10 @@ def _held(ch: Check, held_planner: Callable[[Published], Pick] | None) -> Check:
 def published_settings(item: Published) -> dict[str, list]:
     """The pins that hold the planner to the run's own settings: its ZeRO stage (Megatron FSDP
     as ZeRO-3) and which communication it overlaps (``overlap_flags``), as ``tpcalc validate``
-    prices the run (``recipe_options``)."""
+    prices the run (``recipe_options``), and what its software offered (``Published.software``)."""
     flags = overlap_flags(item.case.options)
     pins: dict[str, list] = {"zero": [int(item.memory_case.layout.zero)]}
-    return pins | {_OVERLAP_PINS[d]: [on] for d, on in flags.items()}
+    return pins | {_OVERLAP_PINS[d]: [on] for d, on in flags.items()} | item.software
 
 
 def engine_planner(
