@@ -415,7 +415,7 @@ class Check(Struct, frozen=True):
         verdict = "check 2 holds" if top_or_close(held, self.published_step_s) else "still fails"
         on = self.published_choice.get("overlap", "none")
         software = "".join(
-            f", {dim} {'|'.join(_pin_text(v) for v in values)}"
+            f", {dim} {' or '.join(_pin_text(v) for v in values)}"
             for dim, values in self.item.software.items()
         )
         also = f" and its software's options ({software[2:]})" if software else ""
