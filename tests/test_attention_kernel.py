@@ -161,3 +161,19 @@ def test_measured_tokens_are_counted_back_with_the_sources_flop_convention():
     assert tokens_from_tflops(_row(None), spec) is None  # no convention: not scored
     with pytest.raises(ConfigError, match="valid: narayanan-2021-eq3"):
         tokens_from_tflops(_row({"name": "palm", "vocab": 1}), spec)
+
+
+def test_selective_recompute_reruns_every_kernel_of_the_materialised_core():
+    # Korthikanti et al. 2022 §5: selective recompute re-runs the core attention in the backward;
+    # materialised, that is its two batched GEMMs, the softmax and the dropout (each forward op
+    # whose name the core_attn module lists), so the step pays exactly their forward time
+    from tpcalc.calc.time.ops import UNFUSED_PARTS
+    from tpcalc.calc.time.step import RECOMPUTE_MODULE_OPS
+
+    assert {f"core_attn_{p}" for p in UNFUSED_PARTS} <= set(RECOMPUTE_MODULE_OPS["core_attn"])
+    layout, run = _case(EAGER)
+    run = replace(run, recompute=Recompute.selective, sp=True)
+    st = step_time(GPT3, A100, layout, run, TimeOptions())
+    none = step_time(GPT3, A100, layout, replace(run, recompute=Recompute.none), TimeOptions())
+    assert st.recompute_time_s > 0 == none.recompute_time_s
+    assert st.step_time_s > none.step_time_s

@@ -55,6 +55,9 @@ UNFUSED_SOFTMAX_RW = (2, 3)
 # gradient), bytes per score besides the activation dtype's: the mask, once each way.
 DROPOUT_MASK_BYTES = 1
 DROPOUT_RW = (2, 2)
+# The kernels of materialised attention (``unfused_attention``), named <core>_<part>: selective
+# recompute of the core re-runs every one of them.
+UNFUSED_PARTS = ("qk", "softmax", "dropout", "pv")
 GATE_RW = (3, 4)  # sigmoid output gate: o, g -> y; o, g, dy -> do, dg
 PERMUTE_RW = (2, 2)  # MoE token permute / unpermute: a gather and its scatter
 # The routed experts' fc2 bias (models with mlp_bias: GPT-OSS), added unfused after the grouped
@@ -260,18 +263,19 @@ def unfused_attention(
     groups = b * heads
     scores = groups * q_len * kv_len
     dt = shard.dtype
+    qk, softmax, drop, pv = (f"{name}_{part}" for part in UNFUSED_PARTS)
     dropout: tuple[Op, ...] = ()
     if shard.attention_dropout:
         fwd, bwd = (rw * dt.bytes + DROPOUT_MASK_BYTES for rw in DROPOUT_RW)
         dropout = (
-            Op(f"{name}_dropout", OpKind.memory, Pass.forward, 0.0, fwd * scores),
-            Op(f"{name}_dropout", OpKind.memory, Pass.backward_input, 0.0, bwd * scores),
+            Op(drop, OpKind.memory, Pass.forward, 0.0, fwd * scores),
+            Op(drop, OpKind.memory, Pass.backward_input, 0.0, bwd * scores),
         )
     return (
-        *gemm(f"{name}_qk", q_len, kv_len, d_qk, dt, groups),
-        *elementwise(f"{name}_softmax", scores, UNFUSED_SOFTMAX_RW, dt),
+        *gemm(qk, q_len, kv_len, d_qk, dt, groups),
+        *elementwise(softmax, scores, UNFUSED_SOFTMAX_RW, dt),
         *dropout,
-        *gemm(f"{name}_pv", q_len, d_qk if d_v is None else d_v, kv_len, dt, groups),
+        *gemm(pv, q_len, d_qk if d_v is None else d_v, kv_len, dt, groups),
     )
 
 

@@ -78,6 +78,7 @@ from tpcalc.calc.pipeline.schedule import (
     stage_split,
 )
 from tpcalc.calc.time.ops import (
+    UNFUSED_PARTS,
     Op,
     OpKind,
     Pass,
@@ -491,7 +492,8 @@ def kv_width(spec: ModelSpec, tp: int) -> int:
 
 # Megatron-LM TransformerConfig.recompute_modules: the ops each module re-runs (tpcalc op names).
 RECOMPUTE_MODULE_OPS: dict[str, tuple[str, ...]] = {
-    "core_attn": ("core_attn", "delta_rule"),
+    # the fused kernel, or the materialised one's kernels (ops.unfused_attention), or GDN's
+    "core_attn": ("core_attn", *(f"core_attn_{part}" for part in UNFUSED_PARTS), "delta_rule"),
     "layernorm": ("attn_norm", "mlp_norm", "qk_norm", "q_norm", "kv_norm"),
     "mla_up_proj": ("q_up_proj", "kv_up_proj"),
     "mlp": ("fc1", "act", "fc2"),
