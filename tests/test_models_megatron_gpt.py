@@ -73,3 +73,12 @@ def test_show_prints_the_derived_total(cli):
     (row,) = json.loads(r.out)
     assert row["model"] == "megatron-gpt-1t"
     assert row["total_params"] == total_params(load_model("megatron-gpt-1t"))
+
+
+def test_korthikanti_22b_is_a_22b_model():
+    # Korthikanti et al. 2022 Table 3 names it by its size (22B): 64 heads, hidden 6144, 48
+    # layers (as Calculon transcribed the table, examples/22B.json @ 3a082fe), at the paper's
+    # 51,200-token vocabulary
+    spec = load_model("megatron-gpt-22b")
+    assert (spec.num_attention_heads, spec.hidden_size, spec.num_hidden_layers) == (64, 6144, 48)
+    assert round(total_params(spec.model_copy(update={"vocab_size": 51200})) / 1e9) == 22

@@ -69,6 +69,11 @@ MLM_TABLE_COMMIT = "50a4b5fa0280a160cc1b03a1c15faddbc1b1da9a"
 MLM_SCRIPT = ("examples/sc21/run_table_1.sh", "de7dc40f883ceed06344051c3c7ebd57da59cc53")
 # the table prints aggregate petaFLOP/s to 0.1 and per-GPU teraFLOP/s to 1
 MLM_PFLOPS_HALF_DIGIT = 0.05
+# Source 6: Korthikanti et al. 2022 Table 4 iteration times as Calculon transcribed them, and the
+# Megatron-LM README's MFU of the same sequence-parallel + selective runs (a second source)
+KORTHIKANTI_REPO = "calculon-ai/calculon"
+README_MFU_PERCENT = {"22B": 41.5, "175B": 51.4, "530B": 56.0, "1T": 56.3}  # README @ b83477a
+A100_PEAK_FLOP_PER_S = 312e12  # the README's MFU is against the A100's 312 TFLOP/s fp16 peak
 
 
 def edition(row: dict) -> str:
@@ -97,6 +102,10 @@ def is_megatron_2021(row: dict) -> bool:
     return row["source"].get("path") == MLM_TABLE_PATH
 
 
+def is_korthikanti(row: dict) -> bool:
+    return row["source"].get("repository") == KORTHIKANTI_REPO
+
+
 @pytest.fixture(scope="module")
 def cards(rows):
     return [r for r in rows if is_card(r)]
@@ -117,7 +126,14 @@ def megatron_rows(rows):
     return [r for r in rows if is_megatron_2021(r)]
 
 
-def test_every_row_has_one_known_source(rows, cards, summary_rows, guide_rows, megatron_rows):
+@pytest.fixture(scope="module")
+def korthikanti_rows(rows):
+    return [r for r in rows if is_korthikanti(r)]
+
+
+def test_every_row_has_one_known_source(
+    rows, cards, summary_rows, guide_rows, megatron_rows, korthikanti_rows
+):
     assert len(cards) >= 7  # every verified H100/GB200 pretrain_performance item with a config
     # the 26.08 GB200 rows of DeepSeekV3, GPT OSS 120B, Qwen3_30B_a3B, Qwen3_235B_a22B
     assert sum(edition(r) == "26.08" for r in summary_rows) >= 4
@@ -130,13 +146,16 @@ def test_every_row_has_one_known_source(rows, cards, summary_rows, guide_rows, m
     assert [containers.count(f"NeMo {v}") for v in ("25.02", "25.04", "25.07")] == [9, 7, 3]
     # Megatron-LM's April 2021 GPT scaling table: all ten rows, 1.7B to 1T
     assert len(megatron_rows) == 10
-    assert len(cards) + len(summary_rows) + len(guide_rows) + len(megatron_rows) == len(rows)
+    # Korthikanti et al. 2022 Table 4: four models, full recompute and SP + selective each
+    assert len(korthikanti_rows) == 8
+    sources = (cards, summary_rows, guide_rows, megatron_rows, korthikanti_rows)
+    assert sum(map(len, sources)) == len(rows)
     ids = [r["id"] for r in rows]
     assert len(set(ids)) == len(ids)
     for r in rows:
         if is_megatron_2021(r):
             assert r["source"]["repository"] == "NVIDIA/Megatron-LM", r["id"]
-        elif not is_guide(r):
+        elif not is_guide(r) and not is_korthikanti(r):
             assert r["source"]["repository"] == "NVIDIA-NeMo/Megatron-Bridge", r["id"]
 
 
@@ -321,6 +340,20 @@ def test_layouts_add_up(rows):
             assert r["vp"] == vp and (vp is None or vp * pp * per_stage == layers), r["id"]
             assert cp == 1 and r["sequence_parallel"] is False, r["id"]
             continue
+        if is_korthikanti(r):
+            # Calculon's execution file of the run (validation/<size>_<mode>.json)
+            fields = r["recipe"]["fields"]
+            assert (fields["tensor_par"], fields["pipeline_par"], fields["data_par"]) == (
+                tp, pp, r["dp"],
+            ), r["id"]  # fmt: skip
+            assert fields["num_procs"] == r["gpus"], r["id"]
+            assert fields["batch_size"] == r["global_batch"], r["id"]
+            assert fields["microbatch_size"] == r["micro_batch"], r["id"]
+            assert fields["pipeline_interleaving"] == (r["vp"] or 1), r["id"]
+            selective = fields["activation_recompute"] == "attn_only"
+            assert r["sequence_parallel"] is selective, r["id"]  # "seqsel": SP + selective
+            assert r["recompute"] == ("selective" if selective else "full"), r["id"]
+            continue
         if r["recipe"] is None:  # the user guide's rows name no recipe
             assert is_guide(r), r["id"]
             if r["ep"] > 1:
@@ -370,7 +403,11 @@ def test_every_row_computes_with_its_measured_number(rows):
     assert [o.case.id for o in done] == [r["id"] for r in rows]
     for o, r in zip(done, rows, strict=True):
         m = r["measured"]
-        if m["tokens_per_s_per_gpu"] is None:
+        if m["tokens_per_s_per_gpu"] is None and m["step_time_s"]:
+            # printed as an iteration time (Korthikanti et al. 2022): every token of the batch
+            tokens = r["global_batch"] * r["seq_length"] / (m["step_time_s"] * r["gpus"])
+            assert o.case.measured_tokens_per_s_per_gpu == tokens, r["id"]
+        elif m["tokens_per_s_per_gpu"] is None:
             # printed as model TFLOP/s only (Megatron-LM 2021): counted back with the FLOP
             # convention the row states
             assert m["model_tflop_per_s_per_gpu"] and m["flop_convention"], r["id"]
@@ -458,3 +495,30 @@ def test_cli_validates_the_held_out_file(cli):
     assert r.code == 0, r.err
     out = json.loads(r.out)
     assert {row["id"] for row in out} == {r["id"] for r in load_runs(HELDOUT)}
+
+
+def test_korthikanti_times_give_back_the_readmes_mfu(korthikanti_rows):
+    # Two sources agree: the iteration times (the paper's Table 4, as Calculon transcribed them)
+    # give back the MFU Megatron-LM's README prints for the same SP + selective runs, with the
+    # paper's model FLOPs per iteration, 72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h)) (V = 51,200, no
+    # recompute counted). Tolerance: half the MFU's last printed digit plus the time's rounding
+    # (printed to 0.01 s) carried through the division.
+    checked = set()
+    for r in korthikanti_rows:
+        if not r["sequence_parallel"]:
+            continue
+        size = r["model"]["published"].removeprefix("GPT ")
+        spec = load_model(r["model"]["tpcalc"])
+        b, s, h, layers = (
+            r["global_batch"],
+            r["seq_length"],
+            spec.hidden_size,
+            spec.num_hidden_layers,
+        )
+        flop = 72 * b * s * layers * h**2 * (1 + s / (6 * h) + 51200 / (12 * layers * h))
+        t = r["measured"]["step_time_s"]
+        mfu = 100 * flop / (t * r["gpus"] * A100_PEAK_FLOP_PER_S)
+        tol = 0.05 + mfu * 0.005 / t
+        assert mfu == pytest.approx(README_MFU_PERCENT[size], abs=tol), r["id"]
+        checked.add(size)
+    assert checked == set(README_MFU_PERCENT)

@@ -2,8 +2,8 @@
 
 One row per run of tpcalc/validation/heldout.yaml (Megatron-Bridge model verification cards,
 the 26.08 performance summary's GB200 rows, the 26.06 one's GB200 and H100 rows, the NeMo
-25.02-25.07 user guide's rows and Megatron-LM's 2021 A100 GPT scaling table, no row used by any
-fit): the card item, summary edition ("26.06
+25.02-25.07 user guide's rows, Megatron-LM's 2021 A100 GPT scaling table and Korthikanti et
+al. 2022's A100 iteration times, no row used by any fit): the card item, summary edition ("26.06
 performance summary") or user-guide container ("NeMo 25.04 user guide"), GPUs, layout,
 measured and predicted tokens/s/GPU and the error, then the mean |error| of the dense and of the
 MoE rows. "same layout in runs.yaml" names
@@ -33,6 +33,8 @@ def source_of(row: dict) -> str:
     src = row["source"]
     if src.get("repository") == "NVIDIA/Megatron-LM":  # the 2021 GPT scaling table
         return f"Megatron-LM README {src['date'][:4]} (Narayanan et al. Table 1)"
+    if src.get("repository") == "calculon-ai/calculon":  # the paper's times, as transcribed
+        return "Korthikanti et al. 2022 Table 4"
     if "path" not in src:  # the NeMo Framework user guide's page (no repository)
         return f"{src['container']} user guide"
     if src["path"] == SUMMARY_PATH:
@@ -90,8 +92,9 @@ def main() -> None:
     print()
     if any(o.case.measured_from != "as printed" for o in done):
         print(
-            "† counted back from the printed model TFLOP/s/GPU with the source's FLOP count "
-            "(Narayanan et al. 2021 Eq. 3: `measured.flop_convention`)\n"
+            "† counted back from what the source prints: model TFLOP/s/GPU with its FLOP count "
+            "(Narayanan et al. 2021 Eq. 3: `measured.flop_convention`), or the iteration time "
+            "(global batch × sequence / (time × GPUs))\n"
         )
     for kind in ("dense", "moe"):
         errors = [o.error for o in done if o.case.kind == kind and o.error is not None]

@@ -175,8 +175,7 @@ def case_of(row: dict[str, Any]) -> Case | str:
     return Case(
         id=row["id"], model=model, hardware=row["hardware"], kind=row["kind"],
         dtype=run.dtype, gpus=row["gpus"], layout=layout, run=run, options=options,
-        measured_tokens_per_s_per_gpu=measured.get("tokens_per_s_per_gpu")
-        or tokens_from_tflops(row, load_model(model)),
+        measured_tokens_per_s_per_gpu=measured_tokens(row, load_model(model)),
         measured_tflop_per_s_per_gpu=measured.get("model_tflop_per_s_per_gpu"), source=where,
         release=str(src.get("container") or src.get("document") or ""),
         measured_from=_measured_from(measured),
@@ -184,10 +183,27 @@ def case_of(row: dict[str, Any]) -> Case | str:
 
 
 def _measured_from(measured: dict[str, Any]) -> str:
-    if measured.get("tokens_per_s_per_gpu") or not measured.get("flop_convention"):
+    if measured.get("tokens_per_s_per_gpu"):
         return "as printed"
-    name = measured["flop_convention"].get("name")
-    return f"printed model TFLOP/s / FLOP per token ({name})"
+    if measured.get("step_time_s"):
+        return "global batch · sequence / (printed step time · GPUs)"
+    if measured.get("flop_convention"):
+        name = measured["flop_convention"].get("name")
+        return f"printed model TFLOP/s / FLOP per token ({name})"
+    return "as printed"
+
+
+def measured_tokens(row: dict[str, Any], spec: Any) -> float | None:
+    """The measured tokens/s/GPU of a row: as printed; else from a printed step time (every
+    token of the global batch, once per step, over the GPUs: no FLOP count involved); else from
+    printed model TFLOP/s with the source's FLOP convention (``tokens_from_tflops``)."""
+    measured = row["measured"]
+    if measured.get("tokens_per_s_per_gpu"):
+        return float(measured["tokens_per_s_per_gpu"])
+    if measured.get("step_time_s"):
+        tokens = row["global_batch"] * row["seq_length"]
+        return tokens / (float(measured["step_time_s"]) * row["gpus"])
+    return tokens_from_tflops(row, spec)
 
 
 # NeMo 1.x launcher configs name Megatron-Core's recompute_granularity
