@@ -495,6 +495,11 @@ def test_cli_validates_the_held_out_file(cli):
     assert r.code == 0, r.err
     out = json.loads(r.out)
     assert {row["id"] for row in out} == {r["id"] for r in load_runs(HELDOUT)}
+    # the shipped file by name, for an installed tpcalc (no checkout path needed)
+    shipped = cli("validate", "--held-out", "--format", "json")
+    assert shipped.code == 0 and json.loads(shipped.out) == out
+    both = cli("validate", "--held-out", "--runs", str(HELDOUT))
+    assert both.code == 1 and both.err.count("\n") == 1 and "give one" in both.err
 
 
 def test_korthikanti_times_give_back_the_readmes_mfu(korthikanti_rows):

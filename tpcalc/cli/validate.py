@@ -40,6 +40,14 @@ def validate(
             help="A runs YAML in the shipped schema (default: tpcalc/validation/runs.yaml).",
         ),
     ] = None,
+    held_out: Annotated[
+        bool,
+        typer.Option(
+            "--held-out",
+            help="The held-out runs shipped with tpcalc (tpcalc/validation/heldout.yaml: "
+            "published runs no fitted constant saw) instead of the validation table.",
+        ),
+    ] = False,
     units: UnitsOpt = ByteUnits.GB,
     fmt: FormatOpt = Format.table,
     explain: ExplainOpt = False,
@@ -59,6 +67,8 @@ def validate(
 
       tpcalc validate --hardware h100-sxm --format csv > validation.csv
 
+      tpcalc validate --held-out --hardware a100-80g
+
       tpcalc validate --memory
     """
 
@@ -67,8 +77,11 @@ def validate(
             from tpcalc.reports.validate_memory import validate_memory_report
 
             return validate_memory_report()
-        from tpcalc.reports.validate_time import validate_report
+        from tpcalc.errors import InputError
+        from tpcalc.reports.validate_time import heldout_path, validate_report
 
-        return validate_report(runs, hardware)
+        if held_out and runs is not None:
+            raise InputError("--held-out and --runs name two runs files: give one")
+        return validate_report(heldout_path() if held_out else runs, hardware)
 
     emit(build, fmt, units=units, explain=explain)

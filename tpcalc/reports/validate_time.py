@@ -84,6 +84,11 @@ def runs_path() -> Any:
     return resources.files("tpcalc") / "validation" / "runs.yaml"
 
 
+def heldout_path() -> Path:
+    """The held-out runs shipped with tpcalc (``validation/heldout.yaml``), as a path."""
+    return Path(str(resources.files("tpcalc") / "validation" / "heldout.yaml"))
+
+
 def load_runs(path: Path | None = None) -> list[dict[str, Any]]:
     """The rows of the shipped table, or of a user's ``path`` read as safely as any config
     (``configfile``: regular files up to 1 MiB, bounded nesting, one-line errors)."""
