@@ -22,7 +22,7 @@ from tpcalc.calc.dp.stage import ZeroStage
 from tpcalc.calc.links.link import Link, link_for_group, nodes_spanned
 from tpcalc.calc.pipeline.schedule import check_pipeline
 from tpcalc.calc.tp.rules import tp_problem
-from tpcalc.choices import ActivationModel, Recompute, Schedule, StateRecipe
+from tpcalc.choices import ActivationModel, AttentionKernel, Recompute, Schedule, StateRecipe
 from tpcalc.errors import InputError, TpcalcError
 from tpcalc.specs import ModelSpec
 from tpcalc.terms import Scalar
@@ -142,7 +142,7 @@ class MemoryTechniques(Struct, frozen=True, kw_only=True):
     dropout: bool | None = None
     # the attention kernel (choices.AttentionKernel): "flash" never stores the scores; "eager"
     # (Megatron's own attention before FlashAttention) materialises them, in memory and in time
-    attention: str = "flash"
+    attention: str = AttentionKernel.flash.value
 
     def echo(self) -> dict[str, Scalar]:
         return {
@@ -219,7 +219,7 @@ def layout_problems(
 
         if (why := sp_seq_problem(seq, layout.tp, layout.cp)) is not None:
             problems.append(why)
-    if layout.cp > 1 and run.memory.attention != "flash":
+    if layout.cp > 1 and run.memory.attention != AttentionKernel.flash.value:
         problems.append(
             f"cp={layout.cp} needs a flash attention kernel (Transformer Engine's CP ring "
             f"passes K, V blocks between flash kernels; {run.memory.attention} attention has "
