@@ -177,3 +177,87 @@ def test_selective_recompute_reruns_every_kernel_of_the_materialised_core():
     none = step_time(GPT3, A100, layout, replace(run, recompute=Recompute.none), TimeOptions())
     assert st.recompute_time_s > 0 == none.recompute_time_s
     assert st.step_time_s > none.step_time_s
+
+
+# Megatron-LM of 2021-2022 waits on every pipeline send and, without SP, scatters each over the
+# TP ranks (Narayanan et al. 2021 §4.1, --scatter-gather-tensors-in-pipeline)
+
+
+def _pp_case() -> tuple[ParallelLayout, LayoutRun]:
+    layout = ParallelLayout(gpus_per_node=8, tp=8, pp=8, dp=1, zero=ZeroStage.none)
+    run = LayoutRun(
+        seq=2048, microbatches=16, micro_batch=1, sp=False, recompute=Recompute.full,
+        memory=EAGER,
+    )  # fmt: skip
+    return layout, run
+
+
+def test_waiting_pipeline_sends_are_every_send_and_scatter_gather_sends_a_tth():
+    from tpcalc.calc.links.collectives import Collective
+    from tpcalc.calc.time.roofline import collective_time_s, rates
+    from tpcalc.calc.time.step import P2P_PASSES, Overlap
+
+    layout, run = _pp_case()
+    wait = TimeOptions(overlap=Overlap(pp_p2p=False))
+    plain = step_time(GPT3, A100, layout, run, wait)
+    scattered = step_time(GPT3, A100, layout, run, replace(wait, pp_scatter_gather=True))
+    r = rates(A100, run.dtype)
+    msg = 2048 * GPT3.hidden_size * 2  # s·b·h in bf16, no SP: the whole activation
+    p2p = collective_time_s(r, Collective.p2p, msg, 2, 2)  # PP hops cross nodes (TP 8 per node)
+    sends = P2P_PASSES * (run.microbatches + layout.pp - 1)  # every send waits, 1F1B
+    assert plain.pp_comm_time_s == pytest.approx(sends * p2p, rel=1e-12)
+    one = collective_time_s(r, Collective.p2p, msg / 8, 2, 2) + collective_time_s(
+        r, Collective.all_gather, msg, 8, 1
+    )  # 1/t over each rank's link, then an all-gather over NVLink
+    assert scattered.pp_comm_time_s == pytest.approx(sends * one, rel=1e-12)
+    assert scattered.step_time_s < plain.step_time_s
+    # with SP the activation between stages is already the s/t slice: nothing to scatter
+    sp_run = replace(run, sp=True)
+    assert step_time(GPT3, A100, layout, sp_run, replace(wait, pp_scatter_gather=True)) == (
+        step_time(GPT3, A100, layout, sp_run, wait)
+    )
+
+
+def test_validate_reads_a_recipes_waiting_pipeline_sends():
+    from tpcalc.reports.validate_time import case_of, load_runs
+
+    row = next(r for r in load_runs() if r["id"] == "nemo-24.07-nemotron-340b-h100-128")
+    assert row["recipe"]["fields"]["overlap_p2p_comm"] is False  # its NeMo launcher config
+    case = case_of(row)
+    assert case.options.overlap.pp_p2p is False and case.options.pp_scatter_gather is False
+
+
+def test_layout_takes_the_pipeline_send_options_and_plan_reproduces_them(cli):
+    base = (
+        "layout", "-m", "megatron-gpt-530b", "--hardware", "a100-80g", "--tp", "8", "--pp",
+        "35", "--vpp", "3", "--dp", "1", "--zero", "0", "--microbatches", "280", "--schedule",
+        "interleaved", "--no-sp", "--recompute", "full", "--dtype", "fp16", "--attention",
+        "eager", "--format", "json",
+    )  # fmt: skip
+    steps = {}
+    for flags in ((), ("--no-pp-overlap",), ("--no-pp-overlap", "--pp-scatter-gather")):
+        res = cli(*base, *flags)
+        assert res.code == 0, res.err
+        rows = json.loads(res.out)
+        steps[flags] = next(r["step_time_s"] for r in rows if r.get("step_time_s"))
+        echo = rows[0]
+        assert echo["pp_overlap"] is ("--no-pp-overlap" not in flags)
+        assert echo["pp_scatter_gather"] is ("--pp-scatter-gather" in flags)
+    hidden, waited, scattered = steps.values()
+    assert hidden < scattered < waited
+
+
+def test_the_planner_prices_scattered_waiting_sends_as_layout_does():
+    # its bounds take the 1/t message as a floor of every send; the step of each pick is layout's
+    from tpcalc.calc.time.step import Overlap
+
+    opts = TimeOptions(overlap=Overlap(pp_p2p=False), pp_scatter_gather=True)
+    req = build_request(
+        GPT3, A100, gpus=64, seq=2048, global_batch=64, top_k=3, memory=EAGER,
+        time_options=opts, pins={"sp": [False], "pp": [2, 4, 8], "pp_overlap": [False]},
+    )  # fmt: skip
+    result = S.plan(req)
+    assert result.top
+    for c in result.top:
+        assert c.options.pp_scatter_gather and not c.options.overlap.pp_p2p
+        assert step_time(GPT3, A100, c.layout, c.run, c.options).step_time_s == c.step_time_s

@@ -55,6 +55,25 @@ CpOverlapOpt = Annotated[
         help="Run the CP ring's K,V transfers under the attention blocks (Ring Attention).",
     ),
 ]
+PpOverlapOpt = Annotated[
+    bool,
+    typer.Option(
+        "--pp-overlap/--no-pp-overlap",
+        help="Run the steady state's stage-to-stage sends under compute (only the fill and drain "
+        "exposed); --no-pp-overlap waits on every send, as Megatron without overlap_p2p_comm "
+        "(and Megatron-LM of 2021-2022) does.",
+    ),
+]
+PpScatterGatherOpt = Annotated[
+    bool,
+    typer.Option(
+        "--pp-scatter-gather/--no-pp-scatter-gather",
+        help="Without SP, each TP rank sends 1/t of a stage's activation over its own link and "
+        "the next stage all-gathers it over the TP group (Megatron-LM "
+        "--scatter-gather-tensors-in-pipeline, Narayanan et al. 2021 §4.1). Off by default: "
+        "Megatron-Core sends the s/t slice with SP.",
+    ),
+]
 FirstStageLayersOpt = Annotated[
     int | None,
     typer.Option(
@@ -153,7 +172,9 @@ def time_options_of(params: Mapping[str, Any]) -> TimeOptions:
         overlap=Overlap(
             tp_comm=params["tp_comm_overlap"], dp_grad_reduce=dp, dp_param_gather=dp,
             ep_a2a=params["ep_overlap"], cp_ring=params["cp_overlap"],
+            pp_p2p=params.get("pp_overlap", True),
         ),
+        pp_scatter_gather=params.get("pp_scatter_gather", False),
         first_stage_layers=params["first_stage_layers"],
         last_stage_layers=params["last_stage_layers"],
         recompute_layers=params["recompute_layers"],

@@ -141,6 +141,7 @@ def time_inputs(
         "cp_overlap": ov.cp_ring,
         "ep_overlap": "auto" if ov.ep_a2a is None else ov.ep_a2a,
         "pp_overlap": ov.pp_p2p,
+        "pp_scatter_gather": opts.pp_scatter_gather,
         "dp_overlap": ov.dp_grad_reduce and ov.dp_param_gather,
         "causal": opts.causal,
         "attention_flops": "causal" if opts.causal_model_flops else "full",

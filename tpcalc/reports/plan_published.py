@@ -503,7 +503,8 @@ def engine_planner(
     GPUs, NVLink domain, sequence, global batch, dtype, state recipe (the published layout's
     memory recipe: FP8 primary weights where the recipe sets them), memory techniques (those the
     published layout is judged with: activation offloading where the recipe sets it),
-    stage-split rule (the recipe's embedding and loss accounting) and MoE dispatch (node-aware
+    stage-split rule (the recipe's embedding and loss accounting), pipeline sends (scattered over
+    the TP ranks where the recipe says so) and MoE dispatch (node-aware
     where the recipe's dispatcher is flex, as ``tpcalc validate`` prices the published layout);
     the layout, ZeRO stage, recompute and overlaps searched (the stage and overlaps pinned to the
     run's with ``hold_published``: ``published_settings``). With ``complete``, every printed
@@ -526,6 +527,7 @@ def engine_planner(
             time_options=TimeOptions(
                 overlap=c.options.overlap, embedding_in_split=c.options.embedding_in_split,
                 loss_in_split=c.options.loss_in_split, ep_node_dedup=c.options.ep_node_dedup,
+                pp_scatter_gather=c.options.pp_scatter_gather,
             ),
         )  # fmt: skip
         result = plan(request)

@@ -245,6 +245,10 @@ def layout_args(model: str, hardware: str, c: Candidate) -> list[str]:
     ]  # fmt: skip
     if ov.ep_a2a is not None:
         args.append("--ep-overlap" if ov.ep_a2a else "--no-ep-overlap")
+    if not ov.pp_p2p:
+        args.append("--no-pp-overlap")
+    if opt.pp_scatter_gather:
+        args.append("--pp-scatter-gather")
     if run.memory.recompute_modules:
         args += ["--recompute-modules", ",".join(run.memory.recompute_modules)]
     args += technique_args(run.memory)
@@ -297,8 +301,6 @@ def unrepresentable(c: Candidate) -> list[str]:
 
     out = []
     ov = c.options.overlap
-    if not ov.pp_p2p:
-        out.append("pp_overlap off")
     if ov.dp_grad_reduce != ov.dp_param_gather:
         out.append("dp grad-reduce and param-gather overlap differ")
     base = TimeOptions()

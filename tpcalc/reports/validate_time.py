@@ -164,10 +164,14 @@ def case_of(row: dict[str, Any]) -> Case | str:
         # = False, e.g. Megatron-Bridge perf_recipes DeepSeek-V3 H100) exposes them
         dp_grad_reduce=recipe.get("overlap_grad_reduce") is not False,
         dp_param_gather=recipe.get("overlap_param_gather") is not False,
+        # Megatron overlap_p2p_comm false: the stage-to-stage sends wait (NeMo 24.07's Nemotron-4
+        # 340B launcher config; Megatron-LM 2021-2022 p2p_communication: batch_isend_irecv, wait)
+        pp_p2p=recipe.get("overlap_p2p_comm") is not False,
     )
     options = TimeOptions(
         overlap=overlap, recompute_layers=recompute_layers,
         ep_node_dedup=recipe.get("moe_token_dispatcher_type") == "flex",
+        pp_scatter_gather=bool(recipe.get("scatter_gather_tensors_in_pipeline")),
         chunk_layers=layout_chunk_layers(recipe.get("pipeline_model_parallel_layout"), pp * vp),
         embedding_in_split=bool(recipe.get("account_for_embedding_in_pipeline_split")),
         loss_in_split=bool(recipe.get("account_for_loss_in_pipeline_split")),

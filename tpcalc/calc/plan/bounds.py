@@ -84,6 +84,7 @@ from tpcalc.calc.time.step import (
     attention_pass_s,
     cp_ring_s,
     exposed_s,
+    scatter_gather,
     scores_of,
     stage_layers,
 )
@@ -632,6 +633,8 @@ class StepBounds:
             sp_tokens = tokens // shape.tp if sp and shape.tp > 1 else tokens
             msg = sp_tokens * self.spec.hidden_size * Dtype.bf16.bytes * self.opts.comm_scale
             nodes = min(2, self.links(shape)["pp"].nodes)
+            if scatter_gather(self.opts, sp, shape.tp):  # 1/t each; the TP all-gather not counted
+                msg /= shape.tp
             one = collective_time_s(self.r, Collective.p2p, msg, 2, nodes)
             self._sends[key] = P2P_PASSES * (shape.pp - 1) * one
         return self._sends[key]

@@ -151,6 +151,10 @@ class TimeOptions(Struct, frozen=True, kw_only=True):
     # A node-aware MoE dispatcher (DeepEP / HybridEP, Megatron --moe-token-dispatcher-type
     # flex): a token crosses the network once per remote node (roofline.dispatch_time_s).
     ep_node_dedup: bool = False
+    # Megatron-LM's --scatter-gather-tensors-in-pipeline (on by default in its 2021-2022 code;
+    # Narayanan et al. 2021 §4.1): without SP, each TP rank sends 1/t of the activation to the
+    # next stage over its own link and the receivers all-gather the pieces over the TP group
+    pp_scatter_gather: bool = False
     efficiency_scale: float = 1.0  # multiplies every compute efficiency (what-if, properties)
     comm_scale: float = 1.0  # multiplies every collective's bytes (what-if, properties)
 
@@ -936,6 +940,12 @@ def _hardware_flop(details: tuple[list[OpTime], ...]) -> float:
     return sum(ot.op.flop * ot.count for d in details for ot in d)
 
 
+def scatter_gather(opts: TimeOptions, sp: bool, tp: int) -> bool:
+    """Whether pipeline sends are scattered over the TP ranks (``pp_scatter_gather``): only
+    without SP (with it the activation between stages is already split s/t) and at t > 1."""
+    return opts.pp_scatter_gather and not sp and tp > 1
+
+
 def _pp_exposed(ctx: _Ctx, m: int, v: int, schedule: Schedule) -> tuple[float, float]:
     """(exposed, total) seconds of pipeline sends: on the critical path are the fill and drain,
     p−1 stage boundaries each way, when sends overlap the steady state, else every send of
@@ -944,7 +954,13 @@ def _pp_exposed(ctx: _Ctx, m: int, v: int, schedule: Schedule) -> tuple[float, f
     if p == 1:
         return 0.0, 0.0
     msg = ctx.shard.sp_tokens * ctx.spec.hidden_size * ctx.shard.dtype.bytes * ctx.opts.comm_scale
-    one = collective_time_s(ctx.r, Collective.p2p, msg, 2, min(2, ctx.links["pp"].nodes))
+    nodes = min(2, ctx.links["pp"].nodes)
+    tp = ctx.layout.tp
+    if scatter_gather(ctx.opts, ctx.shard.sp, tp):
+        gather = collective_time_s(ctx.r, Collective.all_gather, msg, tp, ctx.links["tp"].nodes)
+        one = collective_time_s(ctx.r, Collective.p2p, msg / tp, 2, nodes) + gather
+    else:
+        one = collective_time_s(ctx.r, Collective.p2p, msg, 2, nodes)
     chunks = v if schedule is Schedule.interleaved else 1
     every = m * chunks + p - 1
     sends = (p - 1) if ctx.opts.overlap.pp_p2p else every
