@@ -183,21 +183,12 @@ def test_selective_recompute_reruns_every_kernel_of_the_materialised_core():
 # TP ranks (Narayanan et al. 2021 §4.1, --scatter-gather-tensors-in-pipeline)
 
 
-def _pp_case() -> tuple[ParallelLayout, LayoutRun]:
-    layout = ParallelLayout(gpus_per_node=8, tp=8, pp=8, dp=1, zero=ZeroStage.none)
-    run = LayoutRun(
-        seq=2048, microbatches=16, micro_batch=1, sp=False, recompute=Recompute.full,
-        memory=EAGER,
-    )  # fmt: skip
-    return layout, run
-
-
 def test_waiting_pipeline_sends_are_every_send_and_scatter_gather_sends_a_tth():
     from tpcalc.calc.links.collectives import Collective
     from tpcalc.calc.time.roofline import collective_time_s, rates
     from tpcalc.calc.time.step import P2P_PASSES, Overlap
 
-    layout, run = _pp_case()
+    layout, run = _case(EAGER)
     wait = TimeOptions(overlap=Overlap(pp_p2p=False))
     plain = step_time(GPT3, A100, layout, run, wait)
     scattered = step_time(GPT3, A100, layout, run, replace(wait, pp_scatter_gather=True))
