@@ -181,38 +181,33 @@ def case_of(row: dict[str, Any]) -> Case | str:
     where = ", ".join(
         str(src[k]) for k in ("document", "container", "table", "commit") if src.get(k)
     )
+    tokens, read = measured_tokens(row, load_model(model))
     return Case(
         id=row["id"], model=model, hardware=row["hardware"], kind=row["kind"],
         dtype=run.dtype, gpus=row["gpus"], layout=layout, run=run, options=options,
-        measured_tokens_per_s_per_gpu=measured_tokens(row, load_model(model)),
+        measured_tokens_per_s_per_gpu=tokens,
         measured_tflop_per_s_per_gpu=measured.get("model_tflop_per_s_per_gpu"), source=where,
-        release=str(src.get("container") or src.get("document") or ""),
-        measured_from=_measured_from(measured),
+        release=str(src.get("container") or src.get("document") or ""), measured_from=read,
     )  # fmt: skip
 
 
-def _measured_from(measured: dict[str, Any]) -> str:
-    if measured.get("tokens_per_s_per_gpu"):
-        return "as printed"
-    if measured.get("step_time_s"):
-        return "global batch · sequence / (printed step time · GPUs)"
-    if measured.get("flop_convention"):
-        name = measured["flop_convention"].get("name")
-        return f"printed model TFLOP/s / FLOP per token ({name})"
-    return "as printed"
-
-
-def measured_tokens(row: dict[str, Any], spec: Any) -> float | None:
-    """The measured tokens/s/GPU of a row: as printed; else from a printed step time (every
-    token of the global batch, once per step, over the GPUs: no FLOP count involved); else from
-    printed model TFLOP/s with the source's FLOP convention (``tokens_from_tflops``)."""
+def measured_tokens(row: dict[str, Any], spec: Any) -> tuple[float | None, str]:
+    """The measured tokens/s/GPU of a row and how it was read: as printed; else from a printed
+    step time (every token of the global batch, once per step, over the GPUs: no FLOP count
+    involved); else from printed model TFLOP/s with the source's FLOP convention
+    (``tokens_from_tflops``; None where it states none)."""
     measured = row["measured"]
     if measured.get("tokens_per_s_per_gpu"):
-        return float(measured["tokens_per_s_per_gpu"])
+        return measured["tokens_per_s_per_gpu"], "as printed"
     if measured.get("step_time_s"):
         tokens = row["global_batch"] * row["seq_length"]
-        return tokens / (float(measured["step_time_s"]) * row["gpus"])
-    return tokens_from_tflops(row, spec)
+        per_gpu = tokens / (float(measured["step_time_s"]) * row["gpus"])
+        return per_gpu, "global batch · sequence / (printed step time · GPUs)"
+    counted = tokens_from_tflops(row, spec)
+    if counted is None:
+        return None, "as printed"
+    name = measured["flop_convention"]["name"]
+    return counted, f"printed model TFLOP/s / FLOP per token ({name})"
 
 
 # NeMo 1.x launcher configs name Megatron-Core's recompute_granularity
