@@ -414,11 +414,11 @@ class Check(Struct, frozen=True):
         where = f"ranks {rank}" if rank is not None else f"is not in the top {held.top_k}"
         verdict = "check 2 holds" if top_or_close(held, self.published_step_s) else "still fails"
         on = self.published_choice.get("overlap", "none")
-        software = "".join(
-            f", {dim} {' or '.join(_pin_text(v) for v in values)}"
+        software = ", ".join(
+            f"{dim} {' or '.join(_pin_text(v) for v in values)}"
             for dim, values in self.item.software.items()
         )
-        also = f" and its software's options ({software[2:]})" if software else ""
+        also = f" and its software's options ({software})" if software else ""
         return (
             f"held to ZeRO-{z} ({as_published}) and the run's overlaps ({on}){also}, the "
             f"published layout {where}, {gap:+.1%} from that best: {verdict}"
