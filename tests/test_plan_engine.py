@@ -931,7 +931,8 @@ def test_bounds_splits_slowest_is_the_stage_max_bit_for_bit():
     """``StepBounds.splits`` takes the slowest stage as a running maximum over a few stages
     and as one reduce over many (``FEW_STAGES``; pp 2 and 4, 8 and 16 here): the same floats
     as the maximum over the stage axis of the per-kind sums times each stage's layer counts,
-    plus the ends on the first and last stage (what it took before)."""
+    plus the ends on the first and last stage (what it took before); a DualPipe rank's, the
+    mean of its two stages (step.dualpipe_ranks)."""
     from tpcalc.calc.plan import space
 
     spec = load_model("deepseek-v3")
@@ -940,6 +941,7 @@ def test_bounds_splits_slowest_is_the_stage_max_bit_for_bit():
     bounds, modes = s.bounds, s.d.recompute
     mbs, sps = [1, 2], [True, False]
     slowest_stages = set()
+    dualpipe = 0
     for tp, pp, ep, etp in ((1, 4, 8, 1), (2, 8, 16, 1), (4, 16, 4, 2), (8, 2, 32, 1)):
         shape = Shape(tp=tp, cp=1, pp=pp, dp=256 // (tp * pp), ep=ep, etp=etp)
         vs = space.variants(s.d, req, pp)
@@ -958,11 +960,22 @@ def test_bounds_splits_slowest_is_the_stage_max_bit_for_bit():
             per = kind @ counts.T  # [M, S, R, stages]
             per[..., 0] += first
             per[..., -1] += last
+            stage0_f = kind_f @ counts[0] + first_f
+            if v.schedule is Schedule.dualpipe:  # rank r runs stages r and p-1-r, half each
+                last_f = bounds._stacked_rows(shape, mbs, sps, modes)[8]
+                ranks = (per + per[..., ::-1]) / 2
+                assert np.array_equal(slowest[i, 0], ranks.max(axis=-1)), (shape, v)
+                assert np.array_equal(total0[i, 0], ranks[..., 0]), (shape, v)
+                last_stage_f = kind_f @ counts[-1] + last_f
+                assert np.array_equal(f0[i, 0], (stage0_f + last_stage_f) / 2), (shape, v)
+                dualpipe += 1
+                continue
             assert np.array_equal(slowest[i, 0], per.max(axis=-1)), (shape, v)
             assert np.array_equal(total0[i, 0], per[..., 0]), (shape, v)
-            assert np.array_equal(f0[i, 0], kind_f @ counts[0] + first_f), (shape, v)
+            assert np.array_equal(f0[i, 0], stage0_f), (shape, v)
             slowest_stages.update(np.unique(per.argmax(axis=-1)).tolist())
     assert len(slowest_stages) > 1  # the slowest stage is not always the same one
+    assert dualpipe == 4  # one DualPipe variant per shape
 
 
 def test_bounds_terms_per_variant_are_its_own_bit_for_bit():

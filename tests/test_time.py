@@ -524,3 +524,56 @@ def test_carried_over_scales_are_h100s_fitted_value():
         scale = load_hardware(name).performance.fitted.compute_scale
         assert "carried over from h100-sxm" in scale.source
         assert scale.value == h100, name
+
+
+def test_dualpipe_ranks_run_two_stages_half_the_micro_batches_each():
+    # DeepSeek-V3 report §3.2.1 (Figure 5, Table 2): DualPipe feeds micro-batches from both
+    # ends, so rank r runs stage r for half of them and stage p-1-r for the other half, and
+    # holds both stages' parameters. The stages are those 1F1B prices one by one (both with
+    # the all-to-all exposed: DualPipe hides it by default, 1F1B at pp > 1 cannot).
+    ds = load_model("deepseek-v3")
+    h800 = load_hardware("h800")
+    lay = ParallelLayout(pp=16, dp=128, ep=64, zero=ZeroStage.optimizer, gpus_per_node=8)
+    opts = TimeOptions(overlap=Overlap(ep_a2a=False))
+    one_by_one = step_time(ds, h800, lay, LayoutRun(seq=4096, microbatches=32), opts).stages
+    run = LayoutRun(seq=4096, microbatches=32, schedule=Schedule.dualpipe)
+    st = step_time(ds, h800, lay, run, opts)
+    p = len(one_by_one)
+    for r, rank in enumerate(st.stages):
+        a, b = one_by_one[r], one_by_one[p - 1 - r]
+        assert rank.total_s == pytest.approx((a.total_s + b.total_s) / 2, rel=1e-12)
+        assert rank.dense_params == a.dense_params + b.dense_params
+        assert rank.expert_params == a.expert_params + b.expert_params
+    # the last stage (3 layers, the MTP module, two LM heads and losses) is the slowest of
+    # 1F1B; DualPipe shares it with stage 0 (embedding, 3 dense layers and 1 MoE layer), and
+    # the slowest rank is the pair with the largest mean
+    assert max(range(p), key=lambda i: one_by_one[i].total_s) == p - 1
+    means = [(one_by_one[r].total_s + one_by_one[p - 1 - r].total_s) / 2 for r in range(p)]
+    assert means[st.bottleneck_stage] == pytest.approx(max(means), rel=1e-12)
+    neck = st.stage_forward_time_s + st.stage_backward_input_time_s
+    assert neck + st.stage_backward_weight_time_s == pytest.approx(max(means), rel=1e-12)
+    assert max(means) < one_by_one[-1].total_s
+    # every micro-batch still runs every stage once: the pairs keep the pipeline's work
+    assert sum(x.total_s for x in st.stages) == pytest.approx(
+        sum(x.total_s for x in one_by_one), rel=1e-12
+    )
+
+
+def test_ops_under_dualpipe_list_both_stages_of_the_slowest_rank(cli):
+    """``layout --ops`` under DualPipe lists the ops of the two stages the slowest rank runs,
+    each row under its own stage. DeepSeek-V3 with its node-aware dispatcher: rank 0, stage 0's
+    embedding and the last stage's LM head; with the all-to-all dispatcher (more bytes over
+    IB) a pair of middle stages, four MoE layers each, is slower."""
+    import json
+
+    args = ("layout", "-m", "deepseek-v3", "--hardware", "h800", "--pp", "16", "--dp", "128",
+            "--ep", "64", "--zero", "1", "--microbatches", "32", "--ops", "-f", "json",
+            "--schedule", "dualpipe")  # fmt: skip
+    dual = json.loads(cli(*args, "--moe-dispatcher", "flex").out)
+    ops = {(row["stage"], row["op"]) for row in dual}
+    assert {stage for stage, _ in ops} == {0, 15}
+    assert (0, "embedding") in ops and (15, "lm_head") in ops and (0, "lm_head") not in ops
+    middle = json.loads(cli(*args, "--moe-dispatcher", "alltoall").out)
+    assert {row["stage"] for row in middle} == {2, 13}
+    one = json.loads(cli(*args[:-1], "1f1b", "--moe-dispatcher", "flex").out)
+    assert {row["stage"] for row in one} == {15}  # the last stage alone under 1F1B

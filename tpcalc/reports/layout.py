@@ -212,14 +212,18 @@ def price_report(p: LayoutPrice) -> Report:
 
 def ops_report(model: str, st: StepTime) -> Report:
     """``tpcalc layout --ops``: one row per op of the bottleneck stage, in execution order
-    within each pass (terms: ``calc.time.ops_explain.op_terms``)."""
+    within each pass (terms: ``calc.time.ops_explain.op_terms``); under DualPipe, of both
+    stages the bottleneck rank runs (``step.dualpipe_ranks``), each for half the
+    micro-batches."""
     from tpcalc.calc.time.ops_explain import op_terms
 
+    rank = st.bottleneck_stage
+    other = len(st.stages) - 1 - rank
     rows = tuple(
         Row(
             inputs={
                 "model": model,
-                "stage": st.bottleneck_stage,
+                "stage": stage,
                 "op": ot.op.name,
                 "pass": ot.op.phase.value,
                 "fp8": ot.op.fp8,
@@ -227,10 +231,13 @@ def ops_report(model: str, st: StepTime) -> Report:
             },
             terms=op_terms(ot),
         )  # fmt: skip
-        for ot in st.bottleneck_ops
+        for stage, ops in ((rank, st.bottleneck_ops), (other, st.paired_ops))
+        for ot in ops
     )
-    return Report(
-        title=f"{model}: operations of pipeline stage {st.bottleneck_stage} (the slowest), "
-        "one micro-batch",
-        rows=rows,
-    )
+    what = f"pipeline stage {rank} (the slowest), one micro-batch"
+    if st.paired_ops:
+        what = (
+            f"pipeline rank {rank} (the slowest) under DualPipe: stages {rank} and {other}, "
+            "each run by half the micro-batches; one micro-batch of each"
+        )
+    return Report(title=f"{model}: operations of {what}", rows=rows)

@@ -963,14 +963,15 @@ class StepBounds:
         0's tail constant and hinges per parameter group, and the NIC floor."""
         f_on, bi_on, w, sends, m = self.sums(shape, mbs, per_dp, sps, modes)
         bubble = self._bubbles(shape, vs, modes, f_on, bi_on, w, self.ep_gaps(shape, mbs, sps))
-        # the terms read the variant's vpp only: taken once per vpp (rows in the order first
-        # seen), then every variant takes its vpp's row (copies of the same floats)
-        firsts: dict[int, Variant] = {}
+        # the terms read the variant's vpp and whether it is DualPipe only: taken once per
+        # (vpp, DualPipe) (rows in the order first seen), then every variant takes its row
+        # (copies of the same floats)
+        firsts: dict[tuple[int, bool], Variant] = {}
         for v in vs:
-            firsts.setdefault(v.vpp, v)
+            firsts.setdefault((v.vpp, v.schedule is Schedule.dualpipe), v)
         uniq = list(firsts.values())
-        row_of = {vpp: u for u, vpp in enumerate(firsts)}
-        inv = np.array([row_of[v.vpp] for v in vs], dtype=np.int64)
+        row_of = {key: u for u, key in enumerate(firsts)}
+        inv = np.array([row_of[v.vpp, v.schedule is Schedule.dualpipe] for v in vs], dtype=np.int64)
         const = np.zeros((len(uniq), len(zeros)))
         mm = m[None, None, :, 0, 0]  # [1, 1, M]
         groups = []
@@ -1151,8 +1152,17 @@ class StepBounds:
             for c, sp in enumerate(sps):
                 shard = self._shard(shape.tp, shape.cp, shape.ep, shape.etp, sp and shape.tp > 1, b)
                 per_layer[a, c] = m[a, 0, 0] * A2A_PASSES * self._a2a(shard, shape.ep, nodes)
-        layers = np.array([self.stage_counts(shape.pp, v.vpp) @ self.moe_kinds for v in uniq])
+        layers = np.array([self._rank_moe_layers(shape.pp, v) for v in uniq])
         return per_layer, layers
+
+    def _rank_moe_layers(self, pp: int, v: Variant) -> np.ndarray:
+        """MoE layers per micro-batch on each pipeline rank [pp]: its stage's, or for DualPipe
+        the mean of its two stages' (``step.dualpipe_ranks``: half the micro-batches each)."""
+        layers = self.stage_counts(pp, v.vpp) @ self.moe_kinds
+        if v.schedule is Schedule.dualpipe and pp > 1:
+            half = 1 / DUALPIPE_DIRECTIONS
+            return layers * half + layers[::-1] * half
+        return layers
 
     def refused(self, shape: Shape, v: Variant, modes: list[RecomputeMode]) -> np.ndarray:
         """Which modes [R] run the EP all-to-all exposed on this variant though the search
@@ -1241,7 +1251,8 @@ class StepBounds:
         """The slowest stage's F° + B° + W°, stage 0's F° and stage 0's total of every
         variant at once, each [V, 1, M, S, R]: the per-kind sums of every (micro-batch, sp,
         mode) times each vpp's layers per stage (``stage_counts``, as ``step.stage_layers``
-        splits them), the ends on the first and last stage."""
+        splits them), the ends on the first and last stage; a DualPipe rank's, the mean of
+        its two stages (``_dualpipe_split``)."""
         kind_on, kind_f_on, first, last, first_f = self.kind_arrays(shape, mbs, sps, modes)
         gaps = self.ep_gaps(shape, mbs, sps)
         n_v = len(vs)
@@ -1250,16 +1261,18 @@ class StepBounds:
             np.empty((n_v, 1, *first.shape)),
             np.empty((n_v, 1, *first.shape)),
         )
-        done: dict[tuple[int, bytes | None], int] = {}
+        done: dict[tuple[int, bool, bytes | None], int] = {}
         exposed: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
         for i, v in enumerate(vs):
             refused = self._refused_where(gaps, shape, v, modes)
             pattern = None if refused is None else refused.tobytes()  # none, all, the modes'
-            if (v.vpp, pattern) in done:
+            # DualPipe pairs the stages (``_dualpipe_split``); every other schedule reads vpp
+            key = (v.vpp, v.schedule is Schedule.dualpipe, pattern)
+            if key in done:
                 for x in out:
-                    x[i] = x[done[v.vpp, pattern]]
+                    x[i] = x[done[key]]
                 continue
-            done[v.vpp, pattern] = i
+            done[key] = i
             kind, kind_f = kind_on, kind_f_on
             if gaps is not None and refused is not None and pattern is not None:
                 # the all-to-all exposed where refused, taken once per pattern
@@ -1274,6 +1287,9 @@ class StepBounds:
                     )
                 kind, kind_f = exposed[pattern]
             counts = self.stage_counts(shape.pp, v.vpp)  # [stages, K]
+            if v.schedule is Schedule.dualpipe and shape.pp > 1:
+                self._dualpipe_split(shape, mbs, sps, modes, kind, kind_f, counts, out, i)
+                continue
             rows, at_first, at_last, middle = self.stage_rows(shape.pp, v.vpp)
             per = kind @ rows.T  # [M, S, R, distinct rows]: a stage's sums are its row's
             stage0 = out[2][i, 0]
@@ -1290,6 +1306,28 @@ class StepBounds:
                 np.maximum(slowest, per[..., u], out=slowest)
             out[1][i, 0] = kind_f @ counts[0] + first_f
         return out
+
+    def _dualpipe_split(
+        self, shape: Shape, mbs: list[int], sps: list[bool], modes: list[RecomputeMode],
+        kind: np.ndarray, kind_f: np.ndarray, counts: np.ndarray,
+        out: tuple[np.ndarray, np.ndarray, np.ndarray], i: int,
+    ) -> None:  # fmt: skip
+        """``splits`` of a DualPipe variant into row ``i`` of ``out``: rank r runs stages r and
+        p−1−r, half the micro-batches each (``step.dualpipe_ranks``), so each rank's pass is
+        the mean of its two stages' (ends included), and rank 0's forward is the mean of stage
+        0's and the last stage's."""
+        first, last, first_f = self.kind_arrays(shape, mbs, sps, modes)[2:5]
+        last_f = self._stacked_rows(shape, mbs, sps, modes)[8]
+        per = kind @ counts.T  # [M, S, R, stages]: each stage's layers
+        per[..., 0] += first
+        per[..., -1] += last
+        half = 1 / DUALPIPE_DIRECTIONS
+        ranks = per * half + per[..., ::-1] * half  # rank r: stages r and p−1−r
+        out[0][i, 0] = ranks.max(axis=-1)
+        out[2][i, 0] = ranks[..., 0]
+        f0 = kind_f @ counts[0] + first_f
+        f_last = kind_f @ counts[-1] + last_f
+        out[1][i, 0] = f0 * half + f_last * half
 
     def kind_arrays(
         self, shape: Shape, mbs: list[int], sps: list[bool], modes: list[RecomputeMode]
@@ -1324,6 +1362,7 @@ class StepBounds:
                 np.broadcast_to(ends[..., 4], each),
                 np.array([x[7] for x in rows]).reshape(each),
                 np.broadcast_to(ends[..., 5], each),
+                np.broadcast_to(ends[..., 3], each),  # the last stage's ends' forward
             )
             self._floors[key] = got
         return got
@@ -1337,7 +1376,7 @@ class StepBounds:
         key = (shape, tuple(mbs), tuple(sps), self._mode_key(modes))
         got = self._floors.get(key)
         if got is None:
-            f, bi, w = self._stacked_rows(shape, mbs, sps, modes)[5:]
+            f, bi, w = self._stacked_rows(shape, mbs, sps, modes)[5:8]
             sends = np.array([[[self.pp_sends(shape, b, sp)] for sp in sps] for b in mbs])
             m = np.array([per_dp // b for b in mbs], dtype=np.float64)[:, None, None]
             got = (f, bi, w, sends, m)

@@ -72,6 +72,7 @@ from tpcalc.calc.params.counts import (
     routed_layer_params,
 )
 from tpcalc.calc.pipeline.schedule import (
+    DUALPIPE_DIRECTIONS,
     StageTimes,
     bubble_time_s,
     rank_layers,
@@ -256,12 +257,15 @@ class StepTime(Struct, frozen=True):
     ep_comm_time_s: float
     pp_comm_time_s: float
     dp_comm_time_s: float
+    # the slowest pipeline rank and its F, B, W of one micro-batch (DualPipe: the mean of the
+    # rank's two stages, ``dualpipe_ranks``)
     bottleneck_stage: int
     stage_forward_time_s: float  # F of one micro-batch on the bottleneck stage
     stage_backward_input_time_s: float  # B, with recomputation
     stage_backward_weight_time_s: float  # W
-    stages: tuple[StageWork, ...] = ()
-    bottleneck_ops: tuple[OpTime, ...] = ()
+    stages: tuple[StageWork, ...] = ()  # each pipeline rank's work (DualPipe: both stages')
+    bottleneck_ops: tuple[OpTime, ...] = ()  # the ops of the bottleneck rank's stage
+    paired_ops: tuple[OpTime, ...] = ()  # DualPipe: the ops of its other stage, p − 1 − rank
 
     @property
     def parts_s(self) -> dict[str, float]:
@@ -786,6 +790,32 @@ def _bubble_s(stages: tuple[StageWork, ...], run: LayoutRun, p: int) -> float:
     return bubble_time_s(run.schedule, p, run.microbatches, mean, run.vpp)
 
 
+def dualpipe_ranks(stages: tuple[StageWork, ...]) -> tuple[StageWork, ...]:
+    """DualPipe's ranks from its p stages (DeepSeek-V3 report §3.2.1, Figure 5): micro-batches
+    are fed from both ends, half from each (``DUALPIPE_DIRECTIONS``), so rank r runs stage r
+    for one half and stage p−1−r for the other, and holds both stages' parameters
+    (Table 2: 2× parameters). One micro-batch of rank r costs the mean of its two stages:
+    the heavy last stage (LM head, loss, MTP) shares rank 0 and rank p−1 with the first."""
+    p = len(stages)
+    half = 1 / DUALPIPE_DIRECTIONS
+    out = []
+    for r, a in enumerate(stages):
+        b = stages[p - 1 - r]
+        out.append(
+            StageWork(
+                r,
+                a.layers + b.layers,
+                a.forward.scaled(half) + b.forward.scaled(half),
+                a.backward_input.scaled(half) + b.backward_input.scaled(half),
+                a.backward_weight.scaled(half) + b.backward_weight.scaled(half),
+                a.recompute.scaled(half) + b.recompute.scaled(half),
+                a.dense_params + b.dense_params,
+                a.expert_params + b.expert_params,
+            )  # fmt: skip
+        )
+    return tuple(out)
+
+
 def _tail(
     ctx: _Ctx, stages: tuple[StageWork, ...], neck: StageWork, vpp: int,
     costs: list[tuple[float, float, float, float]] | None = None,
@@ -850,6 +880,14 @@ def _step_of_stages(
     and tail, so their totals and link loads are taken once), else every stage its own."""
     spec, layout, opts = ctx.spec, ctx.layout, ctx.opts
     m = run.microbatches
+    if hardware_flop is None:
+        hardware_flop = _hardware_flop(details)
+    if bubble_s is None:
+        bubble_s = _bubble_s(stages, run, layout.pp)
+    dualpipe = run.schedule is Schedule.dualpipe and layout.pp > 1
+    if dualpipe:
+        # each rank runs two stages (``dualpipe_ranks``): its work and tail are the pair's
+        stages, costs, template_of = dualpipe_ranks(stages), None, None
     of = range(len(stages)) if template_of is None else template_of
     first: dict[int, int] = {}  # each template's first stage
     for i, t in enumerate(of):
@@ -868,7 +906,7 @@ def _step_of_stages(
         "recompute_time_s": rec.gemm_s + rec.attention_s + rec.memory_s,
         "tp_exposed_time_s": work.tp_s + rec.tp_s, "cp_exposed_time_s": work.cp_s + rec.cp_s,
         "ep_exposed_time_s": work.ep_s + rec.ep_s,
-        "bubble_time_s": _bubble_s(stages, run, layout.pp) if bubble_s is None else bubble_s,
+        "bubble_time_s": bubble_s,
         "pp_exposed_time_s": pp_s, "dp_exposed_time_s": dp_s, "optimizer_time_s": opt_s,
     }  # fmt: skip
     busiest = max(
@@ -884,8 +922,6 @@ def _step_of_stages(
     model_flop = model_flop_per_token(spec, run.seq, opts.causal_model_flops) * tokens
     r = ctx.r
     peak = r.peak_flop_per_s(run.dtype)
-    if hardware_flop is None:
-        hardware_flop = _hardware_flop(details)
     hw_flop = hardware_flop * m * layout.dp * layout.cp * layout.tp
     return StepTime(
         **parts,
@@ -908,6 +944,7 @@ def _step_of_stages(
         stage_backward_weight_time_s=neck.times.backward_weight_s,
         stages=tuple(stages),
         bottleneck_ops=tuple(details[neck.stage]),
+        paired_ops=tuple(details[layout.pp - 1 - neck.stage]) if dualpipe else (),
     )
 
 
