@@ -557,3 +557,26 @@ def test_the_plan_cautions_where_the_best_extrapolates_the_moe_constant():
     assert moe_extrapolation(held) is None
     dense = plan("llama3-8b", "h100-sxm", gpus=8, seq=4096, global_batch=64, top_k=2)
     assert moe_extrapolation(dense) is None
+
+
+def test_a_recompute_module_set_pin_is_one_set_of_its_modules():
+    """`--recompute-modules layernorm,moe_act` pins one set of both modules (the help's
+    example); `--recompute none` with modules is selective with them (Megatron: the modules
+    replace selective's core attention), as `tpcalc layout --recompute none
+    --recompute-modules ...` prices it; full with modules leaves no mode: one line."""
+    base = ("plan", "-m", "qwen3-30b-a3b", "--hardware", "h100-sxm", "--gpus", "16",
+            "--seq", "4096", "--global-batch", "512", "--tp", "1", "--pp", "1", "--ep", "16",
+            "--top", "3", "-f", "json")  # fmt: skip
+    both = run_cli(*base, "--recompute-modules", "layernorm,moe_act")
+    assert both.code == 0, both.err
+    rows = json.loads(both.out)
+    assert rows and all(row["recompute_modules"] == "layernorm,moe_act" for row in rows)
+    none = run_cli(*base, "--recompute", "none", "--recompute-modules", "layernorm")
+    assert none.code == 0, none.err
+    rows = json.loads(none.out)
+    assert rows and all(
+        (row["recompute"], row["recompute_modules"]) == ("selective", "layernorm") for row in rows
+    )
+    bad = run_cli(*base, "--recompute", "full", "--recompute-modules", "layernorm")
+    assert bad.code == 1 and bad.out == "" and bad.err.count("\n") == 1
+    assert "recompute_modules layernorm leave no recompute mode" in bad.err

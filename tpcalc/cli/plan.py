@@ -485,7 +485,7 @@ def _pins(
     if (words := _words(schedule, "--schedule", Schedule)) is not None:
         pins["schedule"] = words
     if recompute_modules is not None:
-        pins["recompute_modules"] = (recompute_modules,)
+        pins["recompute_modules"] = recompute_modules  # one set, "a,b" (request._pin_values)
     pins.update({name: (flag,) for name, flag in switches.items() if flag is not None})
     return pins
 

@@ -94,8 +94,11 @@ def _at_most(value: int, name: str, most: int, what: str) -> int:
 
 
 def _is_modules(values: Any) -> bool:
-    """A single module set given as a tuple of names (not a tuple of sets)."""
-    return isinstance(values, (tuple, list)) and all(isinstance(v, str) for v in values)
+    """A single module set given as a tuple of names (not a tuple of sets, each a tuple of
+    names or an "a,b" string)."""
+    return isinstance(values, (tuple, list)) and all(
+        isinstance(v, str) and "," not in v for v in values
+    )
 
 
 def build_request(

@@ -38,7 +38,7 @@ from tpcalc.calc.time.ops import Shard, layer_ops
 from tpcalc.calc.time.step import RECOMPUTE_MODULE_OPS, Overlap
 from tpcalc.calc.tp.rules import tp_problem
 from tpcalc.choices import Recompute, Schedule
-from tpcalc.errors import divisors
+from tpcalc.errors import InputError, divisors
 from tpcalc.specs import ModelSpec
 from tpcalc.units import Dtype
 
@@ -120,12 +120,27 @@ def recompute_modes(req: PlanRequest) -> list[RecomputeMode]:
         sets = [s for s in sets if not any(a in s and b in s for a, b in REDUNDANT_MODULES)]
         sets = [()] + [s for s in sets if s != ("core_attn",)]  # core_attn alone = selective
     grains = _allowed(req, "recompute", [Recompute.none, Recompute.selective, Recompute.full])
+    pinned = "recompute_modules" in req.pins
     out = []
     for g in grains:
         if g is Recompute.selective:
             out += [RecomputeMode(g, tuple(s)) for s in sets]
-        elif () in sets or "recompute_modules" not in req.pins:
+            continue
+        if () in sets or not pinned:
             out.append(RecomputeMode(g))
+        if g is Recompute.none and pinned:
+            # modules replace selective's default core attention (Megatron recompute_modules;
+            # step._recompute_names, activations saved_tensors): "none" with modules is
+            # selective with them, the form the search takes (a run's --recompute none
+            # --recompute-modules ..., as tpcalc validate reads a recipe's list)
+            out += [RecomputeMode(Recompute.selective, tuple(s)) for s in sets if s]
+    if not out:
+        pinned_sets = " or ".join(",".join(s) or "none" for s in sets)
+        raise InputError(
+            f"pins recompute {'/'.join(g.value for g in grains)} and recompute_modules "
+            f"{pinned_sets} leave no recompute mode: full recomputes whole layers (no modules); "
+            "pin --recompute-modules none, or --recompute selective or none with modules"
+        )
     return list(dict.fromkeys(out))
 
 
