@@ -20,6 +20,7 @@ from tpcalc.reports.plan_published import (
     Published,
     check,
     choice,
+    choice_text,
     completion_pins,
     engine_planner,
     published_items,
@@ -416,3 +417,38 @@ def test_an_unknown_software_dimension_is_a_config_error(tmp_path: Path):
     path.write_text(yaml.safe_dump({"runs": [row]}))
     with pytest.raises(ConfigError, match="software: unknown dimension 'flash'; valid: tp"):
         published_items(runs=path)
+
+
+def test_the_table_names_a_schedule_megatron_would_not_pick_for_the_virtual_stages():
+    """The layout columns name DualPipe, ZB-H1 or GPipe (the planner searches them; Megatron's
+    recipes run 1F1B, or interleaved with virtual stages, which the VP column already says)."""
+    c = _item("mbridge-25.11-deepseekv3-w-mtp-b200-256-fp8-mx").case
+    published = choice(c.layout, c.run, c.options)
+    assert published["schedule"] == "1f1b" and "1f1b" not in choice_text(published)
+    dual = {**published, "schedule": "dualpipe"}
+    assert choice_text(dual) == choice_text(published) + " dualpipe"
+    interleaved = {**published, "VP": 2, "schedule": "interleaved"}
+    assert "interleaved" not in choice_text(interleaved)
+
+
+def test_a_rows_stated_memory_techniques_price_the_published_layout():
+    """The DeepSeek-V3 report states its memory options in words (§3.3.2 FP8 activations,
+    §3.3.3 BF16 moments): the row's ``memory_techniques`` give them to the memory the checks
+    price, as layouts.yaml prices the same run; an unknown option is a ConfigError."""
+    from tpcalc.errors import ConfigError
+    from tpcalc.reports.plan_published import published
+    from tpcalc.reports.validate_time import heldout_path, load_runs
+
+    (row,) = [r for r in load_runs(heldout_path()) if r["id"] == "deepseek-v3-report-h800-2048"]
+    item = published(row)
+    assert isinstance(item, Published)
+    run = item.memory_case.run
+    assert run.recipe is StateRecipe.bf16_moments
+    assert run.memory.fp8_cache and run.memory.moe_probs_in_act
+    assert item.case.run.recipe is not StateRecipe.bf16_moments  # time reads none of them
+    bad = {**row, "memory_techniques": {"fp8_everything": True}}
+    with pytest.raises(ConfigError, match="unknown option 'fp8_everything'; valid: fp8_cache"):
+        published(bad)
+    bad = {**row, "memory_techniques": {"state_recipe": "fp4-everything"}}
+    with pytest.raises(ConfigError, match="state_recipe 'fp4-everything' is not one .*zero16"):
+        published(bad)

@@ -1,6 +1,7 @@
 """Held-out published runs: Megatron-Bridge model verification cards, the GB200 rows of the
 26.08 performance summary and the GB200 and H100 rows of the 26.06 one, the NeMo user guide's
-tables and Megatron-LM's April 2021 A100 GPT scaling table (issue 9 §5).
+tables, Megatron-LM's April 2021 A100 GPT scaling table, Korthikanti et al. 2022's A100 iteration
+times and the DeepSeek-V3 report's own run on 2,048 H800 (issue 9 §5).
 
 `tpcalc/validation/heldout.yaml` holds runs no fit has seen. These tests check each source's rows
 by that source's rules (a card prints 3-decimal metrics and a step time; the summary prints
@@ -22,8 +23,10 @@ from pathlib import Path
 import pytest
 
 from tests.mbridge_presets import PRESET_DEFAULTS, PRESET_LAYOUT
+from tpcalc.calc.dp.zero import ZeroStage
 from tpcalc.catalog import load_hardware, load_model
-from tpcalc.choices import Recompute
+from tpcalc.choices import Recompute, Schedule
+from tpcalc.errors import ConfigError
 from tpcalc.reports.validate_time import case_of, load_runs, outcomes
 
 REPO = Path(__file__).resolve().parents[1]
@@ -73,6 +76,7 @@ MLM_PFLOPS_HALF_DIGIT = 0.05
 # Megatron-LM README's MFU of the same sequence-parallel + selective runs (a second source)
 KORTHIKANTI_REPO = "calculon-ai/calculon"
 README_MFU_PERCENT = {"22B": 41.5, "175B": 51.4, "530B": 56.0, "1T": 56.3}  # README @ b83477a
+DEEPSEEK_REPORT = "DeepSeek-V3 Technical Report"
 A100_PEAK_FLOP_PER_S = 312e12  # the README's MFU is against the A100's 312 TFLOP/s fp16 peak
 
 
@@ -87,7 +91,7 @@ def rows():
 
 
 def is_card(row: dict) -> bool:
-    return bool(CARD_PATH.match(row["source"].get("path", "")))
+    return bool(CARD_PATH.match(row["source"].get("path") or ""))
 
 
 def is_summary(row: dict) -> bool:
@@ -104,6 +108,10 @@ def is_megatron_2021(row: dict) -> bool:
 
 def is_korthikanti(row: dict) -> bool:
     return row["source"].get("repository") == KORTHIKANTI_REPO
+
+
+def is_deepseek_report(row: dict) -> bool:
+    return row["source"]["document"].startswith(DEEPSEEK_REPORT)
 
 
 @pytest.fixture(scope="module")
@@ -148,14 +156,17 @@ def test_every_row_has_one_known_source(
     assert len(megatron_rows) == 10
     # Korthikanti et al. 2022 Table 4: four models, full recompute and SP + selective each
     assert len(korthikanti_rows) == 8
-    sources = (cards, summary_rows, guide_rows, megatron_rows, korthikanti_rows)
+    # the DeepSeek-V3 report's own run on 2,048 H800
+    deepseek = [r for r in rows if is_deepseek_report(r)]
+    assert [r["id"] for r in deepseek] == ["deepseek-v3-report-h800-2048"]
+    sources = (cards, summary_rows, guide_rows, megatron_rows, korthikanti_rows, deepseek)
     assert sum(map(len, sources)) == len(rows)
     ids = [r["id"] for r in rows]
     assert len(set(ids)) == len(ids)
     for r in rows:
         if is_megatron_2021(r):
             assert r["source"]["repository"] == "NVIDIA/Megatron-LM", r["id"]
-        elif not is_guide(r) and not is_korthikanti(r):
+        elif not (is_guide(r) or is_korthikanti(r) or is_deepseek_report(r)):
             assert r["source"]["repository"] == "NVIDIA-NeMo/Megatron-Bridge", r["id"]
 
 
@@ -325,6 +336,12 @@ def test_layouts_add_up(rows):
     for r in rows:
         tp, pp, cp = r["tp"], r["pp"], r["cp"]
         assert r["gpus"] == tp * pp * cp * r["dp"], r["id"]
+        if is_deepseek_report(r):
+            # §3.2: EP 64 of the 128 DP ranks; §4.2: 15,360 sequences, 120 per DP rank, in
+            # micro-batches of a size the report does not state
+            assert r["global_batch"] % r["dp"] == 0 and r["dp"] % r["ep"] == 0, r["id"]
+            assert r["micro_batch"] is None and r["unstated"]["choices"] == ["micro_batch"]
+            continue
         assert r["dp"] * r["grad_accum"] * r["micro_batch"] == r["global_batch"], r["id"]
         if is_megatron_2021(r):
             # run_table_1.sh options; vp from --num-layers-per-virtual-pipeline-stage
@@ -403,7 +420,12 @@ def test_every_row_computes_with_its_measured_number(rows):
     assert [o.case.id for o in done] == [r["id"] for r in rows]
     for o, r in zip(done, rows, strict=True):
         m = r["measured"]
-        if m["tokens_per_s_per_gpu"] is None and m["step_time_s"]:
+        if m.get("gpu_hours_per_trillion_tokens"):
+            # a whole run's GPU hours per 10^12 tokens (DeepSeek-V3 report §1)
+            tokens = 1e12 / (m["gpu_hours_per_trillion_tokens"] * 3600)
+            assert o.case.measured_tokens_per_s_per_gpu == pytest.approx(tokens, rel=1e-12)
+            assert "GPU hours" in o.case.measured_from, r["id"]
+        elif m["tokens_per_s_per_gpu"] is None and m["step_time_s"]:
             # printed as an iteration time (Korthikanti et al. 2022): every token of the batch
             tokens = r["global_batch"] * r["seq_length"] / (m["step_time_s"] * r["gpus"])
             assert o.case.measured_tokens_per_s_per_gpu == tokens, r["id"]
@@ -527,3 +549,26 @@ def test_korthikanti_times_give_back_the_readmes_mfu(korthikanti_rows):
         assert mfu == pytest.approx(README_MFU_PERCENT[size], abs=tol), r["id"]
         checked.add(size)
     assert checked == set(README_MFU_PERCENT)
+
+
+def test_deepseek_report_run_is_read_as_the_report_states_it(rows):
+    """The DeepSeek-V3 report's run (Source 7): 180K GPU hours per 10^12 tokens is Table 1's
+    2,664K pre-training GPU hours over 14.8T tokens, 1,543 tokens/s/GPU; the case runs DualPipe
+    (its all-to-all overlapped by the schedule), the node-aware dispatch, the recomputed
+    modules and the MTP module the report states, 120 micro-batches of 1 sequence."""
+    (row,) = [r for r in rows if is_deepseek_report(r)]
+    hours = row["measured"]["gpu_hours_per_trillion_tokens"]
+    assert 14.8 * hours == pytest.approx(2664e3, rel=1e-12)  # Table 1, §4.1
+    case = case_of(row)
+    assert not isinstance(case, str)
+    assert round(case.measured_tokens_per_s_per_gpu) == 1543
+    assert case.run.schedule is Schedule.dualpipe and case.options.overlap.ep_a2a is None
+    assert case.options.ep_node_dedup and case.run.memory.mtp
+    assert case.run.memory.recompute_modules == ("layernorm", "mla_up_proj", "moe_act")
+    assert (case.layout.tp, case.layout.pp, case.layout.ep, case.layout.zero) == (
+        1, 16, 64, ZeroStage.optimizer,
+    )  # fmt: skip
+    assert (case.run.micro_batch, case.run.microbatches) == (1, 120)
+    bad = {**row, "recipe": {**row["recipe"], "derived": {"pipeline_schedule": "pipedream"}}}
+    with pytest.raises(ConfigError, match="pipeline_schedule 'pipedream'.*valid: .*dualpipe"):
+        case_of(bad)

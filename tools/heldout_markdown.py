@@ -35,6 +35,8 @@ def source_of(row: dict) -> str:
         return f"Megatron-LM README {src['date'][:4]} (Narayanan et al. Table 1)"
     if src.get("repository") == "calculon-ai/calculon":  # the paper's times, as transcribed
         return "Korthikanti et al. 2022 Table 4"
+    if src["document"].startswith("DeepSeek-V3 Technical Report"):  # the report's own run
+        return "DeepSeek-V3 report §1, §3.2"
     if "path" not in src:  # the NeMo Framework user guide's page (no repository)
         return f"{src['container']} user guide"
     if src["path"] == SUMMARY_PATH:
@@ -93,8 +95,9 @@ def main() -> None:
     if any(o.case.measured_from != "as printed" for o in done):
         print(
             "† counted back from what the source prints: model TFLOP/s/GPU with its FLOP count "
-            "(Narayanan et al. 2021 Eq. 3: `measured.flop_convention`), or the iteration time "
-            "(global batch × sequence / (time × GPUs))\n"
+            "(Narayanan et al. 2021 Eq. 3: `measured.flop_convention`), the iteration time "
+            "(global batch × sequence / (time × GPUs)), or GPU hours per trillion tokens "
+            "(10¹² / (hours × 3600 s))\n"
         )
     for kind in ("dense", "moe"):
         errors = [o.error for o in done if o.case.kind == kind and o.error is not None]

@@ -111,7 +111,7 @@ def main() -> None:
         print(
             f"\n\\* not printed by the source ({len(completed)} runs: {', '.join(completed)}): "
             "the published layout is completed with the planner's best over the unprinted "
-            "choices, every printed one pinned (the row's `unstated` in runs.yaml)."
+            "choices, every printed one pinned (the row's `unstated` in its runs file)."
         )
 
 

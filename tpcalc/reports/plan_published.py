@@ -40,7 +40,7 @@ from tpcalc.calc.plan.inverse import worst_rank_bytes
 from tpcalc.calc.plan.types import PIN_DIMS
 from tpcalc.calc.time.step import STEP_PARTS, StepTime, TimeOptions, hand_split, step_time
 from tpcalc.catalog import load_hardware, load_model
-from tpcalc.choices import Recompute, StateRecipe
+from tpcalc.choices import Recompute, Schedule, StateRecipe
 from tpcalc.errors import ConfigError
 from tpcalc.reports.validate_time import (
     Case,
@@ -48,6 +48,7 @@ from tpcalc.reports.validate_time import (
     load_runs,
     precision_options,
     recipe_options,
+    row_enum,
 )
 from tpcalc.terms import Report, Row, Scalar, Term, Unit, term
 from tpcalc.units import GB
@@ -114,6 +115,34 @@ def _check_dims(row: dict[str, Any], where: str, dims: tuple[str, ...]) -> None:
             )
 
 
+# A row's ``memory_techniques``: memory options its source states in words no recipe key
+# carries (the DeepSeek-V3 report's own framework), each as tpcalc's option of that name.
+STATED_MEMORY = ("fp8_cache", "moe_probs_in_act", "state_recipe")
+
+
+def _stated_memory(row: dict[str, Any], run: Any) -> Any:
+    """``run`` with the row's ``memory_techniques`` (``STATED_MEMORY``) applied; a key tpcalc
+    does not know, or a state recipe it does not know, is a ConfigError naming the valid ones."""
+    stated = dict(row.get("memory_techniques") or {})
+    stated.pop("source", None)
+    for key in stated:
+        if key not in STATED_MEMORY:
+            raise ConfigError(
+                f"{row['id']}: memory_techniques: unknown option {key!r}; valid: "
+                f"{', '.join(STATED_MEMORY)}"
+            )
+    memory = replace(
+        run.memory, **{k: bool(stated[k]) for k in ("fp8_cache", "moe_probs_in_act") if k in stated}
+    )
+    run = replace(run, memory=memory)
+    if "state_recipe" in stated:
+        recipe = row_enum(
+            row, "memory_techniques state_recipe", StateRecipe, stated["state_recipe"]
+        )
+        run = replace(run, recipe=recipe)
+    return run
+
+
 def published(row: dict[str, Any]) -> Published | str:
     """The row as ``tpcalc validate`` prices it, plus its stated memory options, or why it
     cannot be computed."""
@@ -131,6 +160,7 @@ def published(row: dict[str, Any]) -> Published | str:
         and recipe.get("optimizer_grad_sync_dtype") == "bf16"
     ):
         run = replace(run, recipe=StateRecipe.bf16_states)  # NeMo 1.x Apex optimizer in BF16
+    run = _stated_memory(row, run)
     precision = precision_options(row)
     if precision.get("fp8_param_gather"):  # FP8 primary weights, stored as format and card say
         fmt = fp8_format(str(precision.get("fp8_recipe")))
@@ -172,6 +202,7 @@ def choice(layout: Any, run: Any, options: TimeOptions | None = None) -> dict[st
         "DP": layout.dp, "mbs": run.micro_batch, "ZeRO": int(layout.zero),
         "recompute": run.recompute.value
         + ("+" + ",".join(run.memory.recompute_modules) if run.memory.recompute_modules else ""),
+        "schedule": run.schedule.value,
     }  # fmt: skip
     if options is not None:
         got["overlap"] = overlaps(layout, options)
@@ -224,11 +255,21 @@ def overlap_changes(mine: dict[str, Scalar], theirs: dict[str, Scalar]) -> list[
 
 
 def choice_text(c: dict[str, Scalar]) -> str:
-    """The layout columns of the table: sizes, ZeRO and recompute (the overlaps are said in
-    ``why`` where they differ)."""
+    """The layout columns of the table: sizes, ZeRO and recompute, and the schedule where it
+    is not Megatron's for the virtual stages (1F1B, interleaved with VP > 1): DualPipe, ZB-H1,
+    GPipe (the overlaps are said in ``why`` where they differ)."""
     return " ".join(
-        f"{k}{v}" if k != "recompute" else str(v) for k, v in c.items() if k != "overlap"
+        str(v) if k in ("recompute", "schedule") else f"{k}{v}"
+        for k, v in c.items()
+        if k != "overlap" and not (k == "schedule" and _implied_schedule(c))
     )
+
+
+def _implied_schedule(c: dict[str, Scalar]) -> bool:
+    """Whether a choice's schedule is the one Megatron runs for its virtual stages (1F1B,
+    interleaved with VP > 1), which the VP column already says."""
+    megatron = Schedule.interleaved if c.get("VP", 1) != 1 else Schedule.one_f_one_b
+    return c.get("schedule") == megatron.value
 
 
 class Pick(Struct, frozen=True):
@@ -378,7 +419,8 @@ class Check(Struct, frozen=True):
                 f"{k} {mine[k]} -> {theirs[k]}"
                 for k in mine
                 if k != "overlap" and mine[k] != theirs.get(k)
-            ]
+                and not (k == "schedule" and _implied_schedule(mine) and _implied_schedule(theirs))
+            ]  # fmt: skip
             changes += overlap_changes(mine, theirs)
             changed = ", ".join(changes)
             reasons.append(

@@ -10,9 +10,10 @@ each with its source; they are the same for every row (never tuned to one).
 from __future__ import annotations
 
 import math
+from enum import Enum
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from msgspec import Struct, field
@@ -27,6 +28,8 @@ from tpcalc.configfile import parse, read_text
 from tpcalc.errors import ConfigError, InputError
 from tpcalc.terms import Report, Row, Scalar, Term, Unit, term
 from tpcalc.units import Dtype
+
+E = TypeVar("E", bound=Enum)
 
 # What NVIDIA's performance recipes run when a row does not print it (source for each):
 FRAMEWORK = {
@@ -120,6 +123,26 @@ def _zero_stage(row: dict[str, Any], recipe: dict[str, Any]) -> ZeroStage:
     return ZeroStage.optimizer
 
 
+def _schedule(row: dict[str, Any], recipe: dict[str, Any], vp: int) -> Schedule:
+    """The pipeline schedule a row's recipe names (``pipeline_schedule``: DeepSeek-V3's
+    DualPipe), else Megatron's: interleaved with virtual stages, 1F1B without."""
+    named = recipe.get("pipeline_schedule")
+    if named is None:
+        return Schedule.interleaved if vp > 1 else Schedule.one_f_one_b
+    return row_enum(row, "recipe pipeline_schedule", Schedule, named)
+
+
+def row_enum(row: dict[str, Any], what: str, choices: type[E], value: Any) -> E:
+    """``choices(value)``, or a ConfigError naming the row, the field and the valid values."""
+    try:
+        return choices(value)
+    except ValueError:
+        valid = ", ".join(str(c.value) for c in choices)
+        raise ConfigError(
+            f"{row['id']}: {what} {value!r} is not one tpcalc knows; valid: {valid}"
+        ) from None
+
+
 def case_of(row: dict[str, Any]) -> Case | str:
     """The row as tpcalc inputs, or why it cannot be computed (unsupported kind, no config)."""
     model = row["model"].get("tpcalc") or row["model"].get("needs_config")
@@ -139,6 +162,7 @@ def case_of(row: dict[str, Any]) -> Case | str:
     recompute_layers = recipe.get("recompute_num_layers")
     modules = tuple(recipe.get("recompute_modules") or ())
     recompute = _granularity(recipe)
+    schedule = _schedule(row, recipe, vp)
     layout = ParallelLayout(
         gpus_per_node=JOB_NVLINK_DOMAIN.get(
             row["hardware"], load_hardware(row["hardware"]).gpus_per_node.value
@@ -147,7 +171,7 @@ def case_of(row: dict[str, Any]) -> Case | str:
     )  # fmt: skip
     run = LayoutRun(
         seq=row["seq_length"], microbatches=microbatches, micro_batch=mbs, vpp=vp,
-        schedule=Schedule.interleaved if vp > 1 else Schedule.one_f_one_b,
+        schedule=schedule,
         sp=tp > 1 and row.get("sequence_parallel") is not False,
         recompute=recompute, dtype=Dtype(row["dtype"]),
         memory=MemoryTechniques(
@@ -157,9 +181,9 @@ def case_of(row: dict[str, Any]) -> Case | str:
     )  # fmt: skip
     overlap = Overlap(
         tp_comm=bool(recipe.get("tp_comm_overlap", True)) and tp > 1,
-        ep_a2a=bool(
-            recipe.get("moe_a2a_overlap") or recipe.get("overlap_moe_expert_parallel_comm")
-        ),
+        # Megatron's EP overlap flags; unset, DualPipe overlaps by its own schedule (None)
+        ep_a2a=bool(recipe.get("moe_a2a_overlap") or recipe.get("overlap_moe_expert_parallel_comm"))
+        or (None if schedule is Schedule.dualpipe else False),
         # a recipe that turns the DDP overlaps off (ddp.overlap_grad_reduce / overlap_param_gather
         # = False, e.g. Megatron-Bridge perf_recipes DeepSeek-V3 H100) exposes them
         dp_grad_reduce=recipe.get("overlap_grad_reduce") is not False,
@@ -191,14 +215,22 @@ def case_of(row: dict[str, Any]) -> Case | str:
     )  # fmt: skip
 
 
+TRILLION_TOKENS = 1e12
+SECONDS_PER_HOUR = 3600
+
+
 def measured_tokens(row: dict[str, Any], spec: Any) -> tuple[float | None, str]:
-    """The measured tokens/s/GPU of a row and how it was read: as printed; else from a printed
-    step time (every token of the global batch, once per step, over the GPUs: no FLOP count
+    """The measured tokens/s/GPU of a row and how it was read: as printed; else from printed
+    GPU hours per trillion tokens (a whole run's average: DeepSeek-V3 report §1); else from a
+    printed step time (every token of the global batch, once per step, over the GPUs: no FLOP count
     involved); else from printed model TFLOP/s with the source's FLOP convention
     (``tokens_from_tflops``; None where it states none)."""
     measured = row["measured"]
     if measured.get("tokens_per_s_per_gpu"):
         return measured["tokens_per_s_per_gpu"], "as printed"
+    if measured.get("gpu_hours_per_trillion_tokens"):
+        gpu_s = float(measured["gpu_hours_per_trillion_tokens"]) * SECONDS_PER_HOUR
+        return TRILLION_TOKENS / gpu_s, "10¹² tokens / (printed GPU hours per 10¹² tokens · 3600 s)"
     if measured.get("step_time_s"):
         tokens = row["global_batch"] * row["seq_length"]
         per_gpu = tokens / (float(measured["step_time_s"]) * row["gpus"])
