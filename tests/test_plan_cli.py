@@ -580,3 +580,40 @@ def test_a_recompute_module_set_pin_is_one_set_of_its_modules():
     bad = run_cli(*base, "--recompute", "full", "--recompute-modules", "layernorm")
     assert bad.code == 1 and bad.out == "" and bad.err.count("\n") == 1
     assert "recompute_modules layernorm leave no recompute mode" in bad.err
+
+
+PIN_SMOKE = ("plan", "-m", "llama3-8b", "--gpus", "8", "--seq", "4096", "--global-batch", "16",
+             "--top", "2", "-f", "json")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("pin", "field", "allowed"),
+    [
+        (("--tp", "2"), "tp", {2}),
+        (("--tp", "1,2"), "tp", {1, 2}),
+        (("--cp", "2"), "cp", {2}),
+        (("--pp", "2"), "pp", {2}),
+        (("--dp", "4"), "dp", {4}),
+        (("--vpp", "2"), "vpp", {2}),
+        (("--micro-batch", "1,2"), "micro_batch", {1, 2}),
+        (("--zero", "1,3"), "zero", {1, 3}),
+        (("--recompute", "none"), "recompute", {"none"}),
+        (("--recompute", "selective,full"), "recompute", {"selective", "full"}),
+        (("--recompute-modules", "none"), "recompute_modules", {"none"}),
+        (("--recompute-modules", "core_attn"), "recompute_modules", {"core_attn"}),
+        (("--recompute-modules", "layernorm,mlp"), "recompute_modules", {"layernorm,mlp"}),
+        (("--schedule", "interleaved"), "schedule", {"interleaved"}),
+        (("--schedule", "zb-h1"), "schedule", {"zb-h1"}),
+        (("--schedule", "dualpipe"), "schedule", {"dualpipe"}),
+        (("--sp",), "sp", {True}),
+        (("--no-sp",), "sp", {False}),
+    ],
+)
+def test_every_pin_a_user_can_type_is_searched(pin, field, allowed):
+    """Each pin given alone, with a value its --help describes, plans and holds every listed
+    layout to it (a valid value refused, or a crash, is the bug class `--recompute-modules
+    layernorm,moe_act` had)."""
+    r = run_cli(*PIN_SMOKE, *pin)
+    assert r.code == 0, r.err
+    rows = json.loads(r.out)
+    assert rows and {row[field] for row in rows} <= allowed, (pin, [row[field] for row in rows])

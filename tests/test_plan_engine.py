@@ -315,10 +315,10 @@ def test_bounds_never_exceed_exact(small, moe):
 
 EXHAUSTIVE = {
     "llama3-8b": {"recompute": ("none", "selective"), "recompute_modules": ((),),
-                  "zero": (0, 1, 2, 3), "pp": (1, 2, 4), "micro_batch": (1, 2), "vpp": (2, 4)},
+                  "zero": (0, 1, 2, 3), "pp": (1, 2, 4), "micro_batch": (1, 2), "vpp": (1, 2, 4)},
     "qwen3-30b-a3b": {"recompute": ("selective",), "recompute_modules": ((),), "sp": (True,),
                       "ep": (1, 4, 8), "etp": (1,), "pp": (1, 2), "micro_batch": (1, 2),
-                      "zero": (1,), "vpp": (2,)},
+                      "zero": (1,), "vpp": (1, 2)},
 }  # fmt: skip
 
 

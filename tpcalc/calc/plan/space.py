@@ -217,13 +217,14 @@ def split_ends(req: PlanRequest) -> int:
 def variants(d: Domains, req: PlanRequest, pp: int) -> list[Variant]:
     """The (schedule, vpp) pairs for ``pp`` stages (module docstring)."""
     layers = req.spec.num_hidden_layers + split_ends(req)
+    one_chunk = d.vpp is None or 1 in d.vpp  # a vpp pin without 1 leaves one chunk out
     out = []
     for s in d.schedules:
         if s is Schedule.interleaved:
             vs = d.vpp if d.vpp is not None else list(range(2, max(2, layers // pp) + 1))
             vs = [v for v in vs if v <= req.bounds.get("vpp", v)]
             out += [Variant(s, v) for v in vs if pp > 1 or "schedule" in req.pins]
-        elif pp > 1 or s is Schedule.one_f_one_b or "schedule" in req.pins:
+        elif one_chunk and (pp > 1 or s is Schedule.one_f_one_b or "schedule" in req.pins):
             out.append(Variant(s, 1))
     return out
 
@@ -272,6 +273,11 @@ def ep_rule(spec: ModelSpec, s: Shape) -> str | None:
     return None
 
 
+# Interleaving needs two model chunks per rank or more (Narayanan et al. 2021 §2.2.2); with one
+# the schedule is 1F1B, which the search has as its own variant (a vpp pin of 1 keeps it).
+MIN_INTERLEAVED_VPP = 2
+
+
 def pipeline_rule(
     layers: int, pp: int, v: Variant, allow_uneven: bool, ends: int = 0
 ) -> str | None:
@@ -291,6 +297,8 @@ def pipeline_rule(
         return "divisibility: layers by pp·vpp"
     if v.schedule is Schedule.dualpipe and pp % DUALPIPE_DIRECTIONS:
         return "divisibility: DualPipe needs an even pp"
+    if v.schedule is Schedule.interleaved and v.vpp < MIN_INTERLEAVED_VPP:
+        return "schedule: interleaved needs vpp >= 2 (one chunk is 1F1B)"
     return None
 
 
