@@ -968,10 +968,10 @@ class StepBounds:
         # (copies of the same floats)
         firsts: dict[tuple[int, bool], Variant] = {}
         for v in vs:
-            firsts.setdefault((v.vpp, v.schedule is Schedule.dualpipe), v)
+            firsts.setdefault(_split_key(v), v)
         uniq = list(firsts.values())
         row_of = {key: u for u, key in enumerate(firsts)}
-        inv = np.array([row_of[v.vpp, v.schedule is Schedule.dualpipe] for v in vs], dtype=np.int64)
+        inv = np.array([row_of[_split_key(v)] for v in vs], dtype=np.int64)
         const = np.zeros((len(uniq), len(zeros)))
         mm = m[None, None, :, 0, 0]  # [1, 1, M]
         groups = []
@@ -1252,7 +1252,7 @@ class StepBounds:
         variant at once, each [V, 1, M, S, R]: the per-kind sums of every (micro-batch, sp,
         mode) times each vpp's layers per stage (``stage_counts``, as ``step.stage_layers``
         splits them), the ends on the first and last stage; a DualPipe rank's, the mean of
-        its two stages (``_dualpipe_split``)."""
+        its two stages (``_dualpipe_split``), rows shared by variants alike (``_split_key``)."""
         kind_on, kind_f_on, first, last, first_f = self.kind_arrays(shape, mbs, sps, modes)
         gaps = self.ep_gaps(shape, mbs, sps)
         n_v = len(vs)
@@ -1266,8 +1266,7 @@ class StepBounds:
         for i, v in enumerate(vs):
             refused = self._refused_where(gaps, shape, v, modes)
             pattern = None if refused is None else refused.tobytes()  # none, all, the modes'
-            # DualPipe pairs the stages (``_dualpipe_split``); every other schedule reads vpp
-            key = (v.vpp, v.schedule is Schedule.dualpipe, pattern)
+            key = (*_split_key(v), pattern)
             if key in done:
                 for x in out:
                     x[i] = x[done[key]]
@@ -1288,7 +1287,11 @@ class StepBounds:
                 kind, kind_f = exposed[pattern]
             counts = self.stage_counts(shape.pp, v.vpp)  # [stages, K]
             if v.schedule is Schedule.dualpipe and shape.pp > 1:
-                self._dualpipe_split(shape, mbs, sps, modes, kind, kind_f, counts, out, i)
+                last_f = self._stacked_rows(shape, mbs, sps, modes)[8]
+                ends = (first, last, first_f, last_f)
+                out[0][i, 0], out[1][i, 0], out[2][i, 0] = _dualpipe_split(
+                    kind, kind_f, counts, ends
+                )
                 continue
             rows, at_first, at_last, middle = self.stage_rows(shape.pp, v.vpp)
             per = kind @ rows.T  # [M, S, R, distinct rows]: a stage's sums are its row's
@@ -1306,28 +1309,6 @@ class StepBounds:
                 np.maximum(slowest, per[..., u], out=slowest)
             out[1][i, 0] = kind_f @ counts[0] + first_f
         return out
-
-    def _dualpipe_split(
-        self, shape: Shape, mbs: list[int], sps: list[bool], modes: list[RecomputeMode],
-        kind: np.ndarray, kind_f: np.ndarray, counts: np.ndarray,
-        out: tuple[np.ndarray, np.ndarray, np.ndarray], i: int,
-    ) -> None:  # fmt: skip
-        """``splits`` of a DualPipe variant into row ``i`` of ``out``: rank r runs stages r and
-        p−1−r, half the micro-batches each (``step.dualpipe_ranks``), so each rank's pass is
-        the mean of its two stages' (ends included), and rank 0's forward is the mean of stage
-        0's and the last stage's."""
-        first, last, first_f = self.kind_arrays(shape, mbs, sps, modes)[2:5]
-        last_f = self._stacked_rows(shape, mbs, sps, modes)[8]
-        per = kind @ counts.T  # [M, S, R, stages]: each stage's layers
-        per[..., 0] += first
-        per[..., -1] += last
-        half = 1 / DUALPIPE_DIRECTIONS
-        ranks = per * half + per[..., ::-1] * half  # rank r: stages r and p−1−r
-        out[0][i, 0] = ranks.max(axis=-1)
-        out[2][i, 0] = ranks[..., 0]
-        f0 = kind_f @ counts[0] + first_f
-        f_last = kind_f @ counts[-1] + last_f
-        out[1][i, 0] = f0 * half + f_last * half
 
     def kind_arrays(
         self, shape: Shape, mbs: list[int], sps: list[bool], modes: list[RecomputeMode]
@@ -1382,6 +1363,30 @@ class StepBounds:
             got = (f, bi, w, sends, m)
             self._floors[key] = got
         return got
+
+
+def _split_key(v: Variant) -> tuple[int, bool]:
+    """What a group's terms and splits read of a variant: its vpp, and whether DualPipe pairs
+    its stages (``_dualpipe_split``); variants alike in both share their rows."""
+    return v.vpp, v.schedule is Schedule.dualpipe
+
+
+def _dualpipe_split(
+    kind: np.ndarray, kind_f: np.ndarray, counts: np.ndarray, ends: tuple[np.ndarray, ...]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``StepBounds.splits`` of a DualPipe variant: the slowest rank's F° + B° + W°, rank 0's F°
+    and rank 0's total [M, S, R]. Rank r runs stages r and p−1−r, half the micro-batches each
+    (``step.dualpipe_ranks``), so each rank's pass is the mean of its two stages' (``ends``:
+    the first stage's and the last's totals, then their forwards)."""
+    first, last, first_f, last_f = ends
+    per = kind @ counts.T  # [M, S, R, stages]: each stage's layers
+    per[..., 0] += first
+    per[..., -1] += last
+    half = 1 / DUALPIPE_DIRECTIONS
+    ranks = per * half + per[..., ::-1] * half  # rank r: stages r and p−1−r
+    f0 = kind_f @ counts[0] + first_f
+    f_last = kind_f @ counts[-1] + last_f
+    return ranks.max(axis=-1), f0 * half + f_last * half, ranks[..., 0]
 
 
 def _fold(
