@@ -15,7 +15,7 @@ from tpcalc.calc.layout.groups import LayoutRun, MemoryTechniques, ParallelLayou
 from tpcalc.calc.layout.memory import rank_memory
 from tpcalc.calc.plan import search as S
 from tpcalc.calc.plan.request import build_request
-from tpcalc.calc.time.ops import OpKind, Pass, Shard, layer_ops
+from tpcalc.calc.time.ops import OpKind, Pass, Shard, embedding_ops, layer_ops
 from tpcalc.calc.time.step import TimeOptions, scores_of, step_time
 from tpcalc.catalog import load_hardware, load_model
 from tpcalc.choices import Recompute
@@ -62,8 +62,46 @@ def test_attention_dropout_follows_the_runs_dropout():
     assert not scores_of(GPT3, replace(EAGER, dropout=False))["attention_dropout"]
     # a flash kernel applies dropout in-kernel: no materialised scores, no dropout op
     assert scores_of(GPT3, MemoryTechniques()) == {
-        "materialised_scores": False, "attention_dropout": False,
+        "materialised_scores": False, "attention_dropout": False, "hidden_dropout": True,
     }  # fmt: skip
+
+
+def test_hidden_dropout_writes_and_reads_a_mask_at_every_residual_and_the_embedding():
+    s, t, h = 2048, 8, 12288  # GPT-3 175B, SP on 8 ranks: the adds see s/t tokens
+    elements = s // t * h
+    gpt = Shard(seq=s, micro_batch=1, tp=t, **scores_of(GPT3, MemoryTechniques()))
+    plain = replace(gpt, hidden_dropout=False)
+
+    def bytes_of(ops, name):
+        return {o.phase: o.bytes for o in ops if o.name == name}
+
+    for name in ("attn_residual", "mlp_residual"):
+        # bias-dropout-add: x and the residual in, the sum out (3 x 2 B), plus a 1-byte mask
+        # written forward and read backward (Megatron-Core fused_bias_dropout)
+        assert bytes_of(layer_ops(GPT3, gpt, 0), name) == {
+            Pass.forward: 7 * elements, Pass.backward_input: 7 * elements,
+        }  # fmt: skip
+        assert bytes_of(layer_ops(GPT3, plain, 0), name) == {
+            Pass.forward: 6 * elements, Pass.backward_input: 6 * elements,
+        }  # fmt: skip
+    names = [o.name for o in embedding_ops(GPT3, gpt) if o.phase is Pass.forward]
+    # learned positions: their lookup and add; then the embedding dropout
+    assert names == ["embedding", "position_embedding", "position_add", "embedding_dropout"]
+    assert bytes_of(embedding_ops(GPT3, gpt), "embedding_dropout") == {
+        Pass.forward: 5 * elements, Pass.backward_input: 5 * elements,
+    }  # fmt: skip
+    llama = Shard(seq=s, micro_batch=1, tp=t, **scores_of(LLAMA8, MemoryTechniques()))
+    assert [o.name for o in embedding_ops(LLAMA8, llama)] == ["embedding", "embedding"]
+
+
+def test_rope_is_priced_on_rotary_models_only():
+    s, t = 2048, 8
+    shard = Shard(seq=s, micro_batch=1, tp=t)
+    assert not [o for o in layer_ops(GPT3, shard, 0) if o.name == "rope"]  # learned positions
+    rope = {o.phase: o.bytes for o in layer_ops(LLAMA8, shard, 0) if o.name == "rope"}
+    # Llama 3 8B: 32 query and 8 KV heads of 128 over 8 ranks, q and k read and written (bf16)
+    elements = s * (32 // t + 8 // t) * 128
+    assert rope == {Pass.forward: 2 * 2 * elements, Pass.backward_input: 2 * 2 * elements}
 
 
 def _case(memory: MemoryTechniques, cp: int = 1) -> tuple[ParallelLayout, LayoutRun]:

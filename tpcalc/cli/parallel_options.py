@@ -241,7 +241,8 @@ DropoutOpt = Annotated[
     bool | None,
     typer.Option(
         "--dropout/--no-dropout",
-        help="Keep dropout masks for backward. Default: what the model config states "
+        help="Train with dropout: its masks are kept for backward (memory), and written and "
+        "read by the step's dropout kernels (time). Default: what the model config states "
         "(tpcalc.dropout, e.g. off for Nemotron), else on for GPT-style models (LayerNorm, "
         "non-gated MLP), off for Llama-style. Example: --no-dropout",
         show_default=False,

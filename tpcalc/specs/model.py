@@ -39,6 +39,13 @@ QK_NORM_TYPES = frozenset({"qwen3", "qwen3_moe", "qwen3_5", "qwen3_next"})
 QKV_BIAS_TYPES = frozenset({"qwen2", "qwen2_moe"})
 # model_type values with LayerNorm (weight and bias) rather than RMSNorm.
 LAYERNORM_TYPES = frozenset({"gpt_neox", "gpt2", "gpt_bigcode", "gptj", "opt", "bloom", "nemotron"})
+# model_type values without rotary positions: learned absolute positions (GPT-2/3, StarCoder,
+# OPT) or ALiBi (BLOOM).
+NO_ROPE_TYPES = frozenset({"gpt2", "gpt_bigcode", "opt", "bloom"})
+# model_type values whose positions are a learned table added to the token embedding
+# (Megatron-Core LanguageModelEmbedding, position_embedding_type learned_absolute; Hugging Face
+# GPT2Model wpe, GPTBigCodeModel wpe, OPTLearnedPositionalEmbedding).
+LEARNED_POSITION_TYPES = frozenset({"gpt2", "gpt_bigcode", "opt"})
 
 
 LINEAR_ATTENTION_FIELDS = (
@@ -300,6 +307,16 @@ class ModelSpec(BaseModel):
     @property
     def uses_layernorm(self) -> bool:
         return self.model_type in LAYERNORM_TYPES
+
+    @property
+    def uses_rope(self) -> bool:
+        """Rotary position embeddings on q and k (every model type but ``NO_ROPE_TYPES``)."""
+        return self.model_type not in NO_ROPE_TYPES
+
+    @property
+    def learned_positions(self) -> bool:
+        """A learned position table added to the token embedding (``LEARNED_POSITION_TYPES``)."""
+        return self.model_type in LEARNED_POSITION_TYPES
 
     @property
     def is_mla(self) -> bool:

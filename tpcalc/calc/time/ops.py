@@ -21,6 +21,7 @@ from __future__ import annotations
 from enum import Enum
 
 from msgspec import Struct
+from msgspec.structs import replace
 
 from tpcalc.specs import ModelSpec
 from tpcalc.units import Dtype
@@ -50,9 +51,9 @@ ACT_RELU2_RW = (4, 6)
 ROPE_RW = (2, 2)  # q, k rotated in place; the backward rotates the gradient back
 # Materialised softmax: scores -> probabilities; probabilities, their gradient -> dscores
 UNFUSED_SOFTMAX_RW = (2, 3)
-# Dropout on materialised probabilities (PyTorch native_dropout: reads p, writes the output and
-# a one-byte bool mask; native_dropout_backward reads the gradient and the mask, writes the
-# gradient), bytes per score besides the activation dtype's: the mask, once each way.
+# Dropout (PyTorch native_dropout: reads x, writes the output and a one-byte bool mask;
+# native_dropout_backward reads the gradient and the mask, writes the gradient), bytes per
+# element besides the activation dtype's: the mask, once each way.
 DROPOUT_MASK_BYTES = 1
 DROPOUT_RW = (2, 2)
 # The kernels of materialised attention (``unfused_attention``), named <core>_<part>: selective
@@ -132,6 +133,9 @@ class Shard(Struct, frozen=True):
     # own attention, the only one before FlashAttention), and dropout on its probabilities
     materialised_scores: bool = False
     attention_dropout: bool = False
+    # Hidden dropout (the run trains with dropout): Megatron-Core's bias-dropout-add after the
+    # attention and the MLP, and the embedding's dropout, each with its one-byte mask
+    hidden_dropout: bool = False
 
     @property
     def tokens(self) -> int:
@@ -176,6 +180,26 @@ def elementwise(name: str, elements: float, rw: tuple[int, int], dtype: Dtype) -
         Op(name, OpKind.memory, Pass.forward, 0.0, fwd * elements * dtype.bytes),
         Op(name, OpKind.memory, Pass.backward_input, 0.0, bwd * elements * dtype.bytes),
     )
+
+
+def dropout(name: str, elements: float, dtype: Dtype) -> tuple[Op, ...]:
+    """Dropout over ``elements`` (PyTorch native_dropout: reads x, writes the output and a
+    one-byte bool mask; native_dropout_backward reads the gradient and the mask, writes the
+    input gradient)."""
+    fwd, bwd = (rw * dtype.bytes + DROPOUT_MASK_BYTES for rw in DROPOUT_RW)
+    return (
+        Op(name, OpKind.memory, Pass.forward, 0.0, fwd * elements),
+        Op(name, OpKind.memory, Pass.backward_input, 0.0, bwd * elements),
+    )
+
+
+def residual(name: str, shard: Shard, elements: float) -> tuple[Op, ...]:
+    """A residual add over ``elements`` (``RESIDUAL_RW``); when the run trains with dropout,
+    Megatron-Core's fused bias-dropout-add (megatron/core/fusions/fused_bias_dropout.py:
+    residual + dropout(x + bias)) also writes the one-byte mask forward and reads it backward."""
+    mask = DROPOUT_MASK_BYTES * elements if shard.hidden_dropout else 0.0
+    fwd, bwd = elementwise(name, elements, RESIDUAL_RW, shard.dtype)
+    return replace(fwd, bytes=fwd.bytes + mask), replace(bwd, bytes=bwd.bytes + mask)
 
 
 def attention_core(
@@ -264,17 +288,11 @@ def unfused_attention(
     scores = groups * q_len * kv_len
     dt = shard.dtype
     qk, softmax, drop, pv = (f"{name}_{part}" for part in UNFUSED_PARTS)
-    dropout: tuple[Op, ...] = ()
-    if shard.attention_dropout:
-        fwd, bwd = (rw * dt.bytes + DROPOUT_MASK_BYTES for rw in DROPOUT_RW)
-        dropout = (
-            Op(drop, OpKind.memory, Pass.forward, 0.0, fwd * scores),
-            Op(drop, OpKind.memory, Pass.backward_input, 0.0, bwd * scores),
-        )
+    dropout_ops = dropout(drop, scores, dt) if shard.attention_dropout else ()
     return (
         *gemm(qk, q_len, kv_len, d_qk, dt, groups),
         *elementwise(softmax, scores, UNFUSED_SOFTMAX_RW, dt),
-        *dropout,
+        *dropout_ops,
         *gemm(pv, q_len, d_qk if d_v is None else d_v, kv_len, dt, groups),
     )
 
@@ -298,7 +316,8 @@ def attention_ops(spec: ModelSpec, shard: Shard, banded: bool = False) -> tuple[
     ops += gemm("qkv_proj", t_all, (nq * gate + 2 * nkv) * d, h, shard.gemm_dtype)
     if spec.uses_qk_norm:
         ops += elementwise("qk_norm", t_all * (nq + nkv) * d, NORM_RW, dt)
-    ops += elementwise("rope", t_all * (nq + nkv) * d, ROPE_RW, dt)
+    if spec.uses_rope:
+        ops += elementwise("rope", t_all * (nq + nkv) * d, ROPE_RW, dt)
     window = spec.sliding_window if banded else None
     if shard.materialised_scores or (spec.attention_sinks and not shard.fused_sinks):
         ops += unfused_attention("core_attn", shard, nq, d)
@@ -307,7 +326,7 @@ def attention_ops(spec: ModelSpec, shard: Shard, banded: bool = False) -> tuple[
     if spec.attn_output_gate:
         ops += elementwise("attn_gate", t_all * nq * d, GATE_RW, dt)
     ops += gemm("out_proj", t_all, h, nq * d, shard.gemm_dtype)
-    ops += elementwise("attn_residual", t_sp * h, RESIDUAL_RW, dt)
+    ops += residual("attn_residual", shard, t_sp * h)
     return tuple(ops)
 
 
@@ -335,7 +354,7 @@ def mla_ops(spec: ModelSpec, shard: Shard) -> tuple[Op, ...]:
     else:
         ops += attention_core("core_attn", shard, nq, nq, nope + rope, v)
     ops += gemm("out_proj", t_all, h, nq * v, shard.gemm_dtype)
-    ops += elementwise("attn_residual", t_sp * h, RESIDUAL_RW, dt)
+    ops += residual("attn_residual", shard, t_sp * h)
     return tuple(ops)
 
 
@@ -364,7 +383,7 @@ def linear_attention_ops(spec: ModelSpec, shard: Shard) -> tuple[Op, ...]:
     ]  # fmt: skip
     ops += elementwise("gated_norm", t_all * nv * dv, GATE_RW, dt)
     ops += gemm("out_proj", t_all, h, nv * dv, shard.gemm_dtype)
-    ops += elementwise("attn_residual", t_sp * h, RESIDUAL_RW, dt)
+    ops += residual("attn_residual", shard, t_sp * h)
     return tuple(ops)
 
 
@@ -391,7 +410,7 @@ def dense_mlp_ops(spec: ModelSpec, shard: Shard) -> tuple[Op, ...]:
     return (
         *elementwise("mlp_norm", t_sp * h, NORM_RW, dt),
         *_mlp("", spec, shard, shard.tokens, spec.intermediate_size // shard.tp),
-        *elementwise("mlp_residual", t_sp * h, RESIDUAL_RW, dt),
+        *residual("mlp_residual", shard, t_sp * h),
     )
 
 
@@ -430,7 +449,7 @@ def moe_ops(spec: ModelSpec, shard: Shard) -> tuple[Op, ...]:
     shared = shared_expert_intermediate(spec)
     if shared:
         ops += _mlp("shared_", spec, shard, shard.tokens, shared // shard.tp)
-    ops += elementwise("mlp_residual", t_sp * h, RESIDUAL_RW, dt)
+    ops += residual("mlp_residual", shard, t_sp * h)
     return tuple(ops)
 
 
@@ -446,8 +465,18 @@ def layer_ops(spec: ModelSpec, shard: Shard, i: int) -> tuple[Op, ...]:
 
 
 def embedding_ops(spec: ModelSpec, shard: Shard) -> tuple[Op, ...]:
-    """The input embedding of the first stage: a lookup (vocab-parallel, summed over TP)."""
-    return elementwise("embedding", shard.sp_tokens * spec.hidden_size, EMBED_RW, shard.dtype)
+    """The input embedding of the first stage: a lookup (vocab-parallel, summed over TP); with
+    learned positions, the position table's lookup and its add to the token embedding; when the
+    run trains with dropout, the embedding dropout (Megatron-Core LanguageModelEmbedding.forward:
+    word_embeddings + position_embeddings, then embedding_dropout)."""
+    elements, dt = shard.sp_tokens * spec.hidden_size, shard.dtype
+    ops = elementwise("embedding", elements, EMBED_RW, dt)
+    if spec.learned_positions:
+        ops += elementwise("position_embedding", elements, EMBED_RW, dt)
+        ops += elementwise("position_add", elements, RESIDUAL_RW, dt)
+    if shard.hidden_dropout:
+        ops += dropout("embedding_dropout", elements, dt)
+    return ops
 
 
 def mtp_ops(spec: ModelSpec, shard: Shard, padded_vocab: int) -> tuple[Op, ...]:

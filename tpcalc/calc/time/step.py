@@ -756,11 +756,14 @@ def effective_options(
 def scores_of(spec: ModelSpec, tech: MemoryTechniques) -> dict[str, bool]:
     """The ``Shard`` fields of the run's attention kernel: the scores materialised unless the
     kernel is flash (``choices.AttentionKernel``), and then dropout on its probabilities when
-    the run trains with dropout (``model_dropout``; a flash kernel applies it in-kernel)."""
+    the run trains with dropout (``model_dropout``; a flash kernel applies it in-kernel), and
+    the hidden dropout whatever the kernel."""
     eager = tech.attention != AttentionKernel.flash.value
+    dropout = model_dropout(spec, tech.dropout)
     return {
         "materialised_scores": eager,
-        "attention_dropout": eager and model_dropout(spec, tech.dropout),
+        "attention_dropout": eager and dropout,
+        "hidden_dropout": dropout,
     }
 
 

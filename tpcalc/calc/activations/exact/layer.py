@@ -22,9 +22,6 @@ from tpcalc.choices import Recompute
 from tpcalc.errors import InputError
 from tpcalc.specs import ModelSpec
 
-# model_type values with learned (or ALiBi) positions: no rotary table is kept.
-NO_ROPE_TYPES = frozenset({"gpt2", "gpt_bigcode", "opt", "bloom"})
-
 
 def layout(spec: ModelSpec, seq: int, micro_batch: int, opts: ActivationOptions) -> Layout:
     """The rank's token counts and splits; raises when s does not divide by cp (and t with SP)."""
@@ -90,7 +87,7 @@ def saved_tensors(
 
 def rope_dim(spec: ModelSpec) -> int:
     """Width of the rotary table: qk_rope_head_dim for MLA, the head size otherwise; 0 if none."""
-    if spec.model_type in NO_ROPE_TYPES or spec.full_attention_layers == 0:
+    if not spec.uses_rope or spec.full_attention_layers == 0:
         return 0
     return spec.qk_rope_head_dim or spec.head_dim_resolved
 
