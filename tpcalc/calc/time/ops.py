@@ -197,9 +197,10 @@ def residual(name: str, shard: Shard, elements: float) -> tuple[Op, ...]:
     """A residual add over ``elements`` (``RESIDUAL_RW``); when the run trains with dropout,
     Megatron-Core's fused bias-dropout-add (megatron/core/fusions/fused_bias_dropout.py:
     residual + dropout(x + bias)) also writes the one-byte mask forward and reads it backward."""
-    mask = DROPOUT_MASK_BYTES * elements if shard.hidden_dropout else 0.0
-    fwd, bwd = elementwise(name, elements, RESIDUAL_RW, shard.dtype)
-    return replace(fwd, bytes=fwd.bytes + mask), replace(bwd, bytes=bwd.bytes + mask)
+    ops = elementwise(name, elements, RESIDUAL_RW, shard.dtype)
+    if not shard.hidden_dropout:
+        return ops
+    return tuple(replace(o, bytes=o.bytes + DROPOUT_MASK_BYTES * elements) for o in ops)
 
 
 def attention_core(
