@@ -131,6 +131,7 @@ class MemoryScreen:
             None, (none, none), (none, none, none), (none, none),
         )  # fmt: skip
         self._acts: OrderedDict[tuple, tuple[Any, Any, Any, Any]] = OrderedDict()
+        self._acts_bytes = 0  # the arrays' bytes of the entries in ``_acts``
         rb = recipe_bytes(recipe)
         self._rb = (rb.weight_bytes, rb.grad_bytes, rb.optimizer_bytes)
 
@@ -640,10 +641,10 @@ class MemoryScreen:
     def _keep_act(self, key: tuple) -> None:
         """Keep ``_last_act`` under ``key``, the oldest left out past ``ACT_CACHE_BYTES``."""
         self._acts[key] = self._last_act
-        held = sum(_nbytes(entry) for entry in self._acts.values())
-        while held > ACT_CACHE_BYTES and len(self._acts) > 1:
+        self._acts_bytes += _nbytes(self._last_act)
+        while self._acts_bytes > ACT_CACHE_BYTES and len(self._acts) > 1:
             _, old = self._acts.popitem(last=False)
-            held -= _nbytes(old)
+            self._acts_bytes -= _nbytes(old)
 
 
 def _nbytes(entry: tuple) -> int:
