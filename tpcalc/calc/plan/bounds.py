@@ -1160,8 +1160,7 @@ class StepBounds:
         the mean of its two stages' (``step.dualpipe_ranks``: half the micro-batches each)."""
         layers = self.stage_counts(pp, v.vpp) @ self.moe_kinds
         if v.schedule is Schedule.dualpipe and pp > 1:
-            half = 1 / DUALPIPE_DIRECTIONS
-            return layers * half + layers[::-1] * half
+            return _paired_ranks(layers)
         return layers
 
     def refused(self, shape: Shape, v: Variant, modes: list[RecomputeMode]) -> np.ndarray:
@@ -1382,11 +1381,18 @@ def _dualpipe_split(
     per = kind @ counts.T  # [M, S, R, stages]: each stage's layers
     per[..., 0] += first
     per[..., -1] += last
+    ranks = _paired_ranks(per)
     half = 1 / DUALPIPE_DIRECTIONS
-    ranks = per * half + per[..., ::-1] * half  # rank r: stages r and p−1−r
     f0 = kind_f @ counts[0] + first_f
     f_last = kind_f @ counts[-1] + last_f
     return ranks.max(axis=-1), f0 * half + f_last * half, ranks[..., 0]
+
+
+def _paired_ranks(per_stage: np.ndarray) -> np.ndarray:
+    """Per DualPipe rank, from per-stage values on the last axis: rank r runs stages r and
+    p−1−r, half the micro-batches each (DeepSeek-V3 report §3.2.1), so it carries their mean."""
+    half = 1 / DUALPIPE_DIRECTIONS
+    return per_stage * half + per_stage[..., ::-1] * half
 
 
 def _fold(
