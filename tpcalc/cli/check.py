@@ -53,10 +53,13 @@ def check(
 
     Examples:
 
+    \b
       tpcalc check --model llama3-70b -t 8 --shards --vocab-pad-multiple 1
 
+    \b
       tpcalc check -m qwen3.8 -t 1,2,4,8 --format json
 
+    \b
       tpcalc check -m deepseek-v3 -t 8 --explain
     """
 

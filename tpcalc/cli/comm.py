@@ -54,12 +54,17 @@ def comm(
 
     Examples:
 
+    \b
       tpcalc comm --model llama3-70b -t 8
 
-      tpcalc comm -m qwen3.8 -s 4096 -t 1,2,4,8 --hardware h800 --format json
+    \b
+      tpcalc comm -m qwen3.8 -s 4096 -t 1,2,4,8 --hardware h800 \\
+        --format json
 
-      tpcalc comm -m llama3-70b -t 8 --params all --no-latency --no-sp --time-model fixed
-      --explain   # seed 003's table 7-7, its conventions
+    \b
+      # seed 003's table 7-7, its conventions
+      tpcalc comm -m llama3-70b -t 8 --params all --no-latency --no-sp \\
+        --time-model fixed --explain
     """
 
     def build():

@@ -75,10 +75,13 @@ def cp(
 
     Examples:
 
+    \b
       tpcalc cp -m qwen3.8 -s 131072 --cp 8 --hardware h800
 
+    \b
       tpcalc cp -s 131072 --cp 4 --chunks 16 --explain
 
+    \b
       tpcalc cp -m llama3-405b -s 131072 --tp 8 --cp 16 -f json
     """
 

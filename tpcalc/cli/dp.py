@@ -62,9 +62,13 @@ def dp(
 
     Examples:
 
-      tpcalc dp -m qwen3.8 --hardware h800 -s 4096 --dp 8,64 --link ib --no-latency
+    \b
+      tpcalc dp -m qwen3.8 --hardware h800 -s 4096 --dp 8,64 --link ib \\
+        --no-latency
 
-      tpcalc dp -m llama3-70b --tp 8 --dp 16 --state-recipe megatron18 --format json
+    \b
+      tpcalc dp -m llama3-70b --tp 8 --dp 16 --state-recipe megatron18 \\
+        --format json
     """
 
     def build():

@@ -89,13 +89,18 @@ def ep(
 
     Examples:
 
+    \b
       tpcalc ep -m deepseek-v3 --ep 64 --hardware h800
 
+    \b
       tpcalc ep --ep 8,64 --routing uniform --explain
 
+    \b
       tpcalc ep --ep 64 --dtype fp8 --combine-dtype bf16 -f json
 
-      tpcalc ep --ep 8 -t 2 --etp 1 --moe-dispatcher allgather --capacity-factor 1.25
+    \b
+      tpcalc ep --ep 8 -t 2 --etp 1 --moe-dispatcher allgather \\
+        --capacity-factor 1.25
     """
 
     def build():

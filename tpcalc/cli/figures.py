@@ -42,10 +42,13 @@ def figures(
 
     Examples:
 
+    \b
       tpcalc figures
 
+    \b
       tpcalc figures --seed 003 --format csv
 
+    \b
       tpcalc figures --id q-tp-step --id l-ar-step
     """
 

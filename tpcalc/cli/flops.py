@@ -64,11 +64,15 @@ def flops(
 
     Examples:
 
+    \b
       tpcalc flops -m llama3-70b -s 8192 -t 8 --params all
 
+    \b
       tpcalc flops -m qwen3.8 -s 4096 -t 8 --attention-scores --explain
 
-      tpcalc flops -m deepseek-v3 -s 4096 --attention-scores --attention-flops full --mtp
+    \b
+      tpcalc flops -m deepseek-v3 -s 4096 --attention-scores \\
+        --attention-flops full --mtp
 
     MoE models count the parameters a token multiplies (k of E routed experts), and the N
     row says so.

@@ -18,6 +18,7 @@ def hardware(units: UnitsOpt = ByteUnits.GB, fmt: FormatOpt = Format.table) -> N
 
     Example:
 
+    \b
       tpcalc hardware --format csv
     """
 

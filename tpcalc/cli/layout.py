@@ -165,45 +165,64 @@ def layout(
 
     Examples:
 
-      tpcalc layout -m llama3-405b --tp 8 --cp 1 --pp 16 --dp 128 --zero 1 --microbatches 16
+    \b
+      tpcalc layout -m llama3-405b --tp 8 --cp 1 --pp 16 --dp 128 --zero 1 \\
+        --microbatches 16
 
-      tpcalc layout -m deepseek-v3 --hardware h800 --pp 16 --dp 128 --ep 64 --zero 1
-      --schedule dualpipe
+    \b
+      tpcalc layout -m deepseek-v3 --hardware h800 --pp 16 --dp 128 --ep 64 \\
+        --zero 1 --schedule dualpipe
 
+    \b
       tpcalc layout -m llama3-70b --tp 16 --dp 4 --explain
 
-      tpcalc layout -m llama3-70b --tp 16 --dp 4 --map --bars --timeline --save-svg layout.svg
+    \b
+      tpcalc layout -m llama3-70b --tp 16 --dp 4 --map --bars --timeline \\
+        --save-svg layout.svg
 
-      tpcalc layout -m llama3-70b --tp 4 --pp 8 --vpp 5 --dp 2 --zero 1 --schedule
-      interleaved --microbatches 64 --dtype fp8 --tp-comm-overlap --recompute none
+    \b
+      tpcalc layout -m llama3-70b --tp 4 --pp 8 --vpp 5 --dp 2 --zero 1 \\
+        --schedule interleaved --microbatches 64 --dtype fp8 \\
+        --tp-comm-overlap --recompute none
 
-      tpcalc layout -m llama3-405b --tp 8 --pp 16 --dp 128 --zero 1 --microbatches 16 --ops
+    \b
+      tpcalc layout -m llama3-405b --tp 8 --pp 16 --dp 128 --zero 1 \\
+        --microbatches 16 --ops
 
     A published run's MoE dispatcher and stage split (Megatron-Bridge DeepSeek-V3 on 256 GB200):
 
-      tpcalc layout -m deepseek-v3 --hardware gb200 --gpus-per-node 64 --pp 4 --vpp 4 --dp 64
-      --ep 64 --zero 1 --schedule interleaved --microbatches 64 --dtype fp8 --recompute none
-      --moe-dispatcher flex --pipeline-layout 'Et*4|(t*4|)*14tmL'
+    \b
+      tpcalc layout -m deepseek-v3 --hardware gb200 --gpus-per-node 64 \\
+        --pp 4 --vpp 4 --dp 64 --ep 64 --zero 1 --schedule interleaved \\
+        --microbatches 64 --dtype fp8 --recompute none --moe-dispatcher flex \\
+        --pipeline-layout 'Et*4|(t*4|)*14tmL'
 
     The embedding and the loss counted as layers of the split, as Megatron-Bridge's Llama 3.1
     405B recipe does (126 layers + 2 over PP16 x VP8, one per virtual stage):
 
-      tpcalc layout -m llama3-405b --hardware gb200 --tp 4 --pp 16 --vpp 8 --dp 4 --zero 1
-      --schedule interleaved --microbatches 384 --dtype fp8 --recompute none
-      --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split
+    \b
+      tpcalc layout -m llama3-405b --hardware gb200 --tp 4 --pp 16 --vpp 8 \\
+        --dp 4 --zero 1 --schedule interleaved --microbatches 384 \\
+        --dtype fp8 --recompute none \\
+        --account-for-embedding-in-pipeline-split \\
+        --account-for-loss-in-pipeline-split
 
     Memory techniques, each explicit (DeepSeek-V3 as published, report §3.2-3.3):
 
-      tpcalc layout -m deepseek-v3 --hardware h800 --pp 16 --dp 128 --ep 64 --zero 1
-      --schedule dualpipe --recompute none --recompute-modules layernorm,mla_up_proj,moe_act
-      --fp8-cache --moe-probs-in-act --state-recipe bf16-moments
+    \b
+      tpcalc layout -m deepseek-v3 --hardware h800 --pp 16 --dp 128 --ep 64 \\
+        --zero 1 --schedule dualpipe --recompute none \\
+        --recompute-modules layernorm,mla_up_proj,moe_act --fp8-cache \\
+        --moe-probs-in-act --state-recipe bf16-moments
 
     Megatron-LM's own 2021 run of its 1T GPT on 3,072 A100 (Narayanan et al. 2021 Table 1):
     its attention with the scores materialised, full recompute, fp16, no distributed optimizer,
     the gradient all-reduce after the backward (local DDP):
 
-      tpcalc layout -m megatron-gpt-1t --hardware a100-80g --tp 8 --pp 64 --dp 6 --zero 0
-      --microbatches 512 --no-sp --recompute full --dtype fp16 --attention eager --no-dp-overlap
+    \b
+      tpcalc layout -m megatron-gpt-1t --hardware a100-80g --tp 8 --pp 64 \\
+        --dp 6 --zero 0 --microbatches 512 --no-sp --recompute full \\
+        --dtype fp16 --attention eager --no-dp-overlap
 
     Every published layout at once: tpcalc validate --memory
     """

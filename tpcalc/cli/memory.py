@@ -104,16 +104,23 @@ def memory(
 
     Examples:
 
+    \b
       tpcalc memory --seq 4096
 
-      tpcalc memory -m qwen3.8 -s 4096 -t 1,8 --recompute selective --format json
+    \b
+      tpcalc memory -m qwen3.8 -s 4096 -t 1,8 --recompute selective \\
+        --format json
 
+    \b
       tpcalc memory -m llama3-70b -t 8 --no-sp --recompute none --explain
 
+    \b
       tpcalc memory -m qwen3.8 -t 1,2,4,8 --bars --save-svg memory.svg
 
-      tpcalc memory -m deepseek-v3 -t 1 --recompute none --recompute-modules
-      layernorm,mla_up_proj,moe_act --fp8-cache --moe-probs-in-act --state-recipe bf16-moments
+    \b
+      tpcalc memory -m deepseek-v3 -t 1 --recompute none \\
+        --recompute-modules layernorm,mla_up_proj,moe_act --fp8-cache \\
+        --moe-probs-in-act --state-recipe bf16-moments
     """
 
     def build():

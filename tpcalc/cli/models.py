@@ -28,6 +28,7 @@ def models(fmt: FormatOpt = Format.table) -> None:
 
     Example:
 
+    \b
       tpcalc models --format csv
     """
 
@@ -46,10 +47,13 @@ def show(model: ModelArg, fmt: FormatOpt = Format.table, explain: ExplainOpt = F
 
     Examples:
 
+    \b
       tpcalc show llama3-70b
 
+    \b
       tpcalc show deepseek-v3 --explain
 
+    \b
       tpcalc show ./Mistral-7B-v0.1/config.json --format json
     """
 

@@ -101,23 +101,34 @@ def pipeline(
 
     Examples:
 
+    \b
       tpcalc pipeline -m qwen3.8 -s 4096 --pp 8 --microbatches 32
 
+    \b
       tpcalc pipeline --pp 8 --schedule interleaved --vpp 4 --explain
 
+    \b
       tpcalc pipeline -m llama3-70b -t 8 --sp --pp 4 --activations paper
 
-      tpcalc pipeline -m deepseek-v3 --pp 16 --microbatches 32 --schedule dualpipe -f json
+    \b
+      tpcalc pipeline -m deepseek-v3 --pp 16 --microbatches 32 \\
+        --schedule dualpipe -f json
 
-      tpcalc pipeline --pp 4 --microbatches 8 --schedule zb-h1 --timeline --save-svg pp.svg
+    \b
+      tpcalc pipeline --pp 4 --microbatches 8 --schedule zb-h1 --timeline \\
+        --save-svg pp.svg
 
     Stages set by hand, read against each pp (the Llama 3 paper's split, §3.3.2: one layer
     fewer on the first and the last stage):
 
-      tpcalc pipeline -m llama3-405b -t 8 --pp 16 --microbatches 16
-      --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split
+    \b
+      tpcalc pipeline -m llama3-405b -t 8 --pp 16 --microbatches 16 \\
+        --account-for-embedding-in-pipeline-split \\
+        --account-for-loss-in-pipeline-split
 
-      tpcalc pipeline -m llama3-70b --pp 4,8 --first-stage-layers 8 --last-stage-layers 8
+    \b
+      tpcalc pipeline -m llama3-70b --pp 4,8 --first-stage-layers 8 \\
+        --last-stage-layers 8
     """
 
     def build():

@@ -321,49 +321,64 @@ def plan(
 
     Examples:
 
+    \b
       tpcalc plan -m llama3-70b --gpus 64 --seq 8192 --global-batch 128
 
-      tpcalc plan -m llama3-405b --gpus 16384 --seq 8192 --global-batch 2048 --tp 8 --pp 8,16
+    \b
+      tpcalc plan -m llama3-405b --gpus 16384 --seq 8192 --global-batch 2048 \\
+        --tp 8 --pp 8,16
 
-      tpcalc plan -m deepseek-v3 --hardware h800 --gpus 2048 --seq 4096 --global-batch 15360
-      --memory-headroom 0.1 --top 5
+    \b
+      tpcalc plan -m deepseek-v3 --hardware h800 --gpus 2048 --seq 4096 \\
+        --global-batch 15360 --memory-headroom 0.1 --top 5
 
-      tpcalc plan -m llama3-70b --gpus 1024 --seq 8192 --global-batch 512 --objective gpus
-      --target-step-time 2.0
+    \b
+      tpcalc plan -m llama3-70b --gpus 1024 --seq 8192 --global-batch 512 \\
+        --objective gpus --target-step-time 2.0
 
-      tpcalc plan -m llama3-8b --gpus 64 --seq 8192 --global-batch 128 --all --format csv
+    \b
+      tpcalc plan -m llama3-8b --gpus 64 --seq 8192 --global-batch 128 --all \\
+        --format csv
 
     The run's memory techniques apply to every candidate, as in 'tpcalc layout'; any overlap
     can be pinned (here: a framework without the EP all-to-all overlap):
 
-      tpcalc plan -m deepseek-v3 --hardware h800 --gpus 256 --seq 4096 --global-batch 1920
-      --no-mtp --no-ep-overlap --offload-layers 2
+    \b
+      tpcalc plan -m deepseek-v3 --hardware h800 --gpus 256 --seq 4096 \\
+        --global-batch 1920 --no-mtp --no-ep-overlap --offload-layers 2
 
     A DeepEP / HybridEP run (Megatron-Core --moe-token-dispatcher-type flex): every candidate's
     dispatch sends a token over the network once per remote node, as 'tpcalc layout
     --moe-dispatcher flex' prices it:
 
-      tpcalc plan -m qwen3-30b-a3b --gpus 16 --seq 4096 --global-batch 64
-      --moe-dispatcher flex
+    \b
+      tpcalc plan -m qwen3-30b-a3b --gpus 16 --seq 4096 --global-batch 64 \\
+        --moe-dispatcher flex
 
     Layers split as Megatron-Bridge's Llama 3.1 405B recipe splits them (the embedding and the
     loss each count as a layer: pp·vpp may reach 128 for 126 layers):
 
-      tpcalc plan -m llama3-405b --hardware gb200 --gpus 256 --seq 8192 --global-batch 1536
-      --dtype fp8 --zero 1 --account-for-embedding-in-pipeline-split
-      --account-for-loss-in-pipeline-split
+    \b
+      tpcalc plan -m llama3-405b --hardware gb200 --gpus 256 --seq 8192 \\
+        --global-batch 1536 --dtype fp8 --zero 1 \\
+        --account-for-embedding-in-pipeline-split \\
+        --account-for-loss-in-pipeline-split
 
     Inverse questions on one layout (pins with one value each):
 
-      tpcalc plan -m llama3-405b --gpus 16384 --tp 8 --pp 16 --zero 1 --global-batch 2048
-      --max-seq
+    \b
+      tpcalc plan -m llama3-405b --gpus 16384 --tp 8 --pp 16 --zero 1 \\
+        --global-batch 2048 --max-seq
 
-      tpcalc plan -m llama3-405b --gpus 16384 --tp 8 --pp 16 --zero 1 --seq 8192
-      --global-batch 2048 --largest-micro-batch
+    \b
+      tpcalc plan -m llama3-405b --gpus 16384 --tp 8 --pp 16 --zero 1 \\
+        --seq 8192 --global-batch 2048 --largest-micro-batch
 
-      tpcalc plan -m llama3-405b --gpus 16384 --tp 8 --pp 16 --vpp 8 --zero 1
-      --global-batch 2048 --max-seq --account-for-embedding-in-pipeline-split
-      --account-for-loss-in-pipeline-split
+    \b
+      tpcalc plan -m llama3-405b --gpus 16384 --tp 8 --pp 16 --vpp 8 \\
+        --zero 1 --global-batch 2048 --max-seq \\
+        --account-for-embedding-in-pipeline-split \\
+        --account-for-loss-in-pipeline-split
     """
     params = ctx.params
     techniques = techniques_of(params)  # the memory techniques, as every command reads them

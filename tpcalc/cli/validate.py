@@ -63,12 +63,16 @@ def validate(
 
     Examples:
 
+    \b
       tpcalc validate
 
+    \b
       tpcalc validate --hardware h100-sxm --format csv > validation.csv
 
+    \b
       tpcalc validate --held-out --hardware a100-80g
 
+    \b
       tpcalc validate --memory
     """
 

@@ -84,12 +84,16 @@ def verify(
 
     Examples:
 
+    \b
       tpcalc verify
 
+    \b
       tpcalc verify --cards 4 --activation gelu --seed 7
 
+    \b
       tpcalc verify -m llama3-70b -t 8 -s 8192 --format json
 
+    \b
       tpcalc verify --example seed003
     """
 

@@ -74,10 +74,13 @@ def zero(
 
     Examples:
 
+    \b
       tpcalc zero -m qwen3.8 --hardware h800 -s 4096 --dp 8
 
+    \b
       tpcalc zero -m llama3-70b --tp 8 --dp 1 --zero 0
 
+    \b
       tpcalc zero --dp 8,64 --zero 3 --state-recipe megatron18 --format csv
     """
 
