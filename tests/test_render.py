@@ -101,3 +101,13 @@ def test_integers_beyond_float_range_format_without_overflow():
     assert fmt_number(big) == f"{big:,}"
     assert fmt_number(big, 1e9) == "1.000E+391"
     assert pick_scale([big], Unit.bytes, ByteUnits.GB) == (1e12, "TB")
+
+
+def test_a_short_name_is_never_broken_in_a_piped_table(cli):
+    """The operations table is wider than a pipe's 160 columns (render.PIPED_WIDTH): its long
+    headers wrap, but every op name stays on one line (render.NO_WRAP_CHARS)."""
+    args = ("layout", "-m", "llama3-8b", "--tp", "2", "--dp", "4", "--ops")
+    names = {row["op"] for row in json.loads(cli(*args, "-f", "json").out)}
+    assert "attn_residual" in names and max(map(len, names)) > 8
+    cells = {c.strip() for line in cli(*args).out.splitlines() for c in line.split("│")[1:2]}
+    assert names <= cells, names - cells

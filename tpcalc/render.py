@@ -131,6 +131,7 @@ def _cell(t: Term | None, factor: float) -> str:
     return fmt_number(t.value, factor)
 
 
+NO_WRAP_CHARS = 24  # text inputs at most this long are kept on one line in a table
 PIPED_WIDTH = 160  # columns of a table written to a pipe or file, unless COLUMNS says otherwise
 
 
@@ -177,7 +178,11 @@ def render_table(report: Report, byte_units: ByteUnits, out: TextIO, explain: bo
     else:
         for key in varying:
             text = all(isinstance(r.inputs.get(key), str) for r in rows)
-            table.add_column(key, justify="left" if text else "right", overflow="fold")
+            # a short name (an op, a card) is never broken: other columns give way first
+            whole = text and max(len(str(r.inputs.get(key))) for r in rows) <= NO_WRAP_CHARS
+            table.add_column(
+                key, justify="left" if text else "right", overflow="fold", no_wrap=whole
+            )
         for col in columns:
             name = scales[col.key][1]
             header = f"{col.label} ({name})" if name else col.label

@@ -215,7 +215,7 @@ def ops_report(model: str, st: StepTime) -> Report:
     within each pass (terms: ``calc.time.ops_explain.op_terms``); under DualPipe, of both
     stages the bottleneck rank runs (``step.dualpipe_ranks``), each for half the
     micro-batches."""
-    from tpcalc.calc.time.ops_explain import op_terms
+    from tpcalc.calc.time.ops_explain import OPS_LEGEND, op_terms
 
     rank = st.bottleneck_stage
     other = len(st.stages) - 1 - rank
@@ -240,4 +240,4 @@ def ops_report(model: str, st: StepTime) -> Report:
             f"pipeline rank {rank} (the slowest) under DualPipe: stages {rank} and {other}, "
             "each run by half the micro-batches; one micro-batch of each"
         )
-    return Report(title=f"{model}: operations of {what}", rows=rows)
+    return Report(title=f"{model}: operations of {what}", rows=rows, notes=(OPS_LEGEND,))

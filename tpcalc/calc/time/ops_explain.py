@@ -16,6 +16,13 @@ def _mask(op: Op) -> str | None:
     return "causal" if op.causal else "none"
 
 
+# the table's legend for its short shape headers (``reports.layout.ops_report``)
+OPS_LEGEND = (
+    "M, N, K: a GEMM's rows, columns and reduction; attention: query block, keys, head dim. "
+    "groups: experts or heads run at once. mask: the attention's (causal or none)."
+)
+
+
 def op_terms(ot: OpTime) -> tuple[Term, ...]:
     """Shape, work, bound and time of one op (per micro-batch, per layer it runs in)."""
     op = ot.op
@@ -23,15 +30,15 @@ def op_terms(ot: OpTime) -> tuple[Term, ...]:
     traffic = op.bytes / ot.time_s if ot.time_s else 0.0
     bound = "compute" if ot.compute_bound else "memory"
     return (
-        term("m", "M (rows; attention: query block)", op.m, Unit.count, formula="see ops.py",
+        term("m", "M", op.m, Unit.count, formula="rows (attention: the query block)",
              source=SRC_OPS),
-        term("n", "N (columns; attention: keys)", op.n, Unit.count, formula="see ops.py",
+        term("n", "N", op.n, Unit.count, formula="columns (attention: the keys)",
              source=SRC_OPS),
-        term("k", "K (reduction; attention: head dim)", op.k, Unit.count, formula="see ops.py",
+        term("k", "K", op.k, Unit.count, formula="reduction (attention: the head dim)",
              source=SRC_OPS),
-        term("groups", "groups (experts, heads)", op.groups, Unit.count, formula="see ops.py",
+        term("groups", "groups", op.groups, Unit.count, formula="experts or heads run at once",
              source=SRC_OPS),
-        term("mask", "attention mask", _mask(op), Unit.text,
+        term("mask", "mask", _mask(op), Unit.text,
              formula="causal: no CP, or CP's diagonal ring step; none: CP's other steps or a "
              "non-causal model", source="Transformer Engine context_parallel.py (CP sections)"),
         term("flop", "FLOP", op.flop, Unit.flop, formula="2·M·N·K·groups (GEMM)",
