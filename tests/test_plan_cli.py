@@ -618,3 +618,29 @@ def test_every_pin_a_user_can_type_is_searched(pin, field, allowed):
     assert r.code == 0, r.err
     rows = json.loads(r.out)
     assert rows and {row[field] for row in rows} <= allowed, (pin, [row[field] for row in rows])
+
+
+def test_no_layout_says_how_far_the_closest_is_from_the_card():
+    """Llama 3 70B on 8 H100 fits in no layout: the warning gives the screen's floor, a lower
+    bound on every layout's memory (``PlanResult.memory_floor_bytes``). It is at least the
+    model states spread perfectly over the 8 GPUs (mixed-precision Adam, 16 bytes per
+    parameter, ZeRO §3) and at most the memory of the layout that needs the least
+    (TP8 ZeRO-3, full recompute, micro-batch 1, as `tpcalc layout` prices it)."""
+    from tpcalc.calc.params.counts import total_params
+    from tpcalc.calc.plan import search
+    from tpcalc.calc.plan.request import build_request
+
+    spec, hw = load_model("llama3-70b"), load_hardware("h100-sxm")
+    result = search.plan(build_request(spec, hw, gpus=8, seq=8192, global_batch=128))
+    floor = result.memory_floor_bytes
+    assert not result.top and not result.feasible
+    assert total_params(spec) * 16 / 8 <= floor
+    lay = run_cli("layout", "-m", "llama3-70b", "--tp", "8", "--dp", "1", "--zero", "3",
+                  "--recompute", "full", "--micro-batch", "1", "--microbatches", "128",
+                  "--seq", "8192", "-f", "json")  # fmt: skip
+    assert floor <= json.loads(lay.out)[-1]["memory_bytes_per_rank"]
+    r = run_cli("plan", "-m", "llama3-70b", "--gpus", "8", "--seq", "8192", "--global-batch",
+                "128", "-f", "json")  # fmt: skip
+    assert r.code == 0 and json.loads(r.out) == []
+    assert f"needs at least {floor / 1e9:,.1f} GB per rank, 80.0 GB usable" in r.err
+    assert "try more GPUs" in r.err and len(r.err.splitlines()) == 1

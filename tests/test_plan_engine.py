@@ -866,6 +866,7 @@ def test_a_unit_visited_again_screens_the_same(h800):
         args = (grp.shape, grp.variants, grp.mbs, grp.per_dp, grp.sps, grp.allowed)
         again, mine = first._slabs(*args), fresh._slabs(*args)
         assert np.array_equal(again[0], mine[0]) and np.array_equal(again[1], mine[1])
+        assert again[2] == mine[2]
         assert np.array_equal(again[1], grp.slabs())
 
 

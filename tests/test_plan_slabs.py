@@ -57,7 +57,7 @@ def test_memory_screen_slabs_are_group_where_it_fits(model, offload):
         for q in (0.05, 0.3, 0.6, 0.95):
             capacity = float(np.quantile(whole, q))
             allowed = rng.random((len(VARIANTS), len(mbs))) < 0.8
-            live, values = s.screen.group_slabs(
+            live, values, floor = s.screen.group_slabs(
                 shape, VARIANTS, mbs, per_dp, sps, MODES, zeros, capacity, allowed
             )  # fmt: skip
             got = _whole(live, values, whole.shape)
@@ -67,6 +67,10 @@ def test_memory_screen_slabs_are_group_where_it_fits(model, offload):
             assert not (live & ~allowed[:, None, :]).any()
             # the slabs left out: none holds an entry that fits
             assert not fits.any(axis=(3, 4))[~live].any()
+            # the floor: no allowed entry below it, and the least one not far above (the least
+            # activations of each rank over the (sp, mode) cells: a bound, not always an entry)
+            least = whole[np.broadcast_to(allowed[:, None, :, None, None], whole.shape)].min()
+            assert floor <= least < floor * 1.5, (shape, q, floor, least)
             left_out += int((~live).sum())
             kept += int(live.sum())
     assert left_out and kept

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from msgspec.structs import replace
 
 from tpcalc.terms import Report, Row, Scalar, Term, Unit, term
+from tpcalc.units import GB
 
 if TYPE_CHECKING:
     from tpcalc.calc.layout.groups import MemoryTechniques
@@ -159,10 +160,21 @@ def moe_extrapolation(result: PlanResult) -> str | None:
 
 
 def no_layout(result: PlanResult) -> tuple[str, ...]:
+    """Why nothing came out: the rejections, and when memory turned every layout that divides
+    down, how far the closest is from the card (``PlanResult.memory_floor_bytes``, a lower
+    bound) and what frees memory."""
     if result.top:
         return ()
     reasons = ", ".join(f"{why} {n:,}" for why, n in result.rejections) or "none enumerated"
-    return (f"no feasible layout among {result.enumerated:,} (rejected: {reasons})",)
+    line = f"no feasible layout among {result.enumerated:,} (rejected: {reasons})"
+    usable = result.request.capacity_bytes
+    if not result.feasible and usable < result.memory_floor_bytes < math.inf:
+        line += (
+            f"; every layout that divides needs at least {result.memory_floor_bytes / GB:,.1f} "
+            f"GB per rank, {usable / GB:,.1f} GB usable: try more GPUs, --offload-layers, or "
+            "less --memory-headroom and --reserve-gb"
+        )
+    return (line,)
 
 
 def spread(points: tuple[Candidate, ...], most: int) -> tuple[Candidate, ...]:

@@ -20,6 +20,7 @@ takes it, so the screen and rank_memory agree to the last bit (tests compare the
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from typing import Any, NamedTuple
 
@@ -501,13 +502,14 @@ class MemoryScreen:
         self, shape: Shape, vs: list[Variant], mbs: list[int], per_dp: int, sps: list[bool],
         modes: list[RecomputeMode], zeros: list[ZeroStage], capacity: float,
         allowed: np.ndarray,
-    ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    ) -> tuple[np.ndarray, np.ndarray, float]:  # fmt: skip
         """``group`` as slabs: which (variant, ZeRO stage, micro-batch) slabs may hold a cell
         that fits, [V, Z, M] (only where ``allowed`` [V, M]), and their (sp, mode) cells
         [slabs, S·R], slabs in C order; every slab left out has each of its entries above
         ``capacity``, so the entries at most ``capacity`` are ``group``'s, all there. The
         memory of a whole group is never built (``search._Group.mem`` builds a listed
-        block's group).
+        block's group). Third, the least floor of the allowed slabs: no entry of the group
+        is below it (inf when none is allowed).
 
         A slab's floor is the most loaded rank of the sums at each rank's least activations
         over the (sp, mode) cells: every cell's memory at a rank is (states + activations) +
@@ -527,7 +529,9 @@ class MemoryScreen:
         rows = np.arange(len(vs))[:, None]
         floor = states[rows, :, ix][..., None] + least[rows, :, ix][:, :, None]  # [V, W, Z, M]
         floor += buf[rows, :, ix][:, :, None]
-        live = (floor.max(axis=1) <= capacity) & allowed[:, None, :]  # [V, Z, M]
+        slab = floor.max(axis=1)  # [V, Z, M]: each slab's floor
+        live = (slab <= capacity) & allowed[:, None, :]
+        least = float(np.where(allowed[:, None, :], slab, math.inf).min(initial=math.inf))
         vi, zi, mi = np.nonzero(live)
         acc = np.empty((len(vi), act.shape[2]))
         for j in range(ix.shape[1]):
@@ -539,7 +543,7 @@ class MemoryScreen:
                 np.maximum(acc, x, out=acc)
             else:
                 acc = x
-        return live, acc
+        return live, acc, least
 
     def _group_terms(
         self, shape: Shape, vs: list[Variant], mbs: list[int], per_dp: int, sps: list[bool],

@@ -259,6 +259,7 @@ class _Chunk(NamedTuple):
     rejections: Counter[str]
     enumerated: int
     fitting: int
+    memory_floor: float  # the least slab floor of its groups' screens (inf: none screened)
 
 
 def _quiet(phase: str, done: float) -> None:
@@ -274,7 +275,7 @@ class _Search:
             req.time_options, overlap=space.overlap(req), first_stage_layers=None,
             last_stage_layers=None, recompute_layers=None,
         )  # fmt: skip
-        self.capacity = req.hw.memory_bytes.value * (1 - req.memory_headroom) - req.reserve_bytes
+        self.capacity = req.capacity_bytes
         self._flash = req.memory.attention == AttentionKernel.flash.value  # else no CP (cp_rule)
         self.screen = MemoryScreen(
             req.spec, seq=req.seq, recipe=req.recipe, activations=req.activations,
@@ -289,6 +290,7 @@ class _Search:
         self.rejections: Counter[str] = Counter()
         self.enumerated = 0
         self.fitting = 0  # candidates that divide and fit, counted as the blocks are screened
+        self.memory_floor = math.inf  # the least slab floor screened (``_Chunk.memory_floor``)
         self.timed = 0
         self.steps = StepCache(req.spec, req.hw, self.opts)  # step_time, bit for bit
         # groups whose CP ring alone keeps a link busy longer than this are bounded only when
@@ -320,6 +322,7 @@ class _Search:
         chunks = self._chunks(units)
         self.blocks, self.groups, self.rejections = [], [], Counter()
         self.enumerated = self.fitting = 0
+        self.memory_floor = min((c.memory_floor for c in chunks), default=math.inf)
         for c in chunks:
             offset = len(self.blocks)
             for grp in c.groups:
@@ -411,6 +414,7 @@ class _Search:
         """Unit (tp, cp): every pp, ep and etp, with the cells of the groups it adds."""
         self.blocks, self.groups, self.rejections = [], [], Counter()
         self.enumerated = self.fitting = 0
+        self.memory_floor = math.inf
         req, d, spec = self.req, self.d, self.req.spec
         modes = d.recompute
         inner = len(self.zeros) * len(modes)
@@ -430,7 +434,10 @@ class _Search:
                     shape = Shape(tp, cp, pp, dp, ep, etp)
                     self._shape(shape, tp_reason, sps_tp, vs, per_dp, mbs, modes, inner)
         self._bound([grp for grp in self.groups if not self._defer(grp)])
-        return _Chunk(self.blocks, self.groups, self.rejections, self.enumerated, self.fitting)
+        return _Chunk(
+            self.blocks, self.groups, self.rejections, self.enumerated, self.fitting,
+            self.memory_floor,
+        )  # fmt: skip
 
     def _bound(self, groups: list[_Group]) -> None:
         """The cells of ``groups`` (``_cells``), the shards their bounds read primed first,
@@ -503,18 +510,18 @@ class _Search:
         """``grp``'s slabs' memory again after ``_Group.drop``: ``_slabs`` over again with the
         inputs ``_shape`` gave it (the same floats; the slabs kept are ``grp.live``)."""
         if grp.values is None:
-            _, grp.values = self._slabs(
+            _, grp.values, _ = self._slabs(
                 grp.shape, grp.variants, grp.mbs, grp.per_dp, grp.sps, grp.allowed
             )
 
     def _slabs(
         self, shape: Shape, vs: list[Variant], mbs: list[int], per_dp: int, sps: list[bool],
         allowed: np.ndarray,
-    ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    ) -> tuple[np.ndarray, np.ndarray, float]:  # fmt: skip
         """The screen of one group (``MemoryScreen.group_slabs`` at this search's recompute
-        modes, ZeRO stages and capacity): its slabs that may fit [V, Z, M] and their memory
-        [slabs, S·R]. ``_shape`` and ``restore`` both take it here, so a restored group's
-        memory is the screen's, bit for bit."""
+        modes, ZeRO stages and capacity): its slabs that may fit [V, Z, M], their memory
+        [slabs, S·R] and the least floor of its slabs. ``_shape`` and ``restore`` both take
+        it here, so a restored group's memory is the screen's, bit for bit."""
         return self.screen.group_slabs(
             shape, vs, mbs, per_dp, sps, self.d.recompute, self.zeros, self.capacity, allowed
         )
@@ -539,7 +546,8 @@ class _Search:
         self.rejections.update(rules.rejected)
         if not ok or not kept:
             return
-        live, values = self._slabs(shape, vs_kept, used, per_dp, ok, allowed)
+        live, values, floor = self._slabs(shape, vs_kept, used, per_dp, ok, allowed)
+        self.memory_floor = min(self.memory_floor, floor)
         # [V, Z, M] and [slabs, S·R]: every entry that fits, in a slab kept
         # what fits, per variant, from the slabs kept (the others hold nothing that fits)
         fit = values <= self.capacity
@@ -1297,6 +1305,7 @@ def _plan_gpus(req: PlanRequest, gpus: int, progress: ProgressCallback = _quiet)
         all_feasible=tuple(cands) if req.include_all else (), enumerated=search.enumerated,
         feasible=search.feasible, timed_exactly=search.timed,
         rejections=tuple(sorted(search.rejections.items())), why_best=why, why=margin,
+        memory_floor_bytes=search.memory_floor,
     )  # fmt: skip
 
 

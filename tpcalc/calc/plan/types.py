@@ -9,6 +9,7 @@ front, and the bookkeeping of the search (enumerated, feasible, timed exactly, r
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from enum import Enum
 
@@ -90,6 +91,11 @@ class PlanRequest(Struct, frozen=True, kw_only=True):
     # are replaced by the searched ones
     time_options: TimeOptions = field(default_factory=TimeOptions)  # its overlap is searched
 
+    @property
+    def capacity_bytes(self) -> float:
+        """The usable memory of a card: card · (1 − memory_headroom) − reserve_bytes."""
+        return self.hw.memory_bytes.value * (1 - self.memory_headroom) - self.reserve_bytes
+
 
 class Candidate(Struct, frozen=True, kw_only=True):
     """One layout, priced exactly as ``tpcalc layout`` prices it (same functions, same inputs)."""
@@ -149,6 +155,10 @@ class PlanResult(Struct, frozen=True, kw_only=True):
     why_best: str  # one line in words: why the best beats the runner-up ("" with fewer than two)
     why: BestMargin | None = None  # the same, in seconds, for the renderer
     fewest: MinGpus | None = None  # objective gpus: every GPU count tried and the answer
+    # a lower bound on the per-rank memory of every layout that divides (the memory screen's
+    # least slab floor, ``fit.MemoryScreen.group_slabs``); inf when none divides. When nothing
+    # fits, it says how far the closest layout is from the card.
+    memory_floor_bytes: float = math.inf
 
     @property
     def best(self) -> Candidate | None:
