@@ -531,7 +531,7 @@ class MemoryScreen:
         floor += buf[rows, :, ix][:, :, None]
         slab = floor.max(axis=1)  # [V, Z, M]: each slab's floor
         live = (slab <= capacity) & allowed[:, None, :]
-        least = float(np.where(allowed[:, None, :], slab, math.inf).min(initial=math.inf))
+        lowest = float(np.where(allowed[:, None, :], slab, math.inf).min(initial=math.inf))
         vi, zi, mi = np.nonzero(live)
         acc = np.empty((len(vi), act.shape[2]))
         for j in range(ix.shape[1]):
@@ -543,7 +543,7 @@ class MemoryScreen:
                 np.maximum(acc, x, out=acc)
             else:
                 acc = x
-        return live, acc, least
+        return live, acc, lowest
 
     def _group_terms(
         self, shape: Shape, vs: list[Variant], mbs: list[int], per_dp: int, sps: list[bool],
