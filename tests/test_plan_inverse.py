@@ -179,6 +179,9 @@ def test_max_seq_under_the_accounted_split_matches_layout():
     above = layout_memory(*vp8, "--seq", str(row["next_seq_tokens"]))
     assert at == pytest.approx(row["memory_bytes_per_rank"], rel=1e-12) and at <= 80e9
     assert above == pytest.approx(row["next_memory_bytes_per_rank"], rel=1e-12) and above > 80e9
+    # the margins on each side, from what tpcalc layout prints at both lengths
+    assert row["memory_left_bytes"] == pytest.approx(80e9 - at, rel=1e-9, abs=1)
+    assert row["next_over_budget_bytes"] == pytest.approx(above - 80e9, rel=1e-9, abs=1)
     # the even split cannot place this layout at all
     even = run_cli(*PLAN_405, "--vpp", "8", "--max-seq")
     assert even.code != 0 and even.err.count("\n") == 1 and "126" in even.err

@@ -101,6 +101,14 @@ def _fit_terms(fit: MaxFit, key: str, label: str, budget: Term, count: str) -> l
              formula="most loaded pipeline rank: states + activations + buffers",
              source="tpcalc.calc.layout.memory.rank_memory"),
         budget,
+        # the margins on each side, at their own scale: both ends can print as the budget
+        term("memory_left_bytes", f"memory left at that {label}",
+             None if fit.memory_bytes is None else budget.number - fit.memory_bytes, Unit.bytes,
+             formula="budget − memory per rank at that value", source=SRC_SEARCH),
+        term("next_over_budget_bytes", f"over the budget at the next {label}",
+             None if fit.next_memory_bytes is None else fit.next_memory_bytes - budget.number,
+             Unit.bytes, formula="memory per rank at the next value − budget",
+             source=SRC_SEARCH),
     ]  # fmt: skip
 
 

@@ -16,7 +16,7 @@ from enum import Enum
 from msgspec import Struct, field
 
 from tpcalc.calc.layout.groups import LayoutRun, MemoryTechniques, ParallelLayout
-from tpcalc.calc.plan.inverse import MinGpus
+from tpcalc.calc.plan.inverse import MinGpus, memory_budget_bytes
 from tpcalc.calc.time.step import StepTime, TimeOptions
 from tpcalc.choices import PARETO_WITHIN, ActivationModel, StateRecipe
 from tpcalc.specs import HardwareSpec, ModelSpec
@@ -93,8 +93,10 @@ class PlanRequest(Struct, frozen=True, kw_only=True):
 
     @property
     def capacity_bytes(self) -> float:
-        """The usable memory of a card: card · (1 − memory_headroom) − reserve_bytes."""
-        return self.hw.memory_bytes.value * (1 - self.memory_headroom) - self.reserve_bytes
+        """The usable memory of a card (``inverse.memory_budget_bytes``)."""
+        return memory_budget_bytes(
+            self.hw.memory_bytes.value, self.memory_headroom, self.reserve_bytes
+        )
 
 
 class Candidate(Struct, frozen=True, kw_only=True):
