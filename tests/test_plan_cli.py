@@ -644,3 +644,15 @@ def test_no_layout_says_how_far_the_closest_is_from_the_card():
     assert r.code == 0 and json.loads(r.out) == []
     assert f"needs at least {floor / 1e9:,.1f} GB per rank, 80.0 GB usable" in r.err
     assert "try more GPUs" in r.err and len(r.err.splitlines()) == 1
+
+
+def test_the_memory_budget_is_echoed():
+    """Every fit is against card · (1 − headroom) − reserve: both inputs are echoed in the table's
+    caption and in every JSON row, beside the capacity they make."""
+    args = ("plan", "-m", "llama3-8b", "--gpus", "8", "--seq", "4096", "--global-batch", "32",
+            "--top", "2", "--memory-headroom", "0.1", "--reserve-gb", "2")  # fmt: skip
+    rows = json.loads(run_cli(*args, "-f", "json").out)
+    for row in rows:
+        assert (row["memory_headroom_ratio"], row["reserve_bytes"]) == (0.1, 2e9)
+        assert row["capacity_bytes"] == pytest.approx(80e9 * 0.9 - 2e9, abs=1)
+    assert "memory_headroom_ratio=0.1" in run_cli(*args).out

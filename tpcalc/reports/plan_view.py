@@ -96,6 +96,8 @@ def _shared(result: PlanResult) -> dict[str, Scalar]:
     return {
         "model": req.spec.name, "hardware": req.hw.name, "gpus": result.gpus, "seq": req.seq,
         "global_batch": req.global_batch, "objective": req.objective.value,
+        # the memory budget's inputs (--memory-headroom, --reserve-gb): every fit is against it
+        "memory_headroom_ratio": req.memory_headroom, "reserve_bytes": req.reserve_bytes,
         "embedding_in_split": req.time_options.embedding_in_split,
         "loss_in_split": req.time_options.loss_in_split,
         "moe_dispatcher": req.memory.moe_dispatcher,
