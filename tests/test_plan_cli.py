@@ -656,3 +656,16 @@ def test_the_memory_budget_is_echoed():
         assert (row["memory_headroom_ratio"], row["reserve_bytes"]) == (0.1, 2e9)
         assert row["capacity_bytes"] == pytest.approx(80e9 * 0.9 - 2e9, abs=1)
     assert "memory_headroom_ratio=0.1" in run_cli(*args).out
+
+
+def test_a_best_that_fills_the_card_without_headroom_gets_a_note():
+    """Llama 3 8B on 16 H100 at the defaults: the best fills more than
+    ``plan_view.NEAR_FULL_RATIO`` of the card, so the table says what is not counted; with room
+    kept free the note goes (and the best changes to one that leaves it)."""
+    args = ("plan", "-m", "llama3-8b", "--gpus", "16", "--seq", "8192", "--global-batch", "128",
+            "--top", "3")  # fmt: skip
+    best = json.loads(run_cli(*args, "-f", "json").out)[0]
+    assert best["memory_share_ratio"] > plan_view.NEAR_FULL_RATIO
+    assert f"the best fills {best['memory_share_ratio']:.1%} of the card" in run_cli(*args).out
+    roomy = run_cli(*args, "--memory-headroom", "0.1")
+    assert roomy.code == 0 and "with no room kept free" not in roomy.out

@@ -136,7 +136,7 @@ def top_report(result: PlanResult, *, compact: bool = True) -> Report:
         f"(seq {req.seq:,}, global batch {req.global_batch:,}; by {req.objective.value})"
     )
     report = candidates_report(result, result.top, title, compact=compact)
-    notes = tuple(n for n in (result.why_best, moe_extrapolation(result)) if n)
+    notes = tuple(n for n in (result.why_best, moe_extrapolation(result), tight_fit(result)) if n)
     return replace(report, notes=notes, warnings=no_layout(result))
 
 
@@ -158,6 +158,27 @@ def moe_extrapolation(result: PlanResult) -> str | None:
         f"the best runs {tokens:,} tokens per micro-batch per rank; {req.hw.name}'s MoE overhead "
         f"constant was fitted on runs of {seen}, so its {over:.2f} s of MoE overhead "
         f"({over / best.step_time_s:.0%} of the step) is extrapolated"
+    )
+
+
+# The share of the card above which a best layout that keeps no room free gets a note: a
+# display threshold, not a hardware figure (what the CUDA context, NCCL's buffers and the caching
+# allocator take varies by stack; tpcalc counts none of them).
+NEAR_FULL_RATIO = 0.95
+
+
+def tight_fit(result: PlanResult) -> str | None:
+    """A note when the best fills the card past ``NEAR_FULL_RATIO`` and the request keeps no
+    room free (no --memory-headroom, no --reserve-gb, the defaults)."""
+    best, req = result.best, result.request
+    if best is None or req.memory_headroom or req.reserve_bytes:
+        return None
+    if best.memory_fraction <= NEAR_FULL_RATIO:
+        return None
+    return (
+        f"the best fills {best.memory_fraction:.1%} of the card with no room kept free: the CUDA "
+        "context, NCCL's buffers and the allocator's fragmentation are not counted; "
+        "--memory-headroom 0.1 or --reserve-gb 4 plans with room for them"
     )
 
 
