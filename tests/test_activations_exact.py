@@ -11,7 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpcalc.calc.activations.exact.layer import layer_kind, saved_tensors, shared_tensors
+from tpcalc.calc.activations.exact.layer import (
+    layer_kind,
+    recompute_working_bytes,
+    saved_tensors,
+    shared_tensors,
+)
 from tpcalc.calc.activations.exact.options import ActivationOptions
 from tpcalc.calc.activations.exact.summary_explain import exact_activation_terms, tensor_terms
 from tpcalc.calc.activations.paper import paper_layer
@@ -168,6 +173,48 @@ def test_llama3_70b_t8_sp_flash_golden():
     per layer 1024·65,544 + 8192·26,144 = 281,288,704; 80 layers + RoPE table 8192·128·4."""
     spec = load_model("llama3-70b")
     assert total(spec, 8192, 1, t=8) == 80 * 281_288_704 + 8192 * 128 * 4
+
+
+# ---- what a recompute rebuilds in backward, derived by hand ----
+def test_recompute_working_set_llama3_70b_t8_sp_flash_golden():
+    """Llama 3 70B, s=8192, b=1, t=8, SP, flash (counts of the golden test above):
+    full: the layer's 281,288,704 bytes less its kept input, 1024 tokens · 2h = 16,777,216;
+    selective: FlashAttention's LSE, fp32 [b, a/t, s] = 8 · 8192 · 4 = 262,144 (q, k, v and O
+    stay); layernorm: one norm's output at a time, 1024 tokens · 2h = 16,777,216 (the two norms
+    are rebuilt one after the other); moe_act drops nothing in a dense layer; none: 0."""
+    spec = load_model("llama3-70b")
+
+    def working(**opts):
+        return recompute_working_bytes(spec, 0, 8192, 1, ActivationOptions(t=8, **opts))
+
+    assert working(recompute="full") == 281_288_704 - 1024 * 2 * 8192
+    assert working(recompute="selective") == 8 * 8192 * 4
+    assert working(recompute="selective", recompute_modules=("layernorm", "moe_act")) == (
+        1024 * 2 * 8192
+    )
+    assert working(recompute="none") == 0
+
+
+@pytest.mark.parametrize("name", ["llama3-8b", "deepseek-v3", "qwen3.8", "gpt3-175b"])
+@pytest.mark.parametrize(
+    "opts",
+    [{"recompute": "full"}, {"recompute": "selective"},
+     {"recompute": "selective", "recompute_modules": ("layernorm", "mlp", "moe")}],
+)  # fmt: skip
+def test_a_recompute_never_rebuilds_more_than_the_plain_layer_saves(name, opts):
+    """What a recompute holds again in backward is part of what it drops from the layer's
+    saved tensors (all of it for full and selective, the largest site for modules), and it
+    rebuilds something whenever it drops something (every layer kind of the model)."""
+    spec = load_model(name)
+    options = ActivationOptions(t=2, **opts)
+    plain = ActivationOptions(t=2)
+    for kind in dict.fromkeys(layer_kind(spec, i) for i in range(spec.num_hidden_layers)):
+        i = next(j for j in range(spec.num_hidden_layers) if layer_kind(spec, j) == kind)
+        whole = sum(r.bytes for r in saved_tensors(spec, i, 1024, 2, plain))
+        kept = sum(r.bytes for r in saved_tensors(spec, i, 1024, 2, options))
+        working = recompute_working_bytes(spec, i, 1024, 2, options)
+        assert 0 <= working <= whole - kept, (kind, working)
+        assert (working > 0) == (kept < whole), kind
 
 
 def test_layer_kinds_follow_the_config():

@@ -14,7 +14,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tpcalc.calc.activations.exact.layer import saved_tensors, shared_tensors  # noqa: E402
+from tpcalc.calc.activations.exact.layer import (  # noqa: E402
+    recompute_working_bytes,
+    saved_tensors,
+    shared_tensors,
+)
 from tpcalc.calc.activations.exact.options import ActivationOptions  # noqa: E402
 from tpcalc.catalog import load_model  # noqa: E402
 from tpcalc.specs import ModelSpec  # noqa: E402
@@ -110,6 +114,27 @@ def test_model_matches_autograd(tool, spec, seq, b, opts):
     records = saved_tensors(spec, 0, seq, b, options) + shared_tensors(spec, seq, b, options)
     modelled = sum(r.bytes for r in records)
     assert abs(modelled / measured - 1) <= TOLERANCE, (modelled, measured)
+
+
+@pytest.mark.parametrize(
+    ("spec", "seq", "b", "opts", "rope_width"),
+    [(LLAMA_WIDE, 96, 3, {"t": 4}, 16), (GPT, 64, 2, {"attention": "eager", "t": 2}, 0),
+     (LLAMA, 64, 2, {"t": 2, "sequence_parallel": False}, 8)],
+    ids=["llama-wide-t4-sp", "gpt-t2-sp-eager", "llama-t2-nosp"],
+)  # fmt: skip
+def test_full_recompute_rebuilds_what_autograd_saves_less_the_input(tool, spec, seq, b, opts,
+                                                                    rope_width):  # fmt: skip
+    """Full recompute re-runs a layer's forward in backward (Megatron-Core CheckpointFunction),
+    so what it holds again is what autograd saves for the plain layer (measured here), less the
+    checkpoint's input, one 16-bit [s/t with SP, b, h] tensor (the same storage, detached), and
+    less the RoPE table all layers share (fp32 [s, d_rope], kept once)."""
+    plain = ActivationOptions(**opts)
+    measured = tool.measure_layer(spec, seq, b, plain)["bytes"]
+    tokens = seq // plain.t if plain.sp() else seq
+    rebuilt = measured - tokens * b * spec.hidden_size * 2 - seq * rope_width * 4
+    full = ActivationOptions(**{**opts, "recompute": "full"})
+    working = recompute_working_bytes(spec, 0, seq, b, full)
+    assert abs(working / rebuilt - 1) <= TOLERANCE, (working, rebuilt)
 
 
 def test_enough_shapes_and_every_mode_is_covered():

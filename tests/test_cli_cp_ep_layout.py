@@ -127,8 +127,13 @@ def test_layout_json_parts_add_up(cli):
         f"{d}_exposed_time_s" for d in ("tp", "cp", "ep", "pp", "dp")]  # fmt: skip
     assert sum(total[p] for p in parts) == pytest.approx(total["step_time_s"])
     assert total["time_model"] == "roofline" and total["tp_comm_overlap"] is False
+    assert total["recompute_working_bytes"] > 0  # the default selective recompute rebuilds
     assert total["memory_bytes_per_rank"] == pytest.approx(
-        total["dense_states_bytes"] + total["expert_states_bytes"] + total["activation_bytes"]
+        total["dense_states_bytes"]
+        + total["expert_states_bytes"]
+        + total["activation_bytes"]
+        + total["recompute_working_bytes"]
+        + total["buffer_bytes"]
     )
 
 

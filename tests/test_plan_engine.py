@@ -18,7 +18,7 @@ import pytest
 from msgspec.structs import replace
 
 from tpcalc.calc.layout.groups import LayoutRun, MemoryTechniques, ParallelLayout, layout_problems
-from tpcalc.calc.layout.memory import layer_activation_bytes, rank_memory
+from tpcalc.calc.layout.memory import layer_activation_bytes, layer_working_bytes, rank_memory
 from tpcalc.calc.plan import search as S
 from tpcalc.calc.plan.request import build_request
 from tpcalc.calc.plan.space import INTERLEAVED_GROUPS, RecomputeMode, Shape, Variant
@@ -92,6 +92,30 @@ def test_activation_pieces_match_layer_activation_bytes(model):
             )  # fmt: skip
             got = s.screen.kind_bytes(tp, cp, sp, mode, b)
             assert [got[k] for k in kinds] == want, (tp, cp, sp, b, mode)
+
+
+@pytest.mark.parametrize("model", ["llama3-8b", "deepseek-v3", "qwen3-30b-a3b", "gpt3-5b"])
+def test_recompute_working_sets_match_layer_working_bytes(model):
+    """The screen's recompute working set per kind (from the inventory: plain less kept for
+    full and selective, each module's dropped tensors for modules) is layer_working_bytes'
+    figure exactly, for every recompute mode of the search and the micro-batches tried."""
+    spec = load_model(model)
+    req = build_request(spec, load_hardware("h100-sxm"), gpus=8, seq=4096, global_batch=8)
+    s = S._Search(req, 8)
+    kinds = s.screen.kind_of
+    modes = tuple(s.d.recompute)
+    for tp, cp, sp, b in itertools.product((1, 8), (1, 2), (True, False), (1, 3)):
+        if tp == 1 and sp:
+            continue
+        got = s.screen.mode_working(tp, cp, (sp,), modes, b)[0]  # [R, K]
+        for r, mode in enumerate(modes):
+            want = layer_working_bytes(
+                spec, ParallelLayout(gpus_per_node=8, tp=tp, cp=cp), seq=4096, micro_batch=b,
+                sp=sp, recompute=mode.recompute,
+                techniques=MemoryTechniques(recompute_modules=mode.modules),
+            )  # fmt: skip
+            assert [got[r, k] for k in kinds] == want, (tp, cp, sp, b, mode)
+    assert s.screen.mode_working(8, 1, (True,), modes, 1).any()  # some mode rebuilds
 
 
 def _check_memory(req, s, picks, mems, n: int) -> None:

@@ -34,7 +34,8 @@ def test_published_layout_fits_with_margin(entry):
     total = price_published(entry).rows[-1]
     card, mem = total.value("card_memory_bytes"), total.value("memory_bytes_per_rank")
     parts = sum(total.value(k) for k in ("dense_states_bytes", "expert_states_bytes",
-                                         "activation_bytes", "buffer_bytes"))  # fmt: skip
+                                         "activation_bytes", "recompute_working_bytes",
+                                         "buffer_bytes"))  # fmt: skip
     assert mem == pytest.approx(parts, rel=1e-12)
     assert total.value("memory_fits") is True
     assert total.value("memory_free_bytes") == pytest.approx(card - mem, rel=1e-12)
@@ -49,7 +50,11 @@ def test_validate_memory_cli_one_row_each(cli):
     for r in rows:
         assert r["fits"] if "fits" in r else r["memory_fits"]
         assert r["memory_bytes_per_rank"] == pytest.approx(
-            r["states_bytes"] + r["activation_bytes"] + r["buffer_bytes"], rel=1e-12
+            r["states_bytes"]
+            + r["activation_bytes"]
+            + r["recompute_working_bytes"]
+            + r["buffer_bytes"],
+            rel=1e-12,
         )
     bare = cli("validate", "--hardware", "h100-sxm", "--format", "json")  # step time, the default
     assert bare.code == 0 and all(

@@ -92,7 +92,7 @@ def layout_bars(spec, hw, layout, run, counts=None) -> tuple[MemoryBar, ...]:
             ("weights", parts[0]),
             ("gradients", parts[1]),
             ("optimizer", parts[2]),
-            ("activations", m.activation_bytes),
+            ("activations", m.peak_activation_bytes),  # with the recompute working set
             ("buffers", m.buffer_bytes),
         )
         bars.append(MemoryBar(f"stage {m.pp_rank}", segments, m.total_bytes, hw.memory_bytes.value))

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from tpcalc.calc.layout.groups import LayoutRun, ParallelLayout
+from tpcalc.calc.layout.memory import RANK_TOTAL_FORMULA
 from tpcalc.calc.plan.inverse import (
     SRC_SEARCH,
     MaxFit,
@@ -91,14 +92,14 @@ def _fit_terms(fit: MaxFit, key: str, label: str, budget: Term, count: str) -> l
              formula=f"largest legal {label} with memory per rank <= budget", source=SRC_SEARCH,
              symbols=inputs),
         term("memory_bytes_per_rank", f"memory per rank at that {label}", fit.memory_bytes,
-             Unit.bytes, formula="most loaded pipeline rank: states + activations + buffers",
+             Unit.bytes, formula=f"most loaded pipeline rank: {RANK_TOTAL_FORMULA}",
              source="tpcalc.calc.layout.memory.rank_memory"),
         term(f"next_{key}", f"next legal {label} ({count}; does not fit)", fit.next_value,
              Unit.count,
              formula=f"the legal {label} after the largest", source=SRC_SEARCH),
         term("next_memory_bytes_per_rank", f"memory per rank at the next {label}",
              fit.next_memory_bytes, Unit.bytes,
-             formula="most loaded pipeline rank: states + activations + buffers",
+             formula=f"most loaded pipeline rank: {RANK_TOTAL_FORMULA}",
              source="tpcalc.calc.layout.memory.rank_memory"),
         budget,
         # the margins on each side, at their own scale: both ends can print as the budget

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from msgspec.structs import replace
 
+from tpcalc.calc.layout.memory import RANK_TOTAL_FORMULA
 from tpcalc.terms import Report, Row, Scalar, Term, Unit, term
 from tpcalc.units import GB
 
@@ -75,7 +76,7 @@ def candidate_terms(c: Candidate, *, compact: bool) -> tuple[Term, ...]:
     )  # fmt: skip
     return (
         term("memory_bytes_per_rank", "memory per rank", c.memory_bytes, Unit.bytes,
-             formula="states + activations + buffers of the most loaded rank", source=SRC_MEM,
+             formula=f"{RANK_TOTAL_FORMULA} of the most loaded rank", source=SRC_MEM,
              worst_pp_rank=c.worst_pp_rank),
         *(() if compact else card),
         term("memory_share_ratio", "of card", c.memory_fraction, Unit.ratio,

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from tpcalc.calc.layout.memory import RANK_TOTAL_FORMULA
 from tpcalc.errors import ConfigError
 from tpcalc.terms import Report, Row, Term, Unit, term
 
@@ -108,10 +109,13 @@ def _memory_terms(total: Row, cited: str) -> tuple[Term, ...]:
              source=source, part_of=mem),
         term("activation_bytes", "activations", v("activation_bytes"), Unit.bytes,
              formula="layout: activations in flight", source=source, part_of=mem),
+        term("recompute_working_bytes", "recompute working set", v("recompute_working_bytes"),
+             Unit.bytes, formula="layout: one layer's recompute, rebuilt in backward",
+             source=source, part_of=mem),
         term("buffer_bytes", "buffers", v("buffer_bytes"), Unit.bytes,
              formula="layout: logits, MoE dispatch", source=source, part_of=mem),
-        term(mem, "per rank", v(mem), Unit.bytes, formula="states + activations + buffers",
-             source=source),
+        term(mem, "per rank", v(mem), Unit.bytes,
+             formula=RANK_TOTAL_FORMULA, source=source),
         term("card_memory_bytes", "card", v("card_memory_bytes"), Unit.bytes,
              formula="hardware config", source=source),
         term("memory_free_bytes", "margin", v("memory_free_bytes"), Unit.bytes,

@@ -66,6 +66,8 @@ SRC_OFFLOAD = (
     "Megatron-Core --cpu-offloading-num-layers: the activations of that many layers per rank "
     "wait in host memory between forward and backward"
 )
+# What a rank's memory adds up to (``RankMemory.total_bytes``), for every report that prints it.
+RANK_TOTAL_FORMULA = "states + activations + recompute working set + buffers"
 SRC_INFLIGHT = (
     "in-flight micro-batches per schedule (tpcalc.calc.pipeline.schedule.in_flight_chunks)"
 )
@@ -147,6 +149,8 @@ class RankMemory(Struct, frozen=True):
     activation_bytes: float
     in_flight: int
     buffer_bytes: float = 0.0
+    # one layer's recompute rebuilt in backward (transient, ``rank_working_bytes``)
+    recompute_working_bytes: float = 0.0
     replicated_params: int = 0
     offload_bytes: float = 0.0
     offload_transfer_bytes_per_step: float = 0.0  # to host in forward and back in backward
@@ -156,8 +160,13 @@ class RankMemory(Struct, frozen=True):
         return self.dense_states_bytes + self.expert_states_bytes
 
     @property
+    def peak_activation_bytes(self) -> float:
+        """The activations kept in flight and, in backward, one layer's recompute rebuilt."""
+        return self.activation_bytes + self.recompute_working_bytes
+
+    @property
     def total_bytes(self) -> float:
-        return self.states_bytes + self.activation_bytes + self.buffer_bytes
+        return self.states_bytes + self.peak_activation_bytes + self.buffer_bytes
 
 
 def activation_options(
@@ -199,6 +208,52 @@ def layer_activation_bytes(
         layout, sp=sp, recompute=recompute, techniques=techniques or MemoryTechniques()
     )
     return exact_activations(spec, seq, micro_batch, options).bytes_per_layer(spec)
+
+
+def layer_working_bytes(
+    spec: ModelSpec, layout: ParallelLayout, *, seq: int, micro_batch: int, sp: bool,
+    recompute: Recompute, model: ActivationModel = ActivationModel.exact,
+    techniques: MemoryTechniques | None = None,
+) -> list[float]:  # fmt: skip
+    """What recomputing each decoder layer holds at once in backward beyond what it keeps
+    (``activations.exact.layer.recompute_working_bytes``: the largest recompute site's
+    rebuilt tensors), one micro-batch; a rank adds its largest (``rank_working_bytes``).
+    ``paper``: 0 (Korthikanti et al. 2022 Table 2 counts what is kept)."""
+    if model is ActivationModel.paper:
+        return [0.0] * spec.num_hidden_layers
+    from tpcalc.calc.activations.exact.layer import layer_kind, recompute_working_bytes
+
+    options = activation_options(
+        layout, sp=sp, recompute=recompute, techniques=techniques or MemoryTechniques()
+    )
+    by_kind: dict[str, float] = {}
+    out = []
+    for i in range(spec.num_hidden_layers):
+        kind = layer_kind(spec, i)
+        if kind not in by_kind:
+            by_kind[kind] = float(recompute_working_bytes(spec, i, seq, micro_batch, options))
+        out.append(by_kind[kind])
+    return out
+
+
+def rank_working_bytes(
+    schedule: Schedule, p: int, v: int, per_layer: list[float], *, mtp_layers: int = 0,
+    counts: Sequence[int] | None = None,
+) -> list[float]:  # fmt: skip
+    """Each pipeline rank's recompute working set (``SRC_RECOMPUTE_WORKING``): the largest of
+    ``layer_working_bytes`` over the layers it runs, one layer rebuilt at a time (the MTP
+    module's layer, on the last chunk, is the last layer's kind); 0 on a rank with none.
+    DualPipe ranks run chunks r and p·v−1−r (``fit.MemoryScreen._ranks``)."""
+    chunks = counts if counts is not None else chunk_layer_counts(len(per_layer), p * v)
+    bounds = [sum(chunks[:c]) for c in range(len(chunks) + 1)]
+    per_chunk = [per_layer[bounds[c] : bounds[c + 1]] for c in range(len(chunks))]
+    if mtp_layers:
+        per_chunk[-1] = [*per_chunk[-1], per_layer[-1]]
+    out = []
+    for r in range(p):
+        held = {r, len(chunks) - 1 - r} if schedule is Schedule.dualpipe else rank_chunks(p, v, r)
+        out.append(max((w for c in held for w in per_chunk[c]), default=0.0))
+    return out
 
 
 def buffer_bytes(
@@ -258,6 +313,14 @@ def rank_memory(
         last_extra=mtp_layers * per_layer[-1],
         counts=counts,
     )
+    working = rank_working_bytes(
+        schedule, layout.pp, vpp,
+        layer_working_bytes(
+            spec, layout, seq=seq, micro_batch=micro_batch, sp=sp, recompute=recompute,
+            model=activations, techniques=tech,
+        ),
+        mtp_layers=mtp_layers, counts=counts,
+    )  # fmt: skip
     out = []
     ranks = pp_rank_params(spec, layout.pp, vpp, schedule, mtp=tech.mtp, counts=counts)
     layers = rank_layers(spec.num_hidden_layers, layout.pp, vpp, counts)
@@ -281,6 +344,7 @@ def rank_memory(
                 dense_states_bytes=zero_states_bytes(d, recipe, layout.zero, layout.grad_group),
                 expert_states_bytes=zero_states_bytes(e, recipe, layout.zero, layout.expert_dp),
                 activation_bytes=rank_act - offload,
+                recompute_working_bytes=working[r],
                 in_flight=chunks,
                 buffer_bytes=buffer_bytes(
                     spec,
@@ -328,6 +392,7 @@ class LayoutMemory(Struct, frozen=True):
     dense_states_bytes: float
     expert_states_bytes: float
     activation_bytes: float
+    recompute_working_bytes: float
     buffer_bytes: float
     states_bytes: float
     tp_replicated_params_per_rank: int
@@ -343,8 +408,8 @@ class LayoutMemory(Struct, frozen=True):
 
 def layout_memory(worst: RankMemory, layout: ParallelLayout, hw: HardwareSpec) -> LayoutMemory:
     """``worst`` (the most loaded rank of ``rank_memory``) against the card: total = states +
-    activations + buffers, free = card − total; offloaded activations cross the host link
-    twice per step (``SRC_OFFLOAD``)."""
+    activations + recompute working set + buffers, free = card − total; offloaded activations
+    cross the host link twice per step (``SRC_OFFLOAD``)."""
     transfer = worst.offload_transfer_bytes_per_step
     host = hw.host_bandwidth_bytes_per_s
     if transfer and host is None:
@@ -370,6 +435,7 @@ def layout_memory(worst: RankMemory, layout: ParallelLayout, hw: HardwareSpec) -
         dense_states_bytes=worst.dense_states_bytes,
         expert_states_bytes=worst.expert_states_bytes,
         activation_bytes=worst.activation_bytes,
+        recompute_working_bytes=worst.recompute_working_bytes,
         buffer_bytes=worst.buffer_bytes,
         states_bytes=worst.states_bytes,
         tp_replicated_params_per_rank=worst.replicated_params,

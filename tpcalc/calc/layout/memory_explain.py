@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+from tpcalc.calc.activations.exact.layer import SRC_RECOMPUTE_WORKING
 from tpcalc.calc.layout.memory import (
+    RANK_TOTAL_FORMULA,
     SRC_ACT,
     SRC_BUFFERS,
     SRC_OFFLOAD,
@@ -73,6 +75,12 @@ def explanations(hw: HardwareSpec, activations: ActivationModel) -> dict[str, Ex
             "in_flight · layers/v · per-layer bytes (+ MTP on the last stage) − offloaded",
             SRC_ACT[activations], TOTAL,
         ),
+        "recompute_working_bytes": Explanation(
+            "recompute working set (backward)", Unit.bytes,
+            "max over the rank's layers of the largest recompute site's tensors (full: the "
+            "layer's saved tensors less its input; 0 without recompute)",
+            SRC_RECOMPUTE_WORKING, TOTAL,
+        ),
         "buffer_bytes": Explanation(
             "buffers (logits, MoE dispatch)", Unit.bytes,
             "last stage: 4·s·b·V/(cp·tp); MoE: 2·T·k·h·2 (one layer's alltoall)",
@@ -98,7 +106,7 @@ def explanations(hw: HardwareSpec, activations: ActivationModel) -> dict[str, Ex
             "bytes / host bandwidth (overlapped with compute when shorter)", host_src,
         ),
         TOTAL: Explanation(
-            "memory per rank", Unit.bytes, "states + activations + buffers", SRC_STATES
+            "memory per rank", Unit.bytes, RANK_TOTAL_FORMULA, SRC_STATES
         ),
         "card_memory_bytes": Explanation(
             "card memory", Unit.bytes, "hardware config", hw.memory_bytes.source

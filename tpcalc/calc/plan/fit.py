@@ -28,7 +28,7 @@ import numpy as np
 from msgspec import Struct
 from msgspec.structs import replace
 
-from tpcalc.calc.activations.exact.layer import layer_kind, saved_tensors
+from tpcalc.calc.activations.exact.layer import ONE_SITE_PER_TENSOR, layer_kind, saved_tensors
 from tpcalc.calc.activations.exact.techniques import apply_techniques
 from tpcalc.calc.dp.zero import ZeroStage, state_divisors
 from tpcalc.calc.layout.groups import MemoryTechniques, ParallelLayout
@@ -90,6 +90,7 @@ class _PipeRows(NamedTuple):
     share: np.ndarray
     dual: list[tuple[int, tuple[np.ndarray, ...], tuple[np.ndarray, ...], np.ndarray]]
     last: np.ndarray
+    present: np.ndarray  # [V, K, ranks] 1.0 where the rank runs a layer of the kind, else 0.0
 
 
 class MemoryScreen:
@@ -113,6 +114,7 @@ class MemoryScreen:
         self._inventory: dict[tuple, tuple[np.ndarray, np.ndarray, tuple[str, ...]]] = {}
         self._kind_bytes: dict[tuple, np.ndarray] = {}
         self._mode_bytes: dict[tuple, np.ndarray] = {}
+        self._working: dict[tuple, np.ndarray] = {}
         self._mode_key = ModeKeys()
         self._modes_seen: tuple[list | None, tuple] = (None, ())
         self._pipes: dict[tuple, Pipe] = {}
@@ -251,6 +253,64 @@ class MemoryScreen:
             got = self._kept[key] = (at_one, slope)
         return got
 
+    def mode_working(
+        self, tp: int, cp: int, sps: tuple[bool, ...], modes: tuple[RecomputeMode, ...], b: int
+    ) -> np.ndarray:
+        """The recompute working set of one layer of each kind per (sp, mode), [S, R', K]
+        (``layout.memory.layer_working_bytes``): the largest recompute site's tensors. Whole
+        layers (full) and core attention (selective): the kept bytes without recompute less
+        the mode's; modules: each module's dropped tensors of the inventory (one norm at a
+        time for ``layernorm``), the largest. Sums and maxima of whole bytes: exact."""
+        token = self._mode_key(modes)
+        key = (tp, cp, sps, token, b)
+        got = self._working.get(key)
+        if got is None:
+            got = self._working[key] = np.array(
+                [self._modes_working(tp, cp, sp and tp > 1, modes, b) for sp in sps]
+            )
+        return got
+
+    def _modes_working(
+        self, tp: int, cp: int, sp: bool, modes: tuple[RecomputeMode, ...], b: int
+    ) -> np.ndarray:
+        """``mode_working`` of one sp: [R', K]; 0 under the paper model (``rank_memory``)."""
+        out = np.zeros((len(modes), len(self.kinds)))
+        if self.model is ActivationModel.paper:
+            return out
+        plain = self.kind_bytes(tp, cp, sp, RecomputeMode(Recompute.none), b)
+        for i, mode in enumerate(modes):
+            if mode.modules:
+                out[i] = self._module_sites(tp, cp, sp, mode.modules, b)
+            elif mode.recompute is not Recompute.none:
+                out[i] = plain - self.kind_bytes(tp, cp, sp, mode, b)
+        return out
+
+    def _module_sites(
+        self, tp: int, cp: int, sp: bool, modules: tuple[str, ...], b: int
+    ) -> np.ndarray:
+        """The largest site of ``modules`` per kind [K]: each module's dropped tensors summed
+        (``ONE_SITE_PER_TENSOR``: each its own site), at b sequences (affine in b)."""
+        rows, drops, names = self._module_inventory(tp, cp, sp, Recompute.none)
+        one, two = rows[:, 1], rows[:, 2]
+        each = one + (b - 1) * (two - one)
+        out = np.zeros(len(self.kinds), dtype=np.int64)
+        for m in modules:
+            sel = (drops >> names.index(m)) & 1 == 1
+            site = np.zeros(len(self.kinds), dtype=np.int64)
+            if m in ONE_SITE_PER_TENSOR:
+                np.maximum.at(site, rows[sel, 0], each[sel])
+            else:
+                np.add.at(site, rows[sel, 0], each[sel])
+            np.maximum(out, site, out=out)
+        return out.astype(np.float64)
+
+    @staticmethod
+    def rank_working(working: np.ndarray, present: np.ndarray) -> np.ndarray:
+        """Each rank's recompute working set: the largest of ``working`` [..., K] over the
+        kinds the rank runs, ``present`` [K, ranks] (0 where it runs none): [..., ranks]. A
+        product by 1.0 or 0.0 and a maximum are exact."""
+        return (working[..., :, None] * present).max(axis=-2)
+
     def _techniques(self, mode: RecomputeMode) -> MemoryTechniques:
         """The run's techniques, every one kept, with this mode's recompute modules."""
         return replace(self.tech, recompute_modules=mode.modules)
@@ -343,11 +403,14 @@ class MemoryScreen:
                 else:
                     dual.append((i, counts, f, share))
             n_k, n_m = len(self.kinds), len(ms)
+            present = np.zeros((len(vs), n_k, pp))
+            for i, v in enumerate(vs):
+                present[i] = (np.stack(self._ranks(pp, v)[0]).sum(axis=0) > 0).T
             got = _PipeRows(
                 np.array(one, dtype=np.int64),
                 np.array(counts_t).reshape(len(one), n_k, pp),
                 np.array(factors).reshape(len(one), n_m, pp),
-                np.array(shares).reshape(len(one), pp), dual, last,
+                np.array(shares).reshape(len(one), pp), dual, last, present,
             )  # fmt: skip
             self._pipe_rows[key] = got
         return got
@@ -463,6 +526,9 @@ class MemoryScreen:
                 act = act + factor * (kb @ counts.T)  # DualPipe's second direction
             if self.tech.offload_layers:
                 act = act - act * pipe.offload_share
+            present = (np.stack(pipe.counts).sum(axis=0) > 0).T.astype(np.float64)  # [K, ranks]
+            wk = self.mode_working(shape.tp, shape.cp, stuple, ctuple, b)  # [S, R', K]
+            act = act + self.rank_working(wk, present)
             bkey = (shape.tp, shape.cp, shape.ep, shape.etp, b, shape.pp, v)
             if bkey not in self._buffer_rows:
                 self._buffer_rows[bkey] = np.array(
@@ -630,6 +696,11 @@ class MemoryScreen:
             if self.tech.offload_layers:
                 a = a - a * share
             act[i] = a
+        # one layer's recompute rebuilt in backward, on every rank (``rank_working``)
+        wk = np.array([self.mode_working(shape.tp, shape.cp, stuple, ctuple, b) for b in mbs])
+        if wk.any():
+            wk = wk.reshape(n_m, n_s * n_r, n_k)[None, :, :, :, None]  # [1, M, S·R, K, 1]
+            act += (wk * rows.present[:, None, None]).max(axis=3)
         top = act.sum(axis=(1, 2)).argmax(axis=1)  # [V]: the rank with the most activations
         below_top = (act <= act[np.arange(len(vs)), :, :, top][..., None]).all(axis=(1, 2))
         below_prev = (act[..., 1:] <= act[..., :-1]).all(axis=(1, 2))

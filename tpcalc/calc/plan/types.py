@@ -105,7 +105,8 @@ class Candidate(Struct, frozen=True, kw_only=True):
     layout: ParallelLayout
     run: LayoutRun
     options: TimeOptions
-    memory_bytes: float  # the most loaded pipeline rank: states + activations + buffers
+    memory_bytes: float  # the most loaded pipeline rank: states + activations (with the
+    # recompute working set) + buffers
     worst_pp_rank: int
     card_memory_bytes: float
     capacity_bytes: float  # card · (1 − headroom) − reserve

@@ -17,7 +17,7 @@ from tpcalc.calc.activations.exact.mlp import dense_mlp_records, moe_records
 from tpcalc.calc.activations.exact.norms import layer_norm_records
 from tpcalc.calc.activations.exact.options import ActivationOptions
 from tpcalc.calc.activations.exact.records import Layout, SavedDtype, TensorRecord, rec
-from tpcalc.calc.activations.exact.techniques import apply_techniques
+from tpcalc.calc.activations.exact.techniques import apply_techniques, recomputed_by
 from tpcalc.choices import Recompute
 from tpcalc.errors import InputError
 from tpcalc.specs import ModelSpec
@@ -83,6 +83,52 @@ def saved_tensors(
         probs_in_act=opts.moe_probs_in_act, mla=attn == "mla",
         fp8_linear_inputs=opts.fp8_linear_inputs,
     )  # fmt: skip
+
+
+# Where the rebuilt tensors of a recompute live, and for how long (``recompute_working_bytes``).
+SRC_RECOMPUTE_WORKING = (
+    "Megatron-Core tensor_parallel/random.py: CheckpointFunction.backward re-runs a checkpointed "
+    "layer's (or core attention's, or module's) forward and then its backward, so its saved "
+    "tensors exist again until that backward ends; CheckpointWithoutOutput (recompute_modules) "
+    "rebuilds one module's output when its consumer's backward needs it; Korthikanti et al. "
+    "2022 §5"
+)
+# Each norm the layernorm module discards is rebuilt on its own (one CheckpointWithoutOutput per
+# norm), so its sites are single tensors; every other module rebuilds its tensors together.
+ONE_SITE_PER_TENSOR = ("layernorm",)
+
+
+def recompute_working_bytes(
+    spec: ModelSpec,
+    layer_index: int,
+    seq: int,
+    micro_batch: int,
+    options: ActivationOptions | None = None,
+) -> int:
+    """The most that recomputing layer ``layer_index`` holds at once in backward, beyond what
+    the layer keeps (``SRC_RECOMPUTE_WORKING``): the largest recompute site's rebuilt tensors.
+    ``full``: the whole layer's saved tensors but its kept input (the checkpoint's input is the
+    same storage); ``selective``: what core attention drops; recompute modules: the largest
+    module's drop, each norm of ``layernorm`` a site of its own; no recompute: 0. The tensors
+    are the ones a plain forward saves, with the run's other techniques (FP8 caching, ...)."""
+    opts = options or ActivationOptions()
+    plain_opts = replace(opts, recompute=Recompute.none, recompute_modules=())
+    plain = saved_tensors(spec, layer_index, seq, micro_batch, plain_opts)
+    whole = opts.recompute is Recompute.full
+    if whole or (opts.recompute is Recompute.selective and not opts.recompute_modules):
+        # one site: the checkpointed layer, or core attention
+        kept = saved_tensors(spec, layer_index, seq, micro_batch, opts)
+        return _bytes(plain) - _bytes(kept)
+    mla = layer_kind(spec, layer_index).startswith("mla")
+    sites = [0]
+    for m in opts.recompute_modules:
+        dropped = [r.bytes for r in plain if recomputed_by(r, m, mla)]
+        sites += dropped if m in ONE_SITE_PER_TENSOR else [sum(dropped)]
+    return max(sites)
+
+
+def _bytes(records: list[TensorRecord]) -> int:
+    return sum(r.bytes for r in records)
 
 
 def rope_dim(spec: ModelSpec) -> int:

@@ -11,9 +11,13 @@ from __future__ import annotations
 from collections import Counter
 
 from msgspec import Struct
-from msgspec.structs import replace
 
-from tpcalc.calc.activations.exact.layer import layer_kind, saved_tensors, shared_tensors
+from tpcalc.calc.activations.exact.layer import (
+    layer_kind,
+    recompute_working_bytes,
+    saved_tensors,
+    shared_tensors,
+)
 from tpcalc.calc.activations.exact.options import ActivationOptions
 from tpcalc.choices import Recompute
 from tpcalc.specs import ModelSpec
@@ -49,7 +53,7 @@ class ExactActivations(Struct, frozen=True):
     exact_shared_bytes: int
     exact_activation_bytes: int
     exact_not_in_paper_bytes: int
-    exact_recompute_working_bytes: int | None  # full recompute: one layer rebuilt in backward
+    exact_recompute_working_bytes: int | None  # its largest recompute site, rebuilt in backward
 
     def bytes_per_layer(self, spec: ModelSpec) -> list[float]:
         """Saved bytes of each decoder layer of ``spec``, in layer order."""
@@ -96,8 +100,8 @@ def exact_activations(
     shared_bytes = sum(r.bytes for r in shared)
     total += shared_bytes
     recompute = (
-        _recompute_peak(spec, seq, micro_batch, opts, first)
-        if opts.recompute is Recompute.full
+        max(recompute_working_bytes(spec, i, seq, micro_batch, opts) for i in first.values())
+        if opts.recompute is not Recompute.none or opts.recompute_modules
         else None
     )
     return ExactActivations(
@@ -111,16 +115,4 @@ def exact_activations(
         exact_activation_bytes=total,
         exact_not_in_paper_bytes=beyond + shared_bytes,
         exact_recompute_working_bytes=recompute,
-    )
-
-
-def _recompute_peak(
-    spec: ModelSpec, seq: int, micro_batch: int, opts: ActivationOptions, first: dict[str, int]
-) -> int:
-    """While one layer is recomputed in backward its full activations exist again (transient):
-    the largest per-layer total without recompute (Korthikanti et al. 2022 §5)."""
-    plain = replace(opts, recompute=Recompute.none)
-    return max(
-        sum(r.bytes for r in saved_tensors(spec, i, seq, micro_batch, plain))
-        for i in first.values()
     )

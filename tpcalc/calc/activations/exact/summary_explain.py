@@ -8,6 +8,7 @@ kind gets a per-layer total with its parts, and ``layers`` x per-layer is one pa
 
 from __future__ import annotations
 
+from tpcalc.calc.activations.exact.layer import SRC_RECOMPUTE_WORKING
 from tpcalc.calc.activations.exact.options import ActivationOptions
 from tpcalc.calc.activations.exact.records import TensorRecord
 from tpcalc.calc.activations.exact.summary import ExactActivations, KindBytes, exact_activations
@@ -20,7 +21,6 @@ SRC = (
     "(roles from Korthikanti et al. 2022 §4; kernels per tpcalc.calc.activations.exact)"
 )
 TOTAL = "exact_activation_bytes"
-SRC_RECOMPUTE = "Korthikanti et al. 2022 §5"
 
 INPUTS = {
     "seq": Explanation("s", Unit.count, "sequence length", SRC),
@@ -44,9 +44,10 @@ def explanations(rope_table: bool) -> dict[str, Explanation]:
             "norm statistics, softmax LSE, fp32 copies, RoPE table, router, ...", SRC,
         ),
         "exact_recompute_working_bytes": Explanation(
-            "+ one layer rebuilt in backward", Unit.bytes,
-            "largest per-layer total without recompute (transient, add to the peak)",
-            SRC_RECOMPUTE,
+            "+ one layer's recompute rebuilt in backward", Unit.bytes,
+            "largest recompute site's tensors over the layer kinds (full: a layer's saved "
+            "tensors less its input; transient, tpcalc layout adds it to the peak)",
+            SRC_RECOMPUTE_WORKING,
         ),
     }  # fmt: skip
 
@@ -78,7 +79,7 @@ def kind_terms(k: KindBytes, run: dict[str, Scalar]) -> list[Term]:
 
 def activation_terms(a: ExactActivations) -> tuple[Term, ...]:
     """The row terms of ``a``: every layer kind, the shared table, the total, what lies outside
-    Table 2, and under full recompute the layer rebuilt in backward."""
+    Table 2, and with recompute its largest site rebuilt in backward."""
     run: dict[str, Scalar] = {"s": a.seq, "b": a.micro_batch, "t": a.t, "cp": a.cp}
     table = explanations(a.rope_table)
     rows = ["exact_shared_bytes", TOTAL, "exact_not_in_paper_bytes"]

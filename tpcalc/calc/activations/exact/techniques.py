@@ -98,6 +98,11 @@ def _recomputed(r: TensorRecord, modules: frozenset[str], mla: bool) -> bool:
     return "shared_experts" in modules and name.startswith("moe.shared.")
 
 
+def recomputed_by(r: TensorRecord, module: str, mla: bool) -> bool:
+    """True when the one recompute module ``module`` drops ``r`` (rebuilds it in backward)."""
+    return _recomputed(r, frozenset((module,)), mla)
+
+
 def apply_techniques(
     records: list[TensorRecord],
     *,
