@@ -698,9 +698,8 @@ class MemoryScreen:
             act[i] = a
         # one layer's recompute rebuilt in backward, on every rank (``rank_working``)
         wk = np.array([self.mode_working(shape.tp, shape.cp, stuple, ctuple, b) for b in mbs])
-        if wk.any():
-            wk = wk.reshape(n_m, n_s * n_r, n_k)[None, :, :, :, None]  # [1, M, S·R, K, 1]
-            act += (wk * rows.present[:, None, None]).max(axis=3)
+        if wk.any():  # [M, S·R, K] against each variant's [V, 1, 1, K, ranks]
+            act += self.rank_working(wk.reshape(n_m, n_s * n_r, n_k), rows.present[:, None, None])
         top = act.sum(axis=(1, 2)).argmax(axis=1)  # [V]: the rank with the most activations
         below_top = (act <= act[np.arange(len(vs)), :, :, top][..., None]).all(axis=(1, 2))
         below_prev = (act[..., 1:] <= act[..., :-1]).all(axis=(1, 2))

@@ -112,6 +112,8 @@ def recompute_working_bytes(
     module's drop, each norm of ``layernorm`` a site of its own; no recompute: 0. The tensors
     are the ones a plain forward saves, with the run's other techniques (FP8 caching, ...)."""
     opts = options or ActivationOptions()
+    if opts.recompute is Recompute.none and not opts.recompute_modules:
+        return 0
     plain_opts = replace(opts, recompute=Recompute.none, recompute_modules=())
     plain = saved_tensors(spec, layer_index, seq, micro_batch, plain_opts)
     whole = opts.recompute is Recompute.full
