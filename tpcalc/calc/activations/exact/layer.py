@@ -116,9 +116,8 @@ def recompute_working_bytes(
         return 0
     plain_opts = replace(opts, recompute=Recompute.none, recompute_modules=())
     plain = saved_tensors(spec, layer_index, seq, micro_batch, plain_opts)
-    whole = opts.recompute is Recompute.full
-    if whole or (opts.recompute is Recompute.selective and not opts.recompute_modules):
-        # one site: the checkpointed layer, or core attention
+    if opts.recompute is Recompute.full or not opts.recompute_modules:
+        # one site: the checkpointed layer, or core attention (selective alone)
         kept = saved_tensors(spec, layer_index, seq, micro_batch, opts)
         return _bytes(plain) - _bytes(kept)
     mla = layer_kind(spec, layer_index).startswith("mla")
