@@ -93,6 +93,9 @@ class _PipeRows(NamedTuple):
     present: np.ndarray  # [V, K, ranks] 1.0 where the rank runs a layer of the kind, else 0.0
 
 
+_WorkingTerms = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
 class MemoryScreen:
     """Worst-rank memory of blocks of candidates (module docstring)."""
 
@@ -115,6 +118,8 @@ class MemoryScreen:
         self._kind_bytes: dict[tuple, np.ndarray] = {}
         self._mode_bytes: dict[tuple, np.ndarray] = {}
         self._working: dict[tuple, np.ndarray] = {}
+        self._working_parts: dict[tuple, _WorkingTerms] = {}
+        self._plain = (RecomputeMode(Recompute.none),)  # one object: ModeKeys keys it by id
         self._mode_key = ModeKeys()
         self._modes_seen: tuple[list | None, tuple] = (None, ())
         self._pipes: dict[tuple, Pipe] = {}
@@ -273,36 +278,58 @@ class MemoryScreen:
     def _modes_working(
         self, tp: int, cp: int, sp: bool, modes: tuple[RecomputeMode, ...], b: int
     ) -> np.ndarray:
-        """``mode_working`` of one sp: [R', K]; 0 under the paper model (``rank_memory``)."""
-        out = np.zeros((len(modes), len(self.kinds)))
+        """``mode_working`` of one sp: [R', K]; 0 under the paper model (``rank_memory``).
+        Every term is affine in b (``_working_terms``); sums and maxima of whole bytes."""
         if self.model is ActivationModel.paper:
-            return out
-        plain = self.kind_bytes(tp, cp, sp, RecomputeMode(Recompute.none), b)
-        for i, mode in enumerate(modes):
-            if mode.modules:
-                out[i] = self._module_sites(tp, cp, sp, mode.modules, b)
-            elif mode.recompute is not Recompute.none:
-                out[i] = plain - self.kind_bytes(tp, cp, sp, mode, b)
-        return out
-
-    def _module_sites(
-        self, tp: int, cp: int, sp: bool, modules: tuple[str, ...], b: int
-    ) -> np.ndarray:
-        """The largest site of ``modules`` per kind [K]: each module's dropped tensors summed
-        (``ONE_SITE_PER_TENSOR``: each its own site), at b sequences (affine in b)."""
-        rows, drops, names = self._module_inventory(tp, cp, sp, Recompute.none)
-        one, two = rows[:, 1], rows[:, 2]
-        each = one + (b - 1) * (two - one)
-        out = np.zeros(len(self.kinds), dtype=np.int64)
-        for m in modules:
-            sel = (drops >> names.index(m)) & 1 == 1
-            site = np.zeros(len(self.kinds), dtype=np.int64)
-            if m in ONE_SITE_PER_TENSOR:
-                np.maximum.at(site, rows[sel, 0], each[sel])
-            else:
-                np.add.at(site, rows[sel, 0], each[sel])
-            np.maximum(out, site, out=out)
+            return np.zeros((len(modes), len(self.kinds)))
+        lin_one, lin_slope, site_one, site_slope, mask = self._working_terms(tp, cp, sp, modes)
+        out = lin_one + (b - 1) * lin_slope  # whole layers and core attention
+        if mask.any():  # the largest of each mode's module sites
+            sites = site_one + (b - 1) * site_slope  # [N, K]
+            np.maximum(out, (sites[None] * mask[:, :, None]).max(axis=1), out=out)
         return out.astype(np.float64)
+
+    def _working_terms(
+        self, tp: int, cp: int, sp: bool, modes: tuple[RecomputeMode, ...]
+    ) -> _WorkingTerms:
+        """What ``_modes_working`` evaluates at b, as whole bytes at b = 1 and growth per
+        sequence (int64): per mode and kind [R', K] the plain layer's kept bytes less the
+        mode's (full and selective; 0 with modules); every module site [N, K] of the plain
+        inventory (a module's dropped tensors per kind, or one tensor each for
+        ``ONE_SITE_PER_TENSOR``); and which sites each mode recomputes [R', N]."""
+        key = (tp, cp, sp, self._mode_key(modes))
+        got = self._working_parts.get(key)
+        if got is not None:
+            return got
+        plain_one, plain_slope = self._kept_sums(tp, cp, sp, self._plain)
+        at_one, slope = self._kept_sums(tp, cp, sp, modes)
+        whole = np.array([not m.modules and m.recompute is not Recompute.none for m in modes])
+        lin_one = np.where(whole[:, None], plain_one - at_one, 0)
+        lin_slope = np.where(whole[:, None], plain_slope - slope, 0)
+        rows, drops, names = self._module_inventory(tp, cp, sp, Recompute.none)
+        one, grow = rows[:, 1], rows[:, 2] - rows[:, 1]
+        n_k = len(self.kinds)
+        site_one, site_slope, site_module = [], [], []
+        for bit, m in enumerate(names):
+            (sel,) = np.nonzero((drops >> bit) & 1)
+            groups = [[t] for t in sel] if m in ONE_SITE_PER_TENSOR else [list(sel)]
+            for tensors in groups:
+                a, g = np.zeros(n_k, dtype=np.int64), np.zeros(n_k, dtype=np.int64)
+                np.add.at(a, rows[tensors, 0], one[tensors])
+                np.add.at(g, rows[tensors, 0], grow[tensors])
+                site_one.append(a)
+                site_slope.append(g)
+                site_module.append(m)
+        mask = np.array(
+            [[m in mode.modules for m in site_module] for mode in modes], dtype=np.int64
+        ).reshape(len(modes), len(site_module))
+        got = self._working_parts[key] = (
+            lin_one, lin_slope,
+            np.array(site_one, dtype=np.int64).reshape(-1, n_k),
+            np.array(site_slope, dtype=np.int64).reshape(-1, n_k),
+            mask,
+        )  # fmt: skip
+        return got
 
     @staticmethod
     def rank_working(working: np.ndarray, present: np.ndarray) -> np.ndarray:
