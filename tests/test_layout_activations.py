@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tpcalc.calc.activations.paper import paper_layer
 from tpcalc.calc.activations.paper_explain import layer_terms
 from tpcalc.calc.layout.groups import ParallelLayout
@@ -40,3 +42,84 @@ def test_cli_echoes_the_activation_model(cli):
     paper = json.loads(cli(*args, "--activations", "paper").out)[-1]
     assert exact["activations"] == "exact" and paper["activations"] == "paper"
     assert exact["activation_bytes"] != paper["activation_bytes"]
+
+
+def _block_memory(block, *, pp=1, vpp=1, recompute=Recompute.none):
+    """Llama 3 8B, TP1, 8k, micro-batch 1 under 1F1B (interleaved with vpp > 1): every rank."""
+    from tpcalc.calc.layout.memory import rank_memory
+    from tpcalc.choices import Schedule, StateRecipe
+
+    spec = load_model("llama3-8b")
+    layout = ParallelLayout(gpus_per_node=8, tp=1, cp=1, pp=pp, dp=1)
+    return rank_memory(
+        spec, layout, seq=8192, micro_batch=1, microbatches=8, vpp=vpp,
+        schedule=Schedule.interleaved if vpp > 1 else Schedule.one_f_one_b,
+        recipe=StateRecipe.zero16, sp=False, recompute=recompute, block_layers=block,
+    )  # fmt: skip
+
+
+def test_block_recompute_keeps_the_first_n_layers_input_only():
+    # Megatron --recompute-method block --recompute-num-layers 5 on Llama 3 8B (32 layers,
+    # h = 4096) at TP1, s = 8192, b = 1: the 5 recomputed layers keep their input, s·b·h·2 B
+    # (Korthikanti et al. 2022 §5: full recompute stores the layer input), the other 27 their
+    # plain activations; one layer's full recompute is rebuilt in backward.
+    spec = load_model("llama3-8b")
+    layout = ParallelLayout(gpus_per_node=8, tp=1, cp=1, pp=1, dp=1)
+    plain = layer_activation_bytes(spec, layout, seq=8192, micro_batch=1, sp=False,
+                                   recompute=Recompute.none)[0]  # fmt: skip
+    (rank,) = _block_memory(5)
+    assert rank.activation_bytes == 27 * plain + 5 * 8192 * 4096 * 2
+    assert rank.block_recompute_layers == 5
+    (full,) = _block_memory(None, recompute=Recompute.full)
+    assert rank.recompute_working_bytes == full.recompute_working_bytes > 0
+    (none,) = _block_memory(None)
+    assert none.recompute_working_bytes == 0 and none.block_recompute_layers == 0
+
+
+def test_block_recompute_counts_per_virtual_stage():
+    # NeMo docs (Activation Recomputation): with virtual pipelining the count is per virtual
+    # stage. PP2 × VP2 gives 4 chunks of 8 layers; block 3 recomputes 3 of each, 12 in all, so
+    # every rank holds 6 of its 16 layers input-only, whatever its in-flight count.
+    spec = load_model("llama3-8b")
+    layout = ParallelLayout(gpus_per_node=8, tp=1, cp=1, pp=2, dp=1)
+    plain = layer_activation_bytes(spec, layout, seq=8192, micro_batch=1, sp=False,
+                                   recompute=Recompute.none)[0]  # fmt: skip
+    kept = 8192 * 4096 * 2
+    none, block = _block_memory(None, pp=2, vpp=2), _block_memory(3, pp=2, vpp=2)
+    for n, b in zip(none, block, strict=True):
+        per_chunk = n.activation_bytes / 16  # the rank's two chunks, each at n.in_flight / 2
+        assert b.activation_bytes == pytest.approx(per_chunk / plain * (10 * plain + 6 * kept))
+
+
+@pytest.mark.parametrize("recompute", [Recompute.none, Recompute.selective])
+def test_block_recompute_shrinks_with_n_down_to_full(recompute):
+    # one micro-batch in flight (PP1): a block of 1 saves one layer and rebuilds one in
+    # backward, so the peak stays; each further layer saves its activations less its input
+    totals = [max(r.total_bytes for r in _block_memory(n, recompute=recompute))
+              for n in (None, 1, 5, 16, 31)]  # fmt: skip
+    assert totals[0] == totals[1] > totals[2] > totals[3] > totals[4]
+
+    def parts(ranks):
+        return [(r.activation_bytes, r.recompute_working_bytes, r.total_bytes) for r in ranks]
+
+    full = parts(_block_memory(None, recompute=Recompute.full))
+    for n in (32, 40):  # a block of the whole chunk, or more, is full recompute
+        assert parts(_block_memory(n, recompute=recompute)) == full
+    assert _block_memory(7, recompute=Recompute.full) == _block_memory(
+        None, recompute=Recompute.full
+    )  # full already recomputes every layer: the block changes nothing, nor is echoed
+
+
+def test_cli_prices_block_recompute_memory_and_explains_it(cli):
+    args = ("layout", "-m", "llama3-8b", "--tp", "1", "--dp", "8", "--seq", "8192",
+            "--microbatches", "16", "--zero", "1", "--recompute", "none")  # fmt: skip
+
+    def memory(*extra):
+        rows = json.loads(cli(*args, *extra, "-f", "json").out)
+        return next(r["memory_bytes_per_rank"] for r in rows if "memory_bytes_per_rank" in r)
+
+    assert memory("--recompute-layers", "32") == memory("--recompute", "full")
+    assert memory("--recompute-layers", "32") < memory("--recompute-layers", "5") < memory()
+    text = cli(*args, "--recompute-layers", "5", "--explain").out
+    assert "the first N layers of each chunk at full recompute" in text
+    assert "recompute_method 'block'" in text

@@ -63,11 +63,12 @@ def _memory_bar(row: Row) -> MemoryBar:
     )
 
 
-def layout_bars(spec, hw, layout, run, counts=None) -> tuple[MemoryBar, ...]:
+def layout_bars(spec, hw, layout, run, counts=None, block=None) -> tuple[MemoryBar, ...]:
     """One bar per pipeline stage (its most loaded rank): ZeRO-split weights, gradients and
     optimizer of its dense and expert parameters, plus its in-flight activations; totals are
     ``RankMemory.total_bytes``, the number the layout's summary row prints for the worst stage.
-    ``counts``: the layers of each virtual stage when the split is set by hand."""
+    ``counts``: the layers of each virtual stage when the split is set by hand; ``block``: block
+    recompute of that many layers per chunk (``--recompute-layers``)."""
     from tpcalc.calc.dp.zero import state_divisors
     from tpcalc.calc.layout.memory import rank_memory
     from tpcalc.calc.params.states import recipe_bytes
@@ -76,7 +77,7 @@ def layout_bars(spec, hw, layout, run, counts=None) -> tuple[MemoryBar, ...]:
         spec, layout, seq=run.seq, micro_batch=run.micro_batch, microbatches=run.microbatches,
         vpp=run.vpp, schedule=run.schedule, recipe=run.recipe, sp=run.sp,
         recompute=run.recompute, activations=run.activations, techniques=run.memory,
-        counts=counts,
+        counts=counts, block_layers=block,
     )  # fmt: skip
     rb = recipe_bytes(run.recipe)
     dense_d = state_divisors(layout.zero, layout.grad_group)

@@ -187,7 +187,9 @@ def layout_pictures(
             f"Memory per GPU against the card: {spec.name}, one bar per pipeline stage "
             "(its most loaded rank)"
         )
-        out.append(render_bars(layout_bars(spec, hw, layout, run, counts), title, units, width))
+        block = time_options.recompute_layers if time_options is not None else None
+        per_stage = layout_bars(spec, hw, layout, run, counts, block)
+        out.append(render_bars(per_stage, title, units, width))
     if timeline:
         out.append(layout_timeline(report, run, layout.pp, width))
     if group_map:

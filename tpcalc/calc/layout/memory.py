@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from msgspec import Struct
+from msgspec.structs import replace
 
 from tpcalc.calc.activations.exact.options import ActivationOptions
 from tpcalc.calc.activations.paper import paper_layer
@@ -68,6 +69,12 @@ SRC_OFFLOAD = (
 )
 # What a rank's memory adds up to (``RankMemory.total_bytes``), for every report that prints it.
 RANK_TOTAL_FORMULA = "states + activations + recompute working set + buffers"
+SRC_BLOCK_RECOMPUTE = (
+    "Megatron-Core TransformerBlock._checkpointed_forward, recompute_method 'block': the first "
+    "recompute_num_layers layers of each model chunk are checkpointed one by one, the rest keep "
+    "their activations; NeMo docs, Activation Recomputation: with virtual pipelining the count "
+    "is per virtual stage"
+)
 SRC_INFLIGHT = (
     "in-flight micro-batches per schedule (tpcalc.calc.pipeline.schedule.in_flight_chunks)"
 )
@@ -149,6 +156,7 @@ class RankMemory(Struct, frozen=True):
     activation_bytes: float
     in_flight: int
     buffer_bytes: float = 0.0
+    block_recompute_layers: int = 0  # layers per chunk at full recompute (--recompute-layers)
     # one layer's recompute rebuilt in backward (transient, ``rank_working_bytes``)
     recompute_working_bytes: float = 0.0
     replicated_params: int = 0
@@ -236,19 +244,33 @@ def layer_working_bytes(
     return out
 
 
+def block_recompute_layers(
+    per_layer: list[float], full: list[float], block: int, counts: Sequence[int]
+) -> list[float]:
+    """Per decoder layer under block recompute (``SRC_BLOCK_RECOMPUTE``): ``full`` (the layer
+    at full recompute) for the first ``block`` layers of each model chunk of ``counts``
+    layers, ``per_layer`` (the run's recompute) for the rest."""
+    out, start = list(per_layer), 0
+    for n in counts:
+        out[start : start + min(block, n)] = full[start : start + min(block, n)]
+        start += n
+    return out
+
+
 def rank_working_bytes(
     schedule: Schedule, p: int, v: int, per_layer: list[float], *, mtp_layers: int = 0,
-    counts: Sequence[int] | None = None,
+    counts: Sequence[int] | None = None, mtp_working: float | None = None,
 ) -> list[float]:  # fmt: skip
     """Each pipeline rank's recompute working set (``SRC_RECOMPUTE_WORKING``): the largest of
     ``layer_working_bytes`` over the layers it runs, one layer rebuilt at a time (the MTP
-    module's layer, on the last chunk, is the last layer's kind); 0 on a rank with none.
+    module's layer, on the last chunk, is the last layer's kind, ``mtp_working`` when it
+    recomputes otherwise than that layer); 0 on a rank with none.
     DualPipe ranks run chunks r and p·v−1−r (``fit.MemoryScreen._ranks``)."""
     chunks = counts if counts is not None else chunk_layer_counts(len(per_layer), p * v)
     bounds = [sum(chunks[:c]) for c in range(len(chunks) + 1)]
     per_chunk = [per_layer[bounds[c] : bounds[c + 1]] for c in range(len(chunks))]
     if mtp_layers:
-        per_chunk[-1] = [*per_chunk[-1], per_layer[-1]]
+        per_chunk[-1] = [*per_chunk[-1], per_layer[-1] if mtp_working is None else mtp_working]
     out = []
     for r in range(p):
         held = {r, len(chunks) - 1 - r} if schedule is Schedule.dualpipe else rank_chunks(p, v, r)
@@ -295,31 +317,44 @@ def rank_memory(
     activations: ActivationModel = ActivationModel.exact,
     techniques: MemoryTechniques | None = None,
     counts: Sequence[int] | None = None,
+    block_layers: int | None = None,
 ) -> list[RankMemory]:
     """Memory of every pipeline rank (sources: module docstring); ``counts``: the decoder
-    layers of each virtual stage when set by hand (``pipeline.stage_split``), else even."""
+    layers of each virtual stage when set by hand (``pipeline.stage_split``), else even;
+    ``block_layers``: block recompute of that many layers per chunk (``--recompute-layers``,
+    ``block_recompute_layers``; the MTP module keeps the run's recompute)."""
     tech = techniques or MemoryTechniques()
-    per_layer = layer_activation_bytes(
-        spec, layout, seq=seq, micro_batch=micro_batch, sp=sp, recompute=recompute,
-        model=activations, techniques=tech,
-    )  # fmt: skip
+
+    def per_layer_of(mode: Recompute, t: MemoryTechniques) -> tuple[list[float], list[float]]:
+        """Each layer's activations and recompute working set under ``mode`` and ``t``."""
+        return (
+            layer_activation_bytes(
+                spec, layout, seq=seq, micro_batch=micro_batch, sp=sp, recompute=mode,
+                model=activations, techniques=t,
+            ),
+            layer_working_bytes(
+                spec, layout, seq=seq, micro_batch=micro_batch, sp=sp, recompute=mode,
+                model=activations, techniques=t,
+            ),
+        )  # fmt: skip
+
+    per_layer, per_working = per_layer_of(recompute, tech)
     mtp_layers = spec.mtp_layers if tech.mtp else 0
+    mtp_bytes, mtp_working = per_layer[-1], per_working[-1]
+    block = (block_layers or 0) if recompute is not Recompute.full else 0
+    if block:
+        # the block's layers recompute all of each layer, its modules aside
+        full, full_working = per_layer_of(Recompute.full, replace(tech, recompute_modules=()))
+        split = counts or chunk_layer_counts(spec.num_hidden_layers, layout.pp * vpp)
+        per_layer = block_recompute_layers(per_layer, full, block, split)
+        per_working = block_recompute_layers(per_working, full_working, block, split)
     act = rank_activation_bytes(
-        schedule,
-        layout.pp,
-        microbatches,
-        vpp,
-        per_layer,
-        last_extra=mtp_layers * per_layer[-1],
+        schedule, layout.pp, microbatches, vpp, per_layer, last_extra=mtp_layers * mtp_bytes,
         counts=counts,
-    )
+    )  # fmt: skip
     working = rank_working_bytes(
-        schedule, layout.pp, vpp,
-        layer_working_bytes(
-            spec, layout, seq=seq, micro_batch=micro_batch, sp=sp, recompute=recompute,
-            model=activations, techniques=tech,
-        ),
-        mtp_layers=mtp_layers, counts=counts,
+        schedule, layout.pp, vpp, per_working, mtp_layers=mtp_layers, counts=counts,
+        mtp_working=mtp_working,
     )  # fmt: skip
     out = []
     ranks = pp_rank_params(spec, layout.pp, vpp, schedule, mtp=tech.mtp, counts=counts)
@@ -346,6 +381,7 @@ def rank_memory(
                 activation_bytes=rank_act - offload,
                 recompute_working_bytes=working[r],
                 in_flight=chunks,
+                block_recompute_layers=block,
                 buffer_bytes=buffer_bytes(
                     spec,
                     layout,
@@ -385,6 +421,7 @@ class LayoutMemory(Struct, frozen=True):
     expert_dp: int  # dp·cp·tp/(ep·etp): ... and expert states over
     in_flight: int
     host_bandwidth_bytes_per_s: float  # 0 when the card names none
+    block_recompute_layers: int  # 0 without --recompute-layers
     # the result
     worst_pp_rank: int
     dense_params_per_rank: int
@@ -429,6 +466,7 @@ def layout_memory(worst: RankMemory, layout: ParallelLayout, hw: HardwareSpec) -
         expert_dp=layout.expert_dp,
         in_flight=worst.in_flight,
         host_bandwidth_bytes_per_s=host_bw,
+        block_recompute_layers=worst.block_recompute_layers,
         worst_pp_rank=worst.pp_rank,
         dense_params_per_rank=worst.dense_params,
         expert_params_per_rank=worst.expert_params,

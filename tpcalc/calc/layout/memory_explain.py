@@ -7,6 +7,7 @@ from tpcalc.calc.activations.exact.layer import SRC_RECOMPUTE_WORKING
 from tpcalc.calc.layout.memory import (
     RANK_TOTAL_FORMULA,
     SRC_ACT,
+    SRC_BLOCK_RECOMPUTE,
     SRC_BUFFERS,
     SRC_OFFLOAD,
     SRC_STATES,
@@ -43,9 +44,12 @@ INPUTS: dict[str, Explanation] = {
 }  # fmt: skip
 
 
-def explanations(hw: HardwareSpec, activations: ActivationModel) -> dict[str, Explanation]:
+def explanations(
+    hw: HardwareSpec, activations: ActivationModel, block: bool = False
+) -> dict[str, Explanation]:
     """The rows of ``LayoutMemory`` in display order; the activation row names the model it
-    comes from (``SRC_ACT``), the card and host link their config's sources."""
+    comes from (``SRC_ACT``) and, with ``block``, block recompute (``SRC_BLOCK_RECOMPUTE``);
+    the card and host link their config's sources."""
     host = hw.host_bandwidth_bytes_per_s
     host_src = f"{SRC_OFFLOAD}; {host.source}" if host is not None else SRC_OFFLOAD
     return {
@@ -72,8 +76,10 @@ def explanations(hw: HardwareSpec, activations: ActivationModel) -> dict[str, Ex
         ),
         "activation_bytes": Explanation(
             "activations in flight", Unit.bytes,
-            "in_flight · layers/v · per-layer bytes (+ MTP on the last stage) − offloaded",
-            SRC_ACT[activations], TOTAL,
+            "in_flight · layers/v · per-layer bytes (+ MTP on the last stage) − offloaded"
+            + ("; the first N layers of each chunk at full recompute" if block else ""),
+            f"{SRC_ACT[activations]}; {SRC_BLOCK_RECOMPUTE}" if block else SRC_ACT[activations],
+            TOTAL,
         ),
         "recompute_working_bytes": Explanation(
             "recompute working set (backward)", Unit.bytes,
@@ -130,7 +136,11 @@ def symbols(m: LayoutMemory, activations: ActivationModel) -> dict[str, dict[str
         "expert_params_per_rank": {"ep": m.ep, "etp": m.etp},
         "dense_states_bytes": {"zero": m.zero, "n": m.grad_group},
         "expert_states_bytes": {"zero": m.zero, "n": m.expert_dp},
-        "activation_bytes": {"in_flight": m.in_flight, "activations": activations.value},
+        "activation_bytes": {
+            "in_flight": m.in_flight,
+            "activations": activations.value,
+            **({"N": m.block_recompute_layers} if m.block_recompute_layers else {}),
+        },
         "offload_transfer_time_s": {"host_bandwidth_bytes_per_s": m.host_bandwidth_bytes_per_s},
         "memory_over_card_times": {
             "memory_bytes_per_rank": m.memory_bytes_per_rank,
@@ -144,7 +154,7 @@ def layout_memory_terms(
 ) -> tuple[Term, ...]:
     """The memory rows of ``tpcalc layout``'s total, in display order (the offload traffic
     only when layers are offloaded)."""
-    table = explanations(hw, activations)
+    table = explanations(hw, activations, block=bool(m.block_recompute_layers))
     if not m.offload_transfer_bytes_per_step:
         table = {k: v for k, v in table.items() if k not in OFFLOAD_ROWS}
     return terms(m, table, symbols=symbols(m, activations))

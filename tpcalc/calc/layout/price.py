@@ -94,6 +94,7 @@ def price_layout(
         spec, layout, seq=run.seq, micro_batch=run.micro_batch, microbatches=run.microbatches,
         vpp=run.vpp, schedule=run.schedule, recipe=run.recipe, sp=run.sp, recompute=run.recompute,
         activations=run.activations, techniques=run.memory, counts=counts,
+        block_layers=time_options.recompute_layers if time_options is not None else None,
     )  # fmt: skip
     worst = max(mem, key=lambda m: m.total_bytes)
     flops = rank_flops(
