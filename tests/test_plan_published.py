@@ -452,3 +452,24 @@ def test_a_rows_stated_memory_techniques_price_the_published_layout():
     bad = {**row, "memory_techniques": {"state_recipe": "fp4-everything"}}
     with pytest.raises(ConfigError, match="state_recipe 'fp4-everything' is not one .*zero16"):
         published(bad)
+
+
+def test_a_block_recompute_row_is_judged_and_shown_as_block_recompute():
+    # Megatron-Bridge 25.11, Llama 3 8B on 8 H100 (FP8-CS): recompute_granularity full,
+    # recompute_method block, recompute_num_layers 5 (runs.yaml recipe). Its memory is that of
+    # 5 of its 32 layers input-only (``rank_memory(block_layers=5)``), between no recompute and
+    # full recompute, and the table prints it as such.
+    from tpcalc.calc.plan.inverse import worst_rank_bytes
+    from tpcalc.catalog import load_model
+    from tpcalc.choices import Recompute
+
+    item = _item("mbridge-25.11-llama3-8b-h100-sxm-8-fp8-cs")
+    m = item.memory_case
+    assert item.case.options.recompute_layers == 5 and m.run.recompute is Recompute.none
+    ch = check(item, _echo(1.0))
+    spec = load_model("llama3-8b")
+    full = worst_rank_bytes(spec, m.layout, replace(m.run, recompute=Recompute.full))
+    assert full < ch.memory_bytes < worst_rank_bytes(spec, m.layout, m.run)
+    assert ch.memory_bytes == worst_rank_bytes(spec, m.layout, m.run, block=5)
+    assert "ZeRO3 full 5/chunk" in ch.published_text()
+    assert not item.unmodelled

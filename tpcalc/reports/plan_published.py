@@ -69,7 +69,6 @@ UNMODELLED: dict[str, str] = {
     HAND_LAYOUT: "a hand-set stage layout this tpcalc cannot read (priced as an even split)",
     "delay_wgrad_compute": "delayed weight-gradient GEMMs for EP overlap",
     "use_megatron_fsdp": "Megatron FSDP (priced as ZeRO-3)",
-    "recompute_num_layers": "block recompute of N layers (its memory priced as full recompute)",
 }
 _OFF: tuple[Any, ...] = (None, False, "none", [], {}, 0)
 
@@ -151,7 +150,10 @@ def published(row: dict[str, Any]) -> Published | str:
         return case
     recipe = recipe_options(row)
     layout, run = case.layout, case.run
-    if recipe.get("recompute_granularity") == Recompute.full.value:
+    if (
+        recipe.get("recompute_granularity") == Recompute.full.value
+        and case.options.recompute_layers is None
+    ):  # full of every layer; of N per chunk, block recompute (``TimeOptions.recompute_layers``)
         run = replace(run, recompute=Recompute.full)
     if offload := recipe.get("cpu_offloading_num_layers"):
         run = replace(run, memory=replace(run.memory, offload_layers=int(offload)))
@@ -196,13 +198,18 @@ def completion_pins(item: Published) -> dict[str, Any]:
 
 def choice(layout: Any, run: Any, options: TimeOptions | None = None) -> dict[str, Scalar]:
     """The choices a layout makes, as the planner searches them (compared pick vs published);
-    with ``options``, also which communication it overlaps (``overlaps``)."""
+    with ``options``, also which communication it overlaps (``overlaps``) and its block
+    recompute ("full N/chunk": N layers of each chunk, ``TimeOptions.recompute_layers``)."""
+    recompute = run.recompute.value + (
+        "+" + ",".join(run.memory.recompute_modules) if run.memory.recompute_modules else ""
+    )
+    block = options.recompute_layers if options is not None else None
+    if block and run.recompute is not Recompute.full:  # block recompute of N layers per chunk
+        recompute = f"full {block}/chunk" + (f"+{recompute}" if recompute != "none" else "")
     got: dict[str, Scalar] = {
         "TP": layout.tp, "PP": layout.pp, "CP": layout.cp, "VP": run.vpp, "EP": layout.ep,
         "DP": layout.dp, "mbs": run.micro_batch, "ZeRO": int(layout.zero),
-        "recompute": run.recompute.value
-        + ("+" + ",".join(run.memory.recompute_modules) if run.memory.recompute_modules else ""),
-        "schedule": run.schedule.value,
+        "recompute": recompute, "schedule": run.schedule.value,
     }  # fmt: skip
     if options is not None:
         got["overlap"] = overlaps(layout, options)
@@ -341,7 +348,7 @@ class Check(Struct, frozen=True):
         source: the planner's best with the printed ones pinned)."""
         if self.completed is None:
             m = self.item.memory_case
-            return choice_text(choice(m.layout, m.run))
+            return choice_text(choice(m.layout, m.run, self.item.case.options))
         if not self.completed.choices:
             return "no completion fits"
         marked = {_UNSTATED_KEYS.get(d, d) for d in self.item.unstated}
@@ -507,7 +514,7 @@ def check(
         return _held(ch, held_planner)
     counts = hand_split(c.options, spec.num_hidden_layers, c.layout.pp, c.run.vpp)
     problems = layout_problems(spec, m.layout, m.run, by_hand=counts is not None)
-    memory = worst_rank_bytes(spec, m.layout, m.run, counts)
+    memory = worst_rank_bytes(spec, m.layout, m.run, counts, block=c.options.recompute_layers)
     problem = "; ".join(problems) if problems else None
     if problem is None and memory > capacity:
         problem = f"needs {memory / GB:.1f} GB per rank of {capacity / GB:.0f} GB"

@@ -45,15 +45,17 @@ def memory_budget_bytes(
 
 
 def worst_rank_bytes(
-    spec: ModelSpec, layout: ParallelLayout, run: LayoutRun, counts: tuple[int, ...] | None = None
-) -> float:
+    spec: ModelSpec, layout: ParallelLayout, run: LayoutRun, counts: tuple[int, ...] | None = None,
+    block: int | None = None,
+) -> float:  # fmt: skip
     """Memory of the most loaded pipeline rank (the quantity ``tpcalc layout`` compares with
-    the card as ``memory_bytes_per_rank``); ``counts``: a stage split set by hand."""
+    the card as ``memory_bytes_per_rank``); ``counts``: a stage split set by hand; ``block``:
+    block recompute of that many layers per chunk (``--recompute-layers``)."""
     ranks = rank_memory(
         spec, layout, seq=run.seq, micro_batch=run.micro_batch, microbatches=run.microbatches,
         vpp=run.vpp, schedule=run.schedule, recipe=run.recipe, sp=run.sp,
         recompute=run.recompute, activations=run.activations, techniques=run.memory,
-        counts=counts,
+        counts=counts, block_layers=block,
     )  # fmt: skip
     return max(r.total_bytes for r in ranks)
 
