@@ -41,6 +41,10 @@ INPUTS: dict[str, Explanation] = {
     "host_bandwidth_bytes_per_s": Explanation(
         "host bandwidth", Unit.bytes_per_s, "hardware config (0 if none)", SRC_OFFLOAD
     ),
+    "block_recompute_layers": Explanation(
+        "block-recomputed layers per chunk", Unit.count, "--recompute-layers (0 if unset)",
+        SRC_BLOCK_RECOMPUTE,
+    ),
 }  # fmt: skip
 
 
