@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 
 from tpcalc.render import Format, fmt_number, fmt_quantity, pick_scale, render, whole
 from tpcalc.terms import Grid, Report, Row, Unit, term
@@ -111,3 +112,54 @@ def test_a_short_name_is_never_broken_in_a_piped_table(cli):
     assert "attn_residual" in names and max(map(len, names)) > 8
     cells = {c.strip() for line in cli(*args).out.splitlines() for c in line.split("│")[1:2]}
     assert names <= cells, names - cells
+
+
+class _Terminal(io.StringIO):
+    """A text stream that says it is a terminal (rich takes its width from COLUMNS)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def _wide_report() -> Report:
+    """Sixteen ops, fourteen measured columns (more rows than columns: not transposed), wider
+    than an 80-column terminal."""
+    rows = tuple(
+        Row(
+            inputs={"op": name, "pass": "F"},
+            terms=tuple(
+                term(f"q{j}_s", f"quantity number {j}", 1.25 * (j + 1) * (i + 1), Unit.seconds)
+                for j in range(14)
+            ),
+        )
+        for i, name in enumerate(("attn_residual", *(f"op_{i}" for i in range(15))))
+    )
+    return Report(title="ops", rows=rows)
+
+
+def test_a_table_too_wide_for_the_terminal_is_printed_in_parts_that_fit(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    out = _Terminal()
+    render(_wide_report(), Format.table, out)
+    text = re.sub(r"\x1b\[[0-9;]*m", "", out.getvalue())  # a terminal gets colour codes
+    lines = text.splitlines()
+    assert max(len(x) for x in lines) <= 80
+    parts = [x for x in lines if "(part " in x]
+    assert len(parts) >= 2 and "ops (part 1 of" in parts[0]
+    # every part names its rows: each op appears once per part, unbroken
+    assert text.count("attn_residual") == len(parts)
+    for j in range(14):  # and every column is printed once
+        assert text.count(f"number {j} ") + text.count(f"number {j}\n") >= 1
+    # no column is crushed to a letter or two: every header word is whole
+    assert "quantity" in text and "number" in text
+
+
+def test_a_table_that_fits_or_is_piped_is_one_table(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")
+    wide = _Terminal()
+    render(_wide_report(), Format.table, wide)
+    assert "(part " not in wide.getvalue()
+    monkeypatch.setenv("COLUMNS", "80")
+    piped = io.StringIO()  # a pipe or file: one table at the piped width (PIPED_WIDTH)
+    render(_wide_report(), Format.table, piped)
+    assert "(part " not in piped.getvalue()

@@ -150,57 +150,123 @@ def _console(out: TextIO):
 
 def render_table(report: Report, byte_units: ByteUnits, out: TextIO, explain: bool) -> None:
     """A rich table. Sweeps with more terms than rows are transposed: one line per term, one
-    column per row of the sweep (t=1, t=2, ...), so 20 terms stay readable."""
-    from rich.table import Table
-
+    column per row of the sweep (t=1, t=2, ...), so 20 terms stay readable. On a terminal too
+    narrow for every column, the table is printed in parts that fit, each repeating the key
+    columns (``_parts``), instead of crushing every column to a letter or two."""
     console = _console(out)
     rows = report.rows
     varying, constant = _varying_inputs(rows)
     caption = "  ".join(f"{k}={fmt_number(v)}" for k, v in constant.items())
-    table = Table(title=report.title, caption=caption or None, caption_justify="left")
     columns = _term_columns(rows)
     scales = {}
     for col in columns:
         values = [r.value(col.key) for r in rows if any(t.key == col.key for t in r.terms)]
         scales[col.key] = pick_scale(values, col.unit, byte_units)
+    heads: list[tuple[str, dict[str, Any]]] = []
+    body: list[list[str]] = []
     if len(columns) > len(rows) + len(varying):
-        table.add_column("quantity", justify="left", overflow="fold")
-        table.add_column("unit", justify="left")
+        heads += [("quantity", {"justify": "left", "overflow": "fold"})]
+        heads += [("unit", {"justify": "left"})]
         for row in rows:
             name = ", ".join(f"{k}={fmt_number(row.inputs.get(k))}" for k in varying)
-            table.add_column(name or "value", justify="right", overflow="fold")
+            heads.append((name or "value", {"justify": "right", "overflow": "fold"}))
         for col in columns:
             factor, unit_name = scales[col.key]
             cells = [
                 _cell(next((t for t in r.terms if t.key == col.key), None), factor) for r in rows
             ]
-            table.add_row(col.label, unit_name, *cells)
+            body.append([col.label, unit_name, *cells])
+        keys = 2
     else:
         for key in varying:
             text = all(isinstance(r.inputs.get(key), str) for r in rows)
             # a short name (an op, a card) is never broken: other columns give way first
             whole = text and max(len(str(r.inputs.get(key))) for r in rows) <= NO_WRAP_CHARS
-            table.add_column(
-                key, justify="left" if text else "right", overflow="fold", no_wrap=whole
+            heads.append(
+                (
+                    key,
+                    {"justify": "left" if text else "right", "overflow": "fold", "no_wrap": whole},
+                )
             )
         for col in columns:
             name = scales[col.key][1]
             header = f"{col.label} ({name})" if name else col.label
-            table.add_column(
-                header, justify="left" if col.unit is Unit.text else "right", overflow="fold"
+            heads.append(
+                (
+                    header,
+                    {"justify": "left" if col.unit is Unit.text else "right", "overflow": "fold"},
+                )
             )
         for row in rows:
             present = {t.key: t for t in row.terms}
             cells = [fmt_number(row.inputs.get(k)) for k in varying]
             cells += [_cell(present.get(col.key), scales[col.key][0]) for col in columns]
-            table.add_row(*cells)
-    console.print(table)
+            body.append(cells)
+        keys = len(varying)
+    room = console.width if out.isatty() else None
+    parts = _parts(heads, body, keys, room)
+    for i, part in enumerate(parts):
+        title = report.title if i == 0 else None
+        if len(parts) > 1:
+            label = f"part {i + 1} of {len(parts)}"
+            title = f"{report.title} ({label})" if title else f"({label})"
+        last = i == len(parts) - 1
+        console.print(_table(heads, body, part, title, caption if last else None))
     for grid in report.grids:
         console.print(render_grid(grid))
     for note in report.notes:
         console.print(note, markup=False, highlight=False)
     if explain:
         console.print(explain_text(report, byte_units), markup=False, highlight=False)
+
+
+TABLE_EDGE_CHARS = 1  # a rich table's right border
+CELL_EDGE_CHARS = 3  # each column's left border and one space of padding either side
+
+
+def _natural(head: str, cells: Sequence[str]) -> int:
+    """A column's width when nothing folds: its widest cell, or its header's longest word
+    (headers wrap at spaces)."""
+    return max([len(c) for c in cells] + [len(w) for w in head.split()] + [1])
+
+
+def _parts(
+    heads: Sequence[tuple[str, dict[str, Any]]], body: Sequence[Sequence[str]], keys: int,
+    room: int | None,
+) -> list[list[int]]:  # fmt: skip
+    """The columns of each table to print: all of them in one, unless ``room`` (a terminal's
+    width) cannot hold them at their natural widths; then the first ``keys`` columns (what
+    names a row) in every part, and the others packed in order into parts that fit (one
+    column more than fits is printed alone with the keys)."""
+    every = list(range(len(heads)))
+    if room is None:
+        return [every]
+    width = [_natural(h, [r[j] for r in body]) + CELL_EDGE_CHARS for j, (h, _) in enumerate(heads)]
+    if sum(width) + TABLE_EDGE_CHARS <= room:
+        return [every]
+    base = sum(width[:keys]) + TABLE_EDGE_CHARS
+    parts: list[list[int]] = []
+    for j in every[keys:]:
+        if parts and base + sum(width[c] for c in parts[-1][keys:]) + width[j] <= room:
+            parts[-1].append(j)
+        else:
+            parts.append([*every[:keys], j])
+    return parts or [every]
+
+
+def _table(
+    heads: Sequence[tuple[str, dict[str, Any]]], body: Sequence[Sequence[str]],
+    part: Sequence[int], title: str | None, caption: str | None,
+):  # fmt: skip
+    from rich.table import Table
+
+    table = Table(title=title, caption=caption or None, caption_justify="left")
+    for j in part:
+        name, style = heads[j]
+        table.add_column(name, **style)
+    for row in body:
+        table.add_row(*(row[j] for j in part))
+    return table
 
 
 def render_grid(grid: Grid):
