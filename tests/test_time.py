@@ -577,3 +577,22 @@ def test_ops_under_dualpipe_list_both_stages_of_the_slowest_rank(cli):
     assert {row["stage"] for row in middle} == {2, 13}
     one = json.loads(cli(*args[:-1], "1f1b", "--moe-dispatcher", "flex").out)
     assert {row["stage"] for row in one} == {15}  # the last stage alone under 1F1B
+
+
+def test_ops_give_shapes_and_flop_rates_only_to_gemms_and_attention(cli):
+    """``layout --ops``: a GEMM's M, N, K, groups and achieved FLOP/s are its own (Llama 3 70B
+    at TP8: the QKV projection is 8,192 tokens × (64 + 2·8)·128/8 = 1,280 columns × 8,192);
+    elementwise memory-bound ops (norms, RoPE, residuals) have none, null in JSON and — in
+    the table, not a 0 that reads as an empty GEMM."""
+    import json
+
+    rows = json.loads(cli("layout", "-m", "llama3-70b", "--tp", "8", "--pp", "4", "--dp", "2",
+                          "--microbatches", "16", "--ops", "-f", "json").out)  # fmt: skip
+    qkv = next(r for r in rows if r["op"] == "qkv_proj" and r["pass"] == "F")
+    assert (qkv["m"], qkv["n"], qkv["k"], qkv["groups"]) == (8192, 1280, 8192, 1)
+    assert qkv["achieved_flop_per_s"] == pytest.approx(qkv["flop"] / qkv["time_s"], rel=1e-12)
+    memory = [r for r in rows if r["op"] in ("attn_norm", "rope", "attn_residual")]
+    assert memory and all(r["bound"] == "memory" for r in memory)
+    for r in memory:
+        assert r["m"] is r["n"] is r["k"] is r["groups"] is r["achieved_flop_per_s"] is None
+        assert r["achieved_bytes_per_s"] == pytest.approx(r["bytes"] / r["time_s"], rel=1e-12)

@@ -19,25 +19,27 @@ def _mask(op: Op) -> str | None:
 # the table's legend for its short shape headers (``reports.layout.ops_report``)
 OPS_LEGEND = (
     "M, N, K: a GEMM's rows, columns and reduction; attention: query block, keys, head dim. "
-    "groups: experts or heads run at once. mask: the attention's (causal or none)."
+    "groups: experts or heads run at once. mask: the attention's (causal or none). Memory-bound "
+    "elementwise ops (norms, activations, residuals, permutes) have none of these: —."
 )
 
 
 def op_terms(ot: OpTime) -> tuple[Term, ...]:
     """Shape, work, bound and time of one op (per micro-batch, per layer it runs in)."""
     op = ot.op
-    rate = op.flop / ot.time_s if op.kind is not OpKind.memory and ot.time_s else 0.0
+    shaped = op.kind is not OpKind.memory  # a GEMM or attention; elementwise work has no M, N, K
+    rate = op.flop / ot.time_s if shaped and ot.time_s else None
     traffic = op.bytes / ot.time_s if ot.time_s else 0.0
     bound = "compute" if ot.compute_bound else "memory"
     return (
-        term("m", "M", op.m, Unit.count, formula="rows (attention: the query block)",
-             source=SRC_OPS),
-        term("n", "N", op.n, Unit.count, formula="columns (attention: the keys)",
-             source=SRC_OPS),
-        term("k", "K", op.k, Unit.count, formula="reduction (attention: the head dim)",
-             source=SRC_OPS),
-        term("groups", "groups", op.groups, Unit.count, formula="experts or heads run at once",
-             source=SRC_OPS),
+        term("m", "M", op.m if shaped else None, Unit.count,
+             formula="rows (attention: the query block)", source=SRC_OPS),
+        term("n", "N", op.n if shaped else None, Unit.count,
+             formula="columns (attention: the keys)", source=SRC_OPS),
+        term("k", "K", op.k if shaped else None, Unit.count,
+             formula="reduction (attention: the head dim)", source=SRC_OPS),
+        term("groups", "groups", op.groups if shaped else None, Unit.count,
+             formula="experts or heads run at once", source=SRC_OPS),
         term("mask", "mask", _mask(op), Unit.text,
              formula="causal: no CP, or CP's diagonal ring step; none: CP's other steps or a "
              "non-causal model", source="Transformer Engine context_parallel.py (CP sections)"),
