@@ -211,7 +211,9 @@ def render_table(report: Report, byte_units: ByteUnits, out: TextIO, explain: bo
             label = f"part {i + 1} of {len(parts)}"
             title = f"{report.title} ({label})" if title else f"({label})"
         last = i == len(parts) - 1
-        console.print(_table(heads, body, part, title, caption if last else None))
+        table = _table(heads, body, part, title, caption if last else None, room)
+        # a terminal's table keeps to its width (soft wrap would let it run past it)
+        console.print(table, soft_wrap=False if room is not None else None)
     for grid in report.grids:
         console.print(render_grid(grid))
     for note in report.notes:
@@ -224,10 +226,12 @@ TABLE_EDGE_CHARS = 1  # a rich table's right border
 CELL_EDGE_CHARS = 3  # each column's left border and one space of padding either side
 
 
-def _natural(head: str, cells: Sequence[str]) -> int:
-    """A column's width when nothing folds: its widest cell, or its header's longest word
-    (headers wrap at spaces)."""
-    return max([len(c) for c in cells] + [len(w) for w in head.split()] + [1])
+def _least_width(head: str, style: dict[str, Any], cells: Sequence[str]) -> int:
+    """The narrowest a column may be without breaking a word: the longest word of its header
+    and cells (text wraps at spaces; a number is one word), or its widest cell where it must
+    not wrap (``no_wrap``: a short name)."""
+    words = list(cells) if style.get("no_wrap") else [w for c in cells for w in c.split()]
+    return max([len(w) for w in words] + [len(w) for w in head.split()] + [1])
 
 
 def _parts(
@@ -235,13 +239,16 @@ def _parts(
     room: int | None,
 ) -> list[list[int]]:  # fmt: skip
     """The columns of each table to print: all of them in one, unless ``room`` (a terminal's
-    width) cannot hold them at their natural widths; then the first ``keys`` columns (what
-    names a row) in every part, and the others packed in order into parts that fit (one
-    column more than fits is printed alone with the keys)."""
+    width) cannot hold them at their least widths (``_least_width``); then the first ``keys``
+    columns (what names a row) in every part, and the others packed in order into parts that
+    fit (a column wider than a part's room is printed alone with the keys)."""
     every = list(range(len(heads)))
     if room is None:
         return [every]
-    width = [_natural(h, [r[j] for r in body]) + CELL_EDGE_CHARS for j, (h, _) in enumerate(heads)]
+    width = [
+        _least_width(h, style, [r[j] for r in body]) + CELL_EDGE_CHARS
+        for j, (h, style) in enumerate(heads)
+    ]
     if sum(width) + TABLE_EDGE_CHARS <= room:
         return [every]
     base = sum(width[:keys]) + TABLE_EDGE_CHARS
@@ -256,14 +263,22 @@ def _parts(
 
 def _table(
     heads: Sequence[tuple[str, dict[str, Any]]], body: Sequence[Sequence[str]],
-    part: Sequence[int], title: str | None, caption: str | None,
+    part: Sequence[int], title: str | None, caption: str | None, room: int | None,
 ):  # fmt: skip
+    """One table of the columns ``part``. On a terminal of ``room`` columns too narrow for
+    the table as it comes, every column of single words (numbers, names) is set to its least
+    width (``_least_width``), so only the columns whose text wraps at spaces give way."""
     from rich.table import Table
 
+    cols = {j: [r[j] for r in body] for j in part}
+    natural = sum(max([len(c) for c in cols[j]] + [len(heads[j][0])]) for j in part)
+    tight = room is not None and natural + CELL_EDGE_CHARS * len(part) + TABLE_EDGE_CHARS > room
     table = Table(title=title, caption=caption or None, caption_justify="left")
     for j in part:
         name, style = heads[j]
-        table.add_column(name, **style)
+        words = tight and not any(" " in c for c in cols[j])
+        width = _least_width(name, style, cols[j]) if words else None
+        table.add_column(name, width=width, **style)
     for row in body:
         table.add_row(*(row[j] for j in part))
     return table
