@@ -123,3 +123,16 @@ def test_cli_prices_block_recompute_memory_and_explains_it(cli):
     text = cli(*args, "--recompute-layers", "5", "--explain").out
     assert "the first N layers of each chunk at full recompute" in text
     assert "recompute_method 'block'" in text
+
+
+def test_block_recompute_with_full_recompute_is_refused_saying_what_to_type(cli):
+    # Megatron spells block recompute as full granularity + block method; here --recompute
+    # full means every layer, so the pair would silently drop the block: one line says so
+    r = cli("layout", "-m", "llama3-8b", "--tp", "1", "--dp", "8", "--recompute", "full",
+            "--recompute-layers", "5")  # fmt: skip
+    assert r.code != 0 and r.out == ""
+    (line,) = r.err.strip().splitlines()
+    assert "--recompute-layers 5" in line and "--recompute none --recompute-layers 5" in line
+    ok = cli("layout", "-m", "llama3-8b", "--tp", "1", "--dp", "8", "--recompute", "none",
+             "--recompute-layers", "5", "-f", "json")  # fmt: skip
+    assert ok.code == 0 and json.loads(ok.out)

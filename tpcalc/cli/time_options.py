@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from tpcalc.choices import AttentionFlops, MoeDispatcher, TimeModel
+from tpcalc.choices import AttentionFlops, MoeDispatcher, Recompute, TimeModel
+from tpcalc.errors import InputError
 
 if TYPE_CHECKING:
     from tpcalc.calc.time.step import TimeOptions
@@ -97,8 +98,10 @@ RecomputeLayersOpt = Annotated[
     typer.Option(
         "--recompute-layers",
         min=1,
-        help="Fully recompute the first N layers of every model chunk (Megatron "
-        "--recompute-granularity full --recompute-method block --recompute-num-layers N).",
+        help="Fully recompute the first N layers of every model chunk, the others keeping "
+        "their activations (Megatron --recompute-granularity full --recompute-method block "
+        "--recompute-num-layers N); with --recompute none or selective (the other layers'), "
+        "e.g. --recompute none --recompute-layers 5.",
     ),
 ]
 OpsOpt = Annotated[
@@ -165,6 +168,14 @@ def time_options_of(params: Mapping[str, Any]) -> TimeOptions:
     from tpcalc.calc.time.pipeline_layout import parse_pipeline_layout
     from tpcalc.calc.time.step import Overlap, TimeOptions
 
+    block = params["recompute_layers"]
+    if block is not None and params.get("recompute") is Recompute.full:
+        raise InputError(
+            f"--recompute-layers {block}: block recompute of {block} layers per model chunk "
+            "keeps the other layers' activations, but --recompute full recomputes every layer; "
+            f"use --recompute none --recompute-layers {block} (Megatron's full granularity, "
+            "block method), or drop --recompute-layers"
+        )
     text = params.get("pipeline_layout")
     chunks = parse_pipeline_layout(text, params["pp"] * params["vpp"]) if text else None
     dp = params["dp_overlap"]
