@@ -182,3 +182,21 @@ def test_a_wrapping_text_column_gives_way_before_the_table_is_split(monkeypatch)
     text = re.sub(r"\x1b\[[0-9;]*m", "", out.getvalue())
     assert "(part " not in text and max(len(x) for x in text.splitlines()) <= 80
     assert "selective+layernorm" in text and all(f"{2.989 + j:.3f}" in text for j in range(6))
+
+
+def test_parts_repeat_only_the_naming_columns_that_fit_in_half_the_terminal(monkeypatch):
+    # four 20-character naming inputs would take the whole 80 columns: only the first repeats
+    monkeypatch.setenv("COLUMNS", "80")
+    rows = tuple(
+        Row(
+            inputs={name: f"{name}-{i}".ljust(20, "x") for name in ("id", "model", "card", "kind")},
+            terms=tuple(term(f"t{j}_s", f"time {j}", 1.5 + j, Unit.seconds) for j in range(12)),
+        )
+        for i in range(16)
+    )
+    out = _Terminal()
+    render(Report(title="runs", rows=rows), Format.table, out)
+    text = re.sub(r"\x1b\[[0-9;]*m", "", out.getvalue())
+    parts = text.count("(part ")
+    assert parts >= 2 and max(len(x) for x in text.splitlines()) <= 80
+    assert text.count("id-15") == parts and text.count("kind-15") == 1

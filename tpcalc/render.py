@@ -224,6 +224,7 @@ def render_table(report: Report, byte_units: ByteUnits, out: TextIO, explain: bo
 
 TABLE_EDGE_CHARS = 1  # a rich table's right border
 CELL_EDGE_CHARS = 3  # each column's left border and one space of padding either side
+KEYS_SHARE_DIVISOR = 2  # the repeated naming columns of a part take at most 1/2 of its width
 
 
 def _least_width(head: str, style: dict[str, Any], cells: Sequence[str]) -> int:
@@ -240,7 +241,8 @@ def _parts(
 ) -> list[list[int]]:  # fmt: skip
     """The columns of each table to print: all of them in one, unless ``room`` (a terminal's
     width) cannot hold them at their least widths (``_least_width``); then the first ``keys``
-    columns (what names a row) in every part, and the others packed in order into parts that
+    columns (what names a row; no more than fit in half the room, the first always) in every
+    part, and the others packed in order into parts that
     fit (a column wider than a part's room is printed alone with the keys)."""
     every = list(range(len(heads)))
     if room is None:
@@ -251,6 +253,9 @@ def _parts(
     ]
     if sum(width) + TABLE_EDGE_CHARS <= room:
         return [every]
+    # repeat only as many of the naming columns as take at most half the room
+    while keys > 1 and (sum(width[:keys]) + TABLE_EDGE_CHARS) * KEYS_SHARE_DIVISOR > room:
+        keys -= 1
     base = sum(width[:keys]) + TABLE_EDGE_CHARS
     parts: list[list[int]] = []
     for j in every[keys:]:
