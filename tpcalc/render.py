@@ -242,8 +242,8 @@ def _parts(
     """The columns of each table to print: all of them in one, unless ``room`` (a terminal's
     width) cannot hold them at their least widths (``_least_width``); then the first ``keys``
     columns (what names a row; no more than fit in half the room, the first always) in every
-    part, and the others packed in order into parts that
-    fit (a column wider than a part's room is printed alone with the keys)."""
+    part, and the others packed in order into parts that fit (a column wider than a part's
+    room is printed alone with the keys)."""
     every = list(range(len(heads)))
     if room is None:
         return [every]
