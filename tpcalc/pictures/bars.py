@@ -70,15 +70,10 @@ def layout_bars(spec, hw, layout, run, counts=None, block=None) -> tuple[MemoryB
     ``counts``: the layers of each virtual stage when the split is set by hand; ``block``: block
     recompute of that many layers per chunk (``--recompute-layers``)."""
     from tpcalc.calc.dp.zero import state_divisors
-    from tpcalc.calc.layout.memory import rank_memory
+    from tpcalc.calc.layout.memory import run_memory
     from tpcalc.calc.params.states import recipe_bytes
 
-    mem = rank_memory(
-        spec, layout, seq=run.seq, micro_batch=run.micro_batch, microbatches=run.microbatches,
-        vpp=run.vpp, schedule=run.schedule, recipe=run.recipe, sp=run.sp,
-        recompute=run.recompute, activations=run.activations, techniques=run.memory,
-        counts=counts, block_layers=block,
-    )  # fmt: skip
+    mem = run_memory(spec, layout, run, counts=counts, block_layers=block)
     rb = recipe_bytes(run.recipe)
     dense_d = state_divisors(layout.zero, layout.grad_group)
     expert_d = state_divisors(layout.zero, layout.expert_dp)

@@ -21,7 +21,7 @@ from tpcalc.calc.activations.exact.options import ActivationOptions
 from tpcalc.calc.activations.paper import paper_layer
 from tpcalc.calc.dp.zero import zero_states_bytes
 from tpcalc.calc.ep.all_to_all import routed_copies
-from tpcalc.calc.layout.groups import MemoryTechniques, ParallelLayout
+from tpcalc.calc.layout.groups import LayoutRun, MemoryTechniques, ParallelLayout
 from tpcalc.calc.params.counts import (
     embedding_params,
     final_norm_params,
@@ -397,6 +397,20 @@ def rank_memory(
             )
         )
     return out
+
+
+def run_memory(
+    spec: ModelSpec, layout: ParallelLayout, run: LayoutRun, *,
+    counts: Sequence[int] | None = None, block_layers: int | None = None,
+) -> list[RankMemory]:  # fmt: skip
+    """``rank_memory`` of ``run`` on ``layout``: its sequence, batch split, schedule, state
+    recipe, SP, recompute, activation model and memory techniques."""
+    return rank_memory(
+        spec, layout, seq=run.seq, micro_batch=run.micro_batch, microbatches=run.microbatches,
+        vpp=run.vpp, schedule=run.schedule, recipe=run.recipe, sp=run.sp,
+        recompute=run.recompute, activations=run.activations, techniques=run.memory,
+        counts=counts, block_layers=block_layers,
+    )  # fmt: skip
 
 
 def _holds_last_stage(schedule: Schedule, p: int, v: int, r: int) -> bool:

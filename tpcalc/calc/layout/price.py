@@ -23,7 +23,7 @@ from tpcalc.calc.layout.groups import (
     place_groups,
     placement_warnings,
 )
-from tpcalc.calc.layout.memory import LayoutMemory, layout_memory, rank_memory
+from tpcalc.calc.layout.memory import LayoutMemory, layout_memory, run_memory
 from tpcalc.calc.layout.summary import Cited, FixedStepSummary, fixed_step_summary
 from tpcalc.calc.layout.timed import (
     RooflineSummary,
@@ -90,12 +90,8 @@ def price_layout(
     )
     check_layout(spec, layout, run, allow_uneven=allow_uneven, by_hand=counts is not None)
     groups = place_groups(layout)
-    mem = rank_memory(
-        spec, layout, seq=run.seq, micro_batch=run.micro_batch, microbatches=run.microbatches,
-        vpp=run.vpp, schedule=run.schedule, recipe=run.recipe, sp=run.sp, recompute=run.recompute,
-        activations=run.activations, techniques=run.memory, counts=counts,
-        block_layers=time_options.recompute_layers if time_options is not None else None,
-    )  # fmt: skip
+    block = time_options.recompute_layers if time_options is not None else None
+    mem = run_memory(spec, layout, run, counts=counts, block_layers=block)
     worst = max(mem, key=lambda m: m.total_bytes)
     flops = rank_flops(
         spec, layout, seq=run.seq, micro_batch=run.micro_batch, vpp=run.vpp,

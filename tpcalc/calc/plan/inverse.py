@@ -18,7 +18,7 @@ from msgspec import Struct
 from msgspec.structs import replace
 
 from tpcalc.calc.layout.groups import LayoutRun, ParallelLayout, layout_problems
-from tpcalc.calc.layout.memory import rank_memory
+from tpcalc.calc.layout.memory import run_memory
 from tpcalc.errors import InputError, divisors
 from tpcalc.specs import ModelSpec
 
@@ -51,12 +51,7 @@ def worst_rank_bytes(
     """Memory of the most loaded pipeline rank (the quantity ``tpcalc layout`` compares with
     the card as ``memory_bytes_per_rank``); ``counts``: a stage split set by hand; ``block``:
     block recompute of that many layers per chunk (``--recompute-layers``)."""
-    ranks = rank_memory(
-        spec, layout, seq=run.seq, micro_batch=run.micro_batch, microbatches=run.microbatches,
-        vpp=run.vpp, schedule=run.schedule, recipe=run.recipe, sp=run.sp,
-        recompute=run.recompute, activations=run.activations, techniques=run.memory,
-        counts=counts, block_layers=block,
-    )  # fmt: skip
+    ranks = run_memory(spec, layout, run, counts=counts, block_layers=block)
     return max(r.total_bytes for r in ranks)
 
 

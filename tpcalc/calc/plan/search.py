@@ -52,7 +52,7 @@ from msgspec.structs import replace
 
 from tpcalc.calc.dp.zero import ZeroStage
 from tpcalc.calc.layout.groups import LayoutRun, ParallelLayout
-from tpcalc.calc.layout.memory import rank_memory
+from tpcalc.calc.layout.memory import run_memory
 from tpcalc.calc.plan import space
 from tpcalc.calc.plan.bounds import GroupParts, StepBounds
 from tpcalc.calc.plan.fit import MemoryScreen
@@ -903,12 +903,7 @@ class _Search:
         """The pick priced exactly as ``tpcalc layout`` prices it."""
         st = self.exact(p)
         layout, run = self._exact[p][1], self._exact[p][2]
-        mem = rank_memory(
-            self.req.spec, layout, seq=run.seq, micro_batch=run.micro_batch,
-            microbatches=run.microbatches, vpp=run.vpp, schedule=run.schedule,
-            recipe=run.recipe, sp=run.sp, recompute=run.recompute,
-            activations=run.activations, techniques=run.memory,
-        )  # fmt: skip
+        mem = run_memory(self.req.spec, layout, run)
         worst = max(mem, key=lambda r: r.total_bytes)
         parts = st.parts_s
         top = max(STEP_PARTS, key=lambda n: parts[n])
