@@ -1239,24 +1239,82 @@ def test_bounds_price_the_cp_ring_as_the_step_does(small):
 # ---- groups bounded only when a search may need them (search._Search._defer) ----
 
 
-def test_ring_floor_never_exceeds_the_step(h100):
-    """``StepBounds.ring_floor``, the seconds a shape's CP ring keeps its link busy, is at most
-    the exact step of every candidate of the shape (the step is at least its busiest link's
-    time, step._busiest_link_s), and near it where the ring dominates, so it can defer."""
-    req = _request("llama3-8b", h100, gpus=128, global_batch=128)
-    s, picks, _, _ = _search(req)
-    rng = random.Random(3)
+def _floors_against_steps(s, picks, floor_of, binds, seed):
+    """Each of 600 sampled candidates' ``floor_of(search, block, layout, run)`` against its
+    exact step: never above it, and above 0 where ``binds(search, block, layout)``; returns the
+    floor / step ratios of those."""
+    rng = random.Random(seed)
     ratios = []
     for j in rng.sample(range(len(picks)), 600):
         p = _pick(picks[j])
         blk = s.blocks[p.block]
-        floor = s.bounds.ring_floor(blk.shape, blk.per_dp)
+        layout, run = s.layout_run(p)
+        floor = floor_of(s, blk, layout, run)
         step = s.exact(p).step_time_s
-        assert floor <= step, (s.layout_run(p), floor, step)
-        if blk.shape.cp > 1:
+        assert floor <= step, (layout, run, floor, step)
+        if binds(s, blk, layout):
             assert floor > 0
             ratios.append(floor / step)
+    return ratios
+
+
+def test_ring_floor_never_exceeds_the_step(h100):
+    """``StepBounds.ring_floor``, the seconds a shape's CP ring keeps its link busy, is at most
+    the exact step of every candidate of the shape (the step is at least its busiest link's
+    time, step._busiest_link_s), and near it where the ring dominates, so it can defer."""
+    s, picks, _, _ = _search(_request("llama3-8b", h100, gpus=128, global_batch=128))
+    ratios = _floors_against_steps(
+        s, picks,
+        lambda s, blk, layout, run: s.bounds.ring_floor(blk.shape, blk.per_dp),
+        lambda s, blk, layout: blk.shape.cp > 1,
+        seed=3,
+    )  # fmt: skip
     assert ratios and max(ratios) > 0.5
+
+
+def test_dp_link_floor_never_exceeds_the_step(h100):
+    """``StepBounds.dp_link_floor``, the seconds stage 0's data-parallel collectives keep its
+    NIC busy, is at most the exact step of every candidate (the step is at least its busiest
+    link's time, step._busiest_link_s), and near it where ZeRO-3 gathers every micro-batch's
+    weights over the network, so it can defer."""
+    s, picks, _, _ = _search(_request("llama3-70b", h100, gpus=128, global_batch=128))
+    ratios = _floors_against_steps(
+        s, picks,
+        lambda s, blk, layout, run: s.bounds.dp_link_floor(
+            blk.shape, [blk.variant], [run.micro_batch], blk.per_dp, [int(layout.zero)]
+        )[0, 0],
+        lambda s, blk, layout: layout.zero == 3 and s.bounds.links(blk.shape)["dp"].nodes > 1,
+        seed=7,
+    )  # fmt: skip
+    assert ratios and max(ratios) > 0.5
+
+
+def _deferred_then_settled(req, monkeypatch, ring: float, dp: float):
+    """The groups a search defers at these thresholds (in ideal steps), their floors, and
+    those still deferred after the top k and the front (``_settled``), once the result, forked
+    or not, is checked to be the one with every group bounded up front."""
+    monkeypatch.setattr(S, "WORKERS", 1)
+    monkeypatch.setattr(S, "DEFER_IDEAL_STEPS", math.inf)
+    monkeypatch.setattr(S, "DEFER_DP_IDEAL_STEPS", math.inf)
+    upfront = S.plan(req)
+    monkeypatch.setattr(S, "DEFER_IDEAL_STEPS", ring)
+    monkeypatch.setattr(S, "DEFER_DP_IDEAL_STEPS", dp)
+    s = S._Search(req, req.gpus)
+    s.enumerate()
+    s.prepare()
+    deferred = [g for g in s.groups if g.deferred is not None]
+    floors = [g.deferred for g in deferred]
+    S._settled(s, req.top_k)
+    left = [g for g in deferred if g.deferred is not None]
+    same = ("top", "pareto", "enumerated", "feasible", "rejections", "why_best", "why")
+    for workers in (1, 2):
+        monkeypatch.setattr(S, "WORKERS", workers)
+        monkeypatch.setattr(S, "FORK_MIN_SHAPES", 1)
+        monkeypatch.setattr(S, "_cores", lambda: 2)
+        got = S.plan(req)
+        for name in same:
+            assert getattr(got, name) == getattr(upfront, name), (workers, name)
+    return s, deferred, floors, left
 
 
 @LINUX_ONLY
@@ -1266,26 +1324,22 @@ def test_deferred_groups_change_no_result(h100, monkeypatch):
     Pareto budget whose time their floor does not pass) and never the other 4, and the result,
     forked or not, is the one with every group bounded up front."""
     req = _request("llama3-8b", h100, gpus=128, global_batch=128, top_k=5)
-    monkeypatch.setattr(S, "WORKERS", 1)
-    monkeypatch.setattr(S, "DEFER_IDEAL_STEPS", math.inf)
-    upfront = S.plan(req)
-    monkeypatch.setattr(S, "DEFER_IDEAL_STEPS", 4.0)
-    s = S._Search(req, req.gpus)
-    s.enumerate()
-    s.prepare()
-    deferred = [g for g in s.groups if g.deferred is not None]
-    S._settled(s, req.top_k)
-    left = [g for g in deferred if g.deferred is not None]
+    _, deferred, _, left = _deferred_then_settled(req, monkeypatch, ring=4.0, dp=math.inf)
     assert 0 < len(left) < len(deferred)
     assert all(g.shape.cp > 1 for g in deferred)
-    same = ("top", "pareto", "enumerated", "feasible", "rejections", "why_best", "why")
-    for workers in (1, 2):
-        monkeypatch.setattr(S, "WORKERS", workers)
-        monkeypatch.setattr(S, "FORK_MIN_SHAPES", 1)
-        monkeypatch.setattr(S, "_cores", lambda: 2)
-        got = S.plan(req)
-        for name in same:
-            assert getattr(got, name) == getattr(upfront, name), (workers, name)
+
+
+@LINUX_ONLY
+def test_groups_deferred_on_their_dp_traffic_change_no_result(h100, monkeypatch):
+    """With the data-parallel floor's threshold at 2 ideal steps (the ring's off), Llama 3 70B
+    on 128 H100 defers 6 groups, all on their NIC traffic; the top 5 and the front bound 5 of
+    them again and never the sixth, and the result, forked or not, is the one with every
+    group bounded up front."""
+    req = _request("llama3-70b", h100, gpus=128, global_batch=128, top_k=5)
+    s, deferred, floors, left = _deferred_then_settled(req, monkeypatch, ring=math.inf, dp=2.0)
+    assert len(deferred) == 6
+    assert all(floor > s.defer_dp_above * (1 - 1e-6) for floor in floors)
+    assert len(left) == 1
 
 
 def test_listing_every_pick_bounds_the_deferred_groups(h100):

@@ -465,6 +465,34 @@ class StepBounds:
         sends = cp_ring_s(self.spec, shard, self.r_bandwidth, nodes, self.opts.comm_scale)
         return self.spec.full_attention_layers / shape.pp * (1 + KV_TENSORS) * sends
 
+    def dp_link_floor(
+        self, shape: Shape, vs: list[Variant], mbs: list[int], per_dp: int, zeros: list[int],
+    ) -> np.ndarray:  # fmt: skip
+        """A floor on the step of every candidate of ``shape`` with any of the variants ``vs``,
+        per (ZeRO stage, micro-batch) [Z, M] (any SP, recompute mode): the seconds stage 0's
+        data-parallel collectives over groups that cross nodes keep its NIC busy, once per
+        step or for each of the m = per_dp / b micro-batches under ZeRO-2/3 (``_net_dp``),
+        at the fewest parameters stage 0 holds under any of ``vs`` (a group's NIC seconds
+        never fall as its parameters grow: more bytes per bucket up to the bucket cap, then
+        more buckets). The step is at least its busiest link's time
+        (``step._busiest_link_s``), and every bound takes ``_net_dp`` (``terms``), so the
+        least of this over the entries that fit is at most every bound of the group: a ZeRO-3
+        group that gathers a stage's weights over the network for every micro-batch can be
+        left unbounded on it (``search._Search._defer``)."""
+        mm = np.array([per_dp // b for b in mbs], dtype=np.float64)
+        distributed = [z >= 1 for z in zeros]
+        once, each = np.zeros(len(zeros)), np.zeros(len(zeros))
+        parts = [(min(self.stage_dense(shape, v) for v in vs), self.links(shape)["dp"])]
+        if self.spec.is_moe:
+            experts = min(self.stage_experts(shape, v) for v in vs)
+            if experts:
+                parts.append((experts, self._expert_group(shape)))
+        for params, group in parts:
+            if group.nodes > 1:
+                o, e = self._nic_rows(params, group, shape.dp, zeros, distributed)
+                once, each = once + o, each + e
+        return once[:, None] + each[:, None] * mm[None, :]
+
     def stage_counts(self, pp: int, vpp: int) -> np.ndarray:
         """Layers of each kind on each pipeline stage, as step.stage_layers splits them."""
         key = (pp, vpp)

@@ -12,8 +12,10 @@ exceeds the exact time); each point of the Pareto front likewise (``_top_built``
 ``_pareto_built``).
 
 A group (one shape) whose CP ring alone keeps its link busy longer than ``DEFER_IDEAL_STEPS``
-ideal steps is screened (its counts are exact) but bounded only when the top k or a Pareto budget
-could draw on it (``_defer``, ``_settled``): the same result, fewer bounds. The front reaches up
+ideal steps, or whose data-parallel collectives alone keep its NIC busy longer than
+``DEFER_DP_IDEAL_STEPS`` (ZeRO-3 gathering over the network), is screened (its counts are exact)
+but bounded only when the top k or a Pareto budget could draw on it (``_defer``, ``_settled``):
+the same result, fewer bounds. The front reaches up
 to the request's ``pareto_within`` times the best step.
 
 The screen and the bounds go unit (tp, cp) by unit; a large search forks one child that runs
@@ -298,6 +300,7 @@ class _Search:
         # memory objective) bounds them all
         every = req.include_all or req.objective is Objective.memory
         self.defer_above = math.inf if every else DEFER_IDEAL_STEPS * self._ideal_step_s()
+        self.defer_dp_above = math.inf if every else DEFER_DP_IDEAL_STEPS * self._ideal_step_s()
         self._exact: dict[_Pick, tuple[StepTime, ParallelLayout, LayoutRun]] = {}
         # every allowed stage is timed (module docstring)
         self.zeros = self.d.zero
@@ -467,19 +470,37 @@ class _Search:
         return flop / self.gpus / self.bounds.r.peak_flop_per_s(req.dtype)
 
     def _defer(self, grp: _Group) -> bool:
-        """Leave ``grp`` without bounds for now when every candidate of it is slower than
-        ``defer_above`` by its CP ring alone (``StepBounds.ring_floor``): it keeps that floor
-        and the least memory of an entry that fits, and ``bound_deferred`` bounds it if a
-        search's result could hold one of its candidates. Whether a group is deferred changes
-        what is computed, never the result."""
-        floor = self.bounds.ring_floor(grp.shape, grp.per_dp)
-        if floor <= self.defer_above:
+        """Leave ``grp`` without bounds for now when every candidate of it is slower by the
+        traffic of one link alone than ``defer_above`` (its CP ring, ``StepBounds.ring_floor``)
+        or ``defer_dp_above`` (its data-parallel collectives on the NIC at the least of the
+        (ZeRO stage, micro-batch) entries that fit, ``StepBounds.dp_link_floor``). It keeps
+        the larger floor and the least memory of an entry that fits, and ``bound_deferred``
+        bounds it if a search's result could hold one of its candidates. Whether a group is
+        deferred changes what is computed, never the result."""
+        ring, dp = self.bounds.ring_floor(grp.shape, grp.per_dp), self._dp_link_floor(grp)
+        if ring <= self.defer_above and dp <= self.defer_dp_above:
             return False
+        floor = max(ring, dp)
         grp.fit = None
         least = float(grp.slabs().min())  # the least entry, which fits if any entry does
         grp.least = least if least <= self.capacity else math.inf
         grp.deferred = floor * (1 - 2 * BOUND_MARGIN)
         return True
+
+    def _dp_link_floor(self, grp: _Group) -> float:
+        """The least ``StepBounds.dp_link_floor`` over the entries of ``grp`` a candidate can
+        come from: its slabs at a timed ZeRO stage holding a cell that fits (``_fits``);
+        0 when its data-parallel groups cross no node, or nothing fits (nothing to defer on)."""
+        _, zi, mi = np.nonzero(grp.live)
+        fit = grp.slabs() <= self.capacity if grp.fit is None else grp.fit
+        t = self._timed_at[zi]
+        some = fit.any(axis=1) & (t >= 0)
+        if not some.any():
+            return 0.0
+        net = self.bounds.dp_link_floor(
+            grp.shape, grp.variants, grp.mbs, grp.per_dp, [int(z) for z in self.timed_zeros]
+        )
+        return float(net[t[some], mi[some]].min())
 
     def bound_deferred(self, tau: float, budgets: list[tuple[float, float]]) -> bool:
         """Bound the deferred groups a search's result could hold a candidate of, and say
@@ -934,6 +955,15 @@ EAGER_BOUNDS = 25_000
 # of 5,988 groups and the searches need none of them again; 3 and 2 defer 4,204, of which 546
 # are bounded again, one by one in this process (16.4, 15.5 s wall against 13.5 s).
 DEFER_IDEAL_STEPS = 4.0
+# The same for a group whose data-parallel collectives alone keep its NIC busy that long
+# (``StepBounds.dp_link_floor``): groups that fit only at ZeRO-3 and gather a stage's weights
+# over the network for every micro-batch. They hold the least memory of a search, so the low-
+# memory end of the front (up to ``pareto_within`` × the best step) draws on any of them its
+# time reaches, and every group bounded again runs the searches again. Measured (2026-12-05):
+# at 4, Llama 3 405B on 16,384 H100 (best step 1.9 ideal steps) defers 122 of 280 groups and
+# bounds 8 of them again, DeepSeek-V3 on 2,048 H800 (2.7) bounds 5 again (top 10 and front
+# 2.8 -> 5.0 s CPU); at 8 they defer 94 and 3,693 and bound none again.
+DEFER_DP_IDEAL_STEPS = 8.0
 
 # A pick's order key: block index above this many bits, its flat index in the block below.
 KEY_SHIFT = 32
