@@ -755,18 +755,29 @@ def test_step_cache_deep_pipelines_and_layer_kinds(h100, schedule, pp, vpp, mtp)
 
 
 @pytest.mark.parametrize("model", ["deepseek-v3", "llama3-405b"])
-def test_screen_rank_params_match_pp_rank_params(model, h100):
-    """``MemoryScreen.rank_params`` (per-layer counts taken once) is ``pp_rank_params``."""
+def test_pp_rank_params_add_up_to_the_model(model):
+    """``pp_rank_params`` (the per-layer counts taken once per model, ``layer_param_counts``,
+    and shared by the planner's screen) puts every parameter on exactly one rank in every
+    split: summed over the ranks, the model's total (``params.counts.total_params``, the MTP
+    module only when asked), and routed experts as ``routed_expert_params`` counts them;
+    twice under DualPipe, whose ranks each hold two stages (DeepSeek-V3 report §3.2.1, Table 2:
+    "2×" parameters)."""
     from tpcalc.calc.layout.memory import pp_rank_params
+    from tpcalc.calc.params.counts import mtp_params, routed_expert_params, total_params
 
     spec = load_model(model)
     for mtp in (True, False):
-        req = build_request(spec, h100, gpus=64, seq=4096, global_batch=64,
-                            memory=MemoryTechniques(mtp=mtp))  # fmt: skip
-        screen = S._Search(req, 64).screen
+        want = total_params(spec) - (0 if mtp else mtp_params(spec))
         for p, v, sched in [(1, 1, Schedule.one_f_one_b), (4, 2, Schedule.interleaved),
                             (8, 1, Schedule.dualpipe), (16, 3, Schedule.interleaved)]:  # fmt: skip
-            assert screen.rank_params(p, v, sched) == pp_rank_params(spec, p, v, sched, mtp=mtp)
+            copies = 2 if sched is Schedule.dualpipe else 1
+            ranks = pp_rank_params(spec, p, v, sched, mtp=mtp)
+            assert len(ranks) == p
+            assert sum(d + r + e for d, r, e in ranks) == copies * want, (mtp, p, v, sched)
+            experts = sum(e for _, _, e in ranks)
+            assert experts >= copies * routed_expert_params(spec)
+            if not mtp:
+                assert experts == copies * routed_expert_params(spec)
 
 
 # the search forks its second worker on Linux only (search._Search._split)

@@ -13,6 +13,7 @@ tokens per rank, times the micro-batches in flight on that rank (``pipeline``).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cache
 
 from msgspec import Struct
 from msgspec.structs import replace
@@ -116,6 +117,21 @@ def rank_activation_bytes(
     ]
 
 
+@cache
+def layer_param_counts(
+    spec: ModelSpec,
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """Each decoder layer's routed-expert, TP-replicated and total parameters
+    (``params.counts``), counted once per model: ``pp_rank_params`` sums them for every
+    pipeline split a report or the planner asks for."""
+    n = range(spec.num_hidden_layers)
+    return (
+        tuple(routed_layer_params(spec, i) for i in n),
+        tuple(tp_replicated_layer_params(spec, i) for i in n),
+        tuple(layer_params(spec, i) for i in n),
+    )
+
+
 def pp_rank_params(
     spec: ModelSpec, p: int, v: int, schedule: Schedule, *, mtp: bool = True,
     counts: Sequence[int] | None = None,
@@ -123,10 +139,7 @@ def pp_rank_params(
     """(TP-split dense, TP-replicated, routed-expert) parameters of each pipeline rank before
     any TP/EP split; MTP (last stage, DeepSeek-V3 §3.2) only when ``mtp``; ``counts``: the
     layers of each chunk when set by hand, else even."""
-    n = spec.num_hidden_layers
-    routed = [routed_layer_params(spec, i) for i in range(n)]
-    total = [layer_params(spec, i) for i in range(n)]
-    replicated = [tp_replicated_layer_params(spec, i) for i in range(n)]
+    routed, replicated, total = layer_param_counts(spec)
     n_mtp = spec.mtp_layers if mtp else 0
     experts = rank_params(
         routed, p, v, embedding_params=0, lm_head_params=0, other_params=n_mtp * routed[-1],

@@ -36,16 +36,7 @@ from tpcalc.calc.layout.memory import (
     activation_options,
     buffer_bytes,
     layer_activation_bytes,
-)
-from tpcalc.calc.params.counts import (
-    embedding_params,
-    final_norm_params,
-    layer_params,
-    lm_head_params,
-    mtp_params,
-    routed_layer_params,
-    tp_replicated_layer_params,
-    tp_replicated_mtp_params,
+    pp_rank_params,
 )
 from tpcalc.calc.params.states import recipe_bytes
 from tpcalc.calc.pipeline.schedule import (
@@ -53,7 +44,6 @@ from tpcalc.calc.pipeline.schedule import (
     in_flight_chunks,
     rank_chunks,
     rank_layers,
-    rank_params,
 )
 from tpcalc.calc.plan.space import ModeKeys, RecomputeMode, Shape, Variant
 from tpcalc.choices import ActivationModel, Recompute, Schedule, StateRecipe
@@ -129,7 +119,6 @@ class MemoryScreen:
         self._params: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._buffers: dict[tuple, float] = {}
         self._rank_params: dict[tuple, list] = {}
-        self._layer_params: tuple = ()
         self._buffer_rows: dict[tuple, np.ndarray] = {}
         self._buffer_cols: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._state_factors: dict[tuple, float] = {}
@@ -451,47 +440,15 @@ class MemoryScreen:
             sched = Schedule.dualpipe if key[2] else Schedule.one_f_one_b
             rkey = (shape.pp, v.vpp, key[2])  # the split before TP and EP: shared by all
             if rkey not in self._rank_params:
-                self._rank_params[rkey] = self.rank_params(shape.pp, v.vpp, sched)
+                self._rank_params[rkey] = pp_rank_params(
+                    self.spec, shape.pp, v.vpp, sched, mtp=self.tech.mtp
+                )
             ranks = self._rank_params[rkey]
             d = np.array([-(-dense // shape.tp) + whole for dense, whole, _ in ranks], np.float64)
             e = np.array([-(-x // (shape.etp * shape.ep)) for _, _, x in ranks], np.float64)
             self._params[key] = (d, e, np.zeros(0))
         d, e, _ = self._params[key]
         return d, e
-
-    def rank_params(self, p: int, v: int, schedule: Schedule) -> list[tuple[int, int, int]]:
-        """``layout.memory.pp_rank_params(spec, p, v, schedule, mtp=...)`` with the per-layer
-        counts taken once per model instead of once per call (the same sums of the same whole
-        numbers: tests compare them)."""
-        if not self._layer_params:
-            spec, n = self.spec, self.spec.num_hidden_layers
-            routed = [routed_layer_params(spec, i) for i in range(n)]
-            mtp = self.tech.mtp
-            norm = final_norm_params(spec)
-            self._layer_params = (
-                (routed, 0, 0, (spec.mtp_layers if mtp else 0) * routed[-1]),
-                (
-                    [tp_replicated_layer_params(spec, i) for i in range(n)], 0, 0,
-                    norm + (tp_replicated_mtp_params(spec) if mtp else 0),
-                ),
-                (
-                    [layer_params(spec, i) for i in range(n)], embedding_params(spec),
-                    lm_head_params(spec), norm + (mtp_params(spec) if mtp else 0),
-                ),
-            )  # fmt: skip
-        experts, whole, everything = (
-            rank_params(
-                layers,
-                p,
-                v,
-                embedding_params=emb,
-                lm_head_params=head,
-                other_params=other,
-                schedule=schedule,
-            )  # fmt: skip
-            for layers, emb, head, other in self._layer_params
-        )
-        return [(a - e - r, r, e) for a, r, e in zip(everything, whole, experts, strict=True)]
 
     def state_factor(self, zero: ZeroStage, n: int) -> float:
         """Bytes of model states per parameter at ``zero`` over n ranks (zero_states_bytes)."""
