@@ -96,6 +96,34 @@ def test_nemotron_340b_fits_with_its_launchers_bf16_optimizer_states():
     assert params / 4 == pytest.approx(5.77e9, rel=1e-3)  # the rank's 5.77 B parameters
 
 
+# Megatron-Bridge 25.11 performance summary, Qwen3-30B-A3B on 16 H100 (FP8-CS): TP1 PP2 VP24 EP8
+# mbs 2, no recompute. Megatron-Core (core_v0.13.0 on; every Megatron-Bridge table runs a later
+# one) weights each expert's output by its router probability inside the expert's activation,
+# so the token combine keeps no expert output (validate_time.FRAMEWORK["moe_probs_in_act"]). With
+# the combine-side weighting the published layout would need 87.6 GB of the 80 GB card: one
+# [tokens·k, h] BF16 expert output per MoE layer and micro-batch in flight.
+def test_a_megatron_bridge_moe_run_keeps_no_expert_output():
+    from tpcalc.calc.pipeline.schedule import in_flight_chunks
+    from tpcalc.catalog import load_model
+
+    item = _item("mbridge-25.11-qwen3-30b-a3b-h100-sxm-16-fp8-cs")
+    run = item.memory_case.run
+    assert run.memory.moe_probs_in_act
+    ch = check(item, _echo(1.0))
+    assert ch.feasible and ch.memory_bytes <= ch.capacity_bytes == 80e9
+    memory = replace(run.memory, moe_probs_in_act=False)
+    combine = replace(item, memory_case=replace(item.memory_case, run=replace(run, memory=memory)))
+    over = check(combine, _echo(1.0))
+    assert not over.feasible and "needs 87.6 GB per rank of 80 GB" in over.why()
+    spec, layout = load_model("qwen3-30b-a3b"), item.memory_case.layout
+    # the last rank, the most loaded either way: its chunks in flight, one layer each (48 / 48)
+    chunks = in_flight_chunks(run.schedule, layout.pp, run.microbatches, run.vpp, layout.pp - 1)
+    assert spec.num_hidden_layers == layout.pp * run.vpp
+    tokens = run.seq * run.micro_batch // (layout.tp * layout.cp)
+    expert_output = tokens * spec.num_experts_per_tok * spec.hidden_size * 2  # BF16
+    assert over.memory_bytes - ch.memory_bytes == chunks * expert_output
+
+
 # Megatron-Bridge 26.04.01 performance summary, Llama 3.1 405B on 256 GB200 (MXFP8): PP16 VP8 is
 # 128 virtual stages for 126 decoder layers. The recipe counts the embedding and the loss as
 # layers (recipes/llama/llama3.py llama31_405b_pretrain_config @ 21d102f, lines 1146-1147,

@@ -221,7 +221,8 @@ ProbsInActOpt = Annotated[
     typer.Option(
         "--moe-probs-in-act/--no-moe-probs-in-act",
         help="Router probabilities applied inside the expert SwiGLU (Megatron-Core "
-        "activation_func_with_probs), so the combine keeps no expert output. "
+        "activation_func_with_probs, always so since core_v0.13.0), so the combine keeps no "
+        "expert output; off: weighted at the combine, which keeps it (older Megatron-Core). "
         "Example: --moe-probs-in-act",
     ),
 ]

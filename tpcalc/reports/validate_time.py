@@ -52,11 +52,22 @@ FRAMEWORK = {
         "DeepEP docs/legacy.md counts its RDMA bytes that way); alltoall (NCCL), or a preset "
         "that does not describe the row, sends every copy"
     ),
+    "moe_probs_in_act": (
+        "a Megatron-Bridge run weights each expert's output by its router probability inside "
+        "the expert's activation, so the token combine keeps no expert output "
+        "(moe_probs_in_act): Megatron-Core does so since core_v0.13.0 (NVIDIA/Megatron-LM "
+        "2659630721, 'perf(MoE): Memory efficient token permutation', 2025-04-09: "
+        "activation_func_with_probs in experts.py, the unpermute given no probabilities), and "
+        "every Megatron-Bridge table here (25.11 on) runs a later Megatron-Core"
+    ),
     "gb200_nvlink_domain": (
         "GB200 NVL72 jobs take 16 trays (64 GPUs) per rack (Slurm block topology, "
         "--segment 16), so power-of-two groups stay inside one NVLink domain of 64"
     ),
 }
+# The recipe repositories whose runs weight by the router probabilities in the expert's
+# activation (see FRAMEWORK["moe_probs_in_act"]).
+PROBS_IN_ACT_RECIPES = frozenset({"NVIDIA-NeMo/Megatron-Bridge"})
 # The NVLink domain a job sees, where it is not the card's gpus_per_node (see FRAMEWORK).
 JOB_NVLINK_DOMAIN = {"gb200": 64}
 SUPPORTED_KINDS = ("dense", "moe")
@@ -176,7 +187,7 @@ def case_of(row: dict[str, Any]) -> Case | str:
         recompute=recompute, dtype=Dtype(row["dtype"]),
         memory=MemoryTechniques(
             recompute_modules=modules, mtp=_trains_mtp(row, recipe),
-            attention=attention_kernel(recipe).value,
+            attention=attention_kernel(recipe).value, moe_probs_in_act=_probs_in_act(row),
         ),
     )  # fmt: skip
     overlap = Overlap(
@@ -324,6 +335,12 @@ def layout_chunk_layers(layout: Any, stages: int) -> tuple[int, ...] | None:
         return parse_pipeline_layout(layout, stages)
     except InputError:
         return None
+
+
+def _probs_in_act(row: dict[str, Any]) -> bool:
+    """Whether the run's software applies the router probabilities inside the expert's
+    activation (``FRAMEWORK["moe_probs_in_act"]``): its recipe is Megatron-Bridge's."""
+    return (row.get("recipe") or {}).get("repository") in PROBS_IN_ACT_RECIPES
 
 
 def _trains_mtp(row: dict[str, Any], recipe: dict[str, Any]) -> bool:
