@@ -23,6 +23,7 @@ from tpcalc.reports.plan_published import (
     choice_text,
     completion_pins,
     engine_planner,
+    gap_to,
     published_items,
 )
 
@@ -341,16 +342,21 @@ def test_the_planner_gets_the_rows_dispatcher(monkeypatch, run_id, flex, hold_pu
 # Megatron-Bridge performance summary @ 4ab94dfad, 26.08, Qwen3-30B-A3B on 8 GB200, MXFP8, seq
 # 4096, global batch 512: TP1 PP1 EP8, micro-batch 4, the layout of the 26.04.01 run of
 # runs.yaml, now with the all-to-all overlapped (its perf_recipes function). Measured 39,936
-# against 26,112 tokens/s/GPU: the option the planner turns on for the 26.04.01 question.
+# against 26,112 tokens/s/GPU: the option the planner turns on for the 26.04.01 question. With
+# no expert output kept (Megatron-Core's probabilities in the activation) the planner's best is
+# that layout at EP4, 0.4% ahead; the 26.08 layout ranks second.
 HELDOUT = Path(__file__).resolve().parents[1] / "tpcalc" / "validation" / "heldout.yaml"
 
 
-def test_a_newer_recipe_is_the_planners_own_pick_where_the_older_one_was_not():
+def test_a_newer_recipe_is_next_to_the_planners_pick_where_the_older_one_was_not():
     old = check(_item("mbridge-26.04.01-qwen3-30b-a3b-gb200-8-mxfp8"), engine_planner())
     (new_item,), _ = published_items({"mbridge-26.08-qwen3-30b-a3b-gb200-8-mxfp8"}, HELDOUT)
     new = check(new_item, engine_planner())
     assert not old.in_top_or_close and "ep" in str(old.pick.choices[0]["overlap"])
-    assert new.holds and new.rank == 1, new.why()
+    assert new.holds and new.rank == 2, new.why()
+    best, published = new.pick.choices[0], new.published_choice
+    assert {k for k in best if best[k] != published.get(k)} == {"EP"}
+    assert 0 < gap_to(new.pick, new.published_step_s) < 0.005
     assert new.best_step_s == pytest.approx(old.best_step_s, rel=1e-12)  # the same question
 
 
