@@ -245,6 +245,21 @@ def test_memory_over_card_is_a_term_not_a_formatted_warning(llama70b, h100):
     assert any("more than the card's memory" in w for w in report.warnings)
 
 
+@pytest.mark.parametrize("probs_in_act", [False, True])
+def test_an_moe_layout_over_the_card_names_the_expert_output_it_keeps(probs_in_act):
+    """DeepSeek-V3 on 2,048 H800 (PP16 EP64 DualPipe) at the default combine-side weighting keeps
+    every expert output and is over the card; the warning says what Megatron-Core 0.13+ keeps
+    instead (--moe-probs-in-act), and says it only when that option is off."""
+    from tpcalc.calc.layout.groups import MemoryTechniques
+
+    lay = ParallelLayout(gpus_per_node=8, pp=16, dp=128, ep=64, zero=ZeroStage.optimizer)
+    run = LayoutRun(seq=4096, microbatches=120, schedule=Schedule.dualpipe,
+                    memory=MemoryTechniques(moe_probs_in_act=probs_in_act))  # fmt: skip
+    report = layout_report(load_model("deepseek-v3"), load_hardware("h800"), lay, run)
+    (over,) = [w for w in report.warnings if "more than the card's memory" in w]
+    assert ("--moe-probs-in-act" in over) is not probs_in_act
+
+
 def test_activation_source_names_the_model_used(llama70b, h100):
     from tpcalc.choices import ActivationModel
 

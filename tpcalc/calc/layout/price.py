@@ -130,20 +130,27 @@ def price_layout(
     return LayoutPrice(
         spec=spec, hw=hw, layout=layout, run=run, time_model=time_model, time_options=opts,
         groups=groups, costs=costs, summary=summary, memory=layout_memory(worst, layout, hw),
-        warnings=tuple(_warnings(groups, layout, worst.total_bytes, hw, costs)),
+        warnings=tuple(_warnings(groups, layout, worst.total_bytes, hw, costs, spec, run)),
     )  # fmt: skip
 
 
 def _warnings(
     groups: dict[str, Group], lay: ParallelLayout, memory: float, hw: HardwareSpec,
-    costs: DimCosts,
+    costs: DimCosts, spec: ModelSpec, run: LayoutRun,
 ) -> list[str]:  # fmt: skip
     out = placement_warnings(groups, lay.gpus_per_node)
     card = hw.memory_bytes.value
     if memory > card:
+        fixes = "raise tp, pp or the ZeRO stage, or recompute activations"
+        if spec.is_moe and not run.memory.moe_probs_in_act:
+            # the combine-side weighting keeps every expert output (activations.exact.mlp)
+            fixes += (
+                "; Megatron-Core 0.13+ keeps no expert output (its experts weight by the router "
+                "probability in their activation): add --moe-probs-in-act"
+            )
         out.append(
             "the most loaded rank needs more than the card's memory (memory_over_card in the "
-            "total row): raise tp, pp or the ZeRO stage, or recompute activations"
+            f"total row): {fixes}"
         )
     if costs.cp.exposed_s > 0:
         out.append("the CP ring transfer is slower than the attention it should hide behind")
