@@ -510,9 +510,11 @@ def test_plan_with_the_flex_dispatcher_reproduces_in_tpcalc_layout():
     assert all(
         (row["moe_dispatcher"], row["ep_dispatch"]) == ("flex", "node-aware") for row in rows
     )
+    assert all(row["moe_probs_in_act"] is False for row in rows)  # echoed for an MoE model
     table = run_cli(*FLEX)
     assert table.code == 0, table.err
     assert "moe_dispatcher=flex" in table.out and "ep_dispatch=node-aware" in table.out
+    assert "moe_probs_in_act=no" in table.out
     line = next(x for x in table.out.splitlines() if x.startswith("Reproduce the best: "))
     command = shlex.split(line.removeprefix("Reproduce the best: "))
     assert command[:2] == ["tpcalc", "layout"] and "--moe-dispatcher" in command

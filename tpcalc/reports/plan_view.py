@@ -105,6 +105,8 @@ def _shared(result: PlanResult) -> dict[str, Scalar]:
         "ep_dispatch": "node-aware" if req.time_options.ep_node_dedup else "all-to-all",
         "dropout": req.memory.echo()["dropout"],
         "attention": req.memory.attention,
+        # how the experts are weighted decides whether each expert output is kept (MoE only)
+        **({"moe_probs_in_act": req.memory.moe_probs_in_act} if req.spec.is_moe else {}),
     }  # fmt: skip
 
 
