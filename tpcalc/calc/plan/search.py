@@ -491,10 +491,7 @@ class _Search:
         """The least ``StepBounds.dp_link_floor`` over the entries of ``grp`` a candidate can
         come from: its slabs at a timed ZeRO stage holding a cell that fits (``_fits``);
         0 when its data-parallel groups cross no node, or nothing fits (nothing to defer on)."""
-        _, zi, mi = np.nonzero(grp.live)
-        fit = grp.slabs() <= self.capacity if grp.fit is None else grp.fit
-        t = self._timed_at[zi]
-        some = fit.any(axis=1) & (t >= 0)
+        _, t, mi, _, _, some = self._fitting_slabs(grp)
         if not some.any():
             return 0.0
         net = self.bounds.dp_link_floor(
@@ -671,15 +668,24 @@ class _Search:
             self.cell_block, self.cell_mem, self.cell_floor = (np.zeros(0) for _ in range(3))
         self.progress("bounds", 1.0)
 
-    def _fits(self, grp: _Group) -> _Fits | None:
-        """The slabs of ``grp`` at the timed ZeRO stages that hold a cell that fits, and the
-        micro-batches where something fits (``_Fits``); None if none."""
+    def _fitting_slabs(
+        self, grp: _Group
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Each slab of ``grp`` [slabs]: its variant, timed-stage index (-1: not timed) and
+        micro-batch index, its memory and which of its cells fit [slabs, S·R] (the screen's
+        ``grp.fit`` where kept), and whether it holds a candidate: a cell that fits, at a
+        timed stage (``_fits``, ``_dp_link_floor``)."""
         vi, zi, mi = np.nonzero(grp.live)
         t = self._timed_at[zi]
         values = grp.slabs()
-        fit = values <= self.capacity if grp.fit is None else grp.fit  # [slabs, S·R]
+        fit = values <= self.capacity if grp.fit is None else grp.fit
+        return vi, t, mi, values, fit, fit.any(axis=1) & (t >= 0)
+
+    def _fits(self, grp: _Group) -> _Fits | None:
+        """The slabs of ``grp`` at the timed ZeRO stages that hold a cell that fits, and the
+        micro-batches where something fits (``_Fits``); None if none."""
+        vi, t, mi, values, fit, some = self._fitting_slabs(grp)
         grp.fit = None
-        some = fit.any(axis=1) & (t >= 0)
         if not some.any():
             return None
         # floors only for the micro-batches where something fits (the shards of the others
