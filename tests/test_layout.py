@@ -247,9 +247,10 @@ def test_memory_over_card_is_a_term_not_a_formatted_warning(llama70b, h100):
 
 @pytest.mark.parametrize("probs_in_act", [False, True])
 def test_an_moe_layout_over_the_card_names_the_expert_output_it_keeps(probs_in_act):
-    """DeepSeek-V3 on 2,048 H800 (PP16 EP64 DualPipe) at the default combine-side weighting keeps
-    every expert output and is over the card; the warning says what Megatron-Core 0.13+ keeps
-    instead (--moe-probs-in-act), and says it only when that option is off."""
+    """DeepSeek-V3 on 2,048 H800 (PP16 EP64 DualPipe, no recompute, no FP8 cache) is over the card
+    either way; with the combine-side weighting (--no-moe-probs-in-act) it keeps every expert
+    output, and the warning says what Megatron-Core 0.13+ keeps instead (--moe-probs-in-act, the
+    default), only when that option is off."""
     from tpcalc.calc.layout.groups import MemoryTechniques
 
     lay = ParallelLayout(gpus_per_node=8, pp=16, dp=128, ep=64, zero=ZeroStage.optimizer)

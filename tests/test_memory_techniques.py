@@ -45,9 +45,19 @@ def test_moe_act_and_probs_in_act_drop_what_megatron_does_not_keep(ds):
     assert "moe.experts.fc2_input" not in names and "moe.experts.fc1_output" in names
     # activation_func_with_probs: the combine keeps no expert output [T·k, h]
     assert "moe.expert_output" not in names
-    plain = _by_name(saved_tensors(ds, MOE_LAYER, S, 1))
-    saved = sum(r.bytes for r in plain.values()) - sum(r.bytes for r in names.values())
+    # the combine-side weighting of older Megatron-Core keeps it for d(probs)
+    combine = _by_name(
+        saved_tensors(ds, MOE_LAYER, S, 1, ActivationOptions(moe_probs_in_act=False))
+    )
+    assert combine["moe.expert_output"].bytes == S * K * H * 2
+    saved = sum(r.bytes for r in combine.values()) - sum(r.bytes for r in names.values())
     assert saved == S * K * F_MOE * 2 + S * K * H * 2  # fc2 input + expert output, BF16
+    # today's Megatron-Core weights inside the activation, which is the default
+    default = _by_name(saved_tensors(ds, MOE_LAYER, S, 1))
+    assert "moe.expert_output" not in default
+    assert sum(r.bytes for r in default.values()) - sum(r.bytes for r in names.values()) == (
+        S * K * F_MOE * 2  # moe_act's fc2 input alone
+    )
 
 
 def test_layernorm_and_mla_up_proj_recompute(ds):

@@ -510,11 +510,11 @@ def test_plan_with_the_flex_dispatcher_reproduces_in_tpcalc_layout():
     assert all(
         (row["moe_dispatcher"], row["ep_dispatch"]) == ("flex", "node-aware") for row in rows
     )
-    assert all(row["moe_probs_in_act"] is False for row in rows)  # echoed for an MoE model
+    assert all(row["moe_probs_in_act"] is True for row in rows)  # echoed for an MoE model
     table = run_cli(*FLEX)
     assert table.code == 0, table.err
     assert "moe_dispatcher=flex" in table.out and "ep_dispatch=node-aware" in table.out
-    assert "moe_probs_in_act=no" in table.out
+    assert "moe_probs_in_act=yes" in table.out
     line = next(x for x in table.out.splitlines() if x.startswith("Reproduce the best: "))
     command = shlex.split(line.removeprefix("Reproduce the best: "))
     assert command[:2] == ["tpcalc", "layout"] and "--moe-dispatcher" in command
@@ -531,6 +531,26 @@ def test_plan_with_the_flex_dispatcher_reproduces_in_tpcalc_layout():
     at = command.index("--moe-dispatcher")
     nccl = run_cli(*command[1:at], *command[at + 2 :], "-f", "json")
     assert json.loads(nccl.out)[-1]["step_time_s"] > total["step_time_s"]
+
+
+def test_plan_with_the_combine_side_weighting_reproduces_in_tpcalc_layout():
+    """--no-moe-probs-in-act (older Megatron-Core keeps every expert output) is echoed, carried
+    into the reproducing command, and priced the same by tpcalc layout: more memory per rank
+    than the default for the same layout."""
+    import shlex
+
+    table = run_cli(*FLEX, "--no-moe-probs-in-act", "--top", "1")
+    assert table.code == 0, table.err
+    assert "moe_probs_in_act=no" in table.out
+    line = next(x for x in table.out.splitlines() if x.startswith("Reproduce the best: "))
+    command = shlex.split(line.removeprefix("Reproduce the best: "))
+    assert "--no-moe-probs-in-act" in command
+    keeps = json.loads(run_cli(*command[1:], "-f", "json").out)[-1]
+    assert keeps["moe_probs_in_act"] is False
+    command.remove("--no-moe-probs-in-act")
+    default = json.loads(run_cli(*command[1:], "-f", "json").out)[-1]
+    assert default["moe_probs_in_act"] is True
+    assert keeps["memory_bytes_per_rank"] > default["memory_bytes_per_rank"]
 
 
 def test_help_shows_the_dispatcher():

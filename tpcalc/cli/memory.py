@@ -86,7 +86,7 @@ def memory(
     recompute_modules: RecomputeModulesOpt = None,
     fp8_cache: Fp8CacheOpt = False,
     fp8_linear_inputs: Fp8LinearInputsOpt = None,
-    moe_probs_in_act: ProbsInActOpt = False,
+    moe_probs_in_act: ProbsInActOpt = True,
     router_dtype: RouterDtypeOpt = RouterDtype.fp32,
     capacity_factor: CapacityFactorOpt = None,
     units: UnitsOpt = ByteUnits.GB,

@@ -222,8 +222,8 @@ ProbsInActOpt = Annotated[
         "--moe-probs-in-act/--no-moe-probs-in-act",
         help="Router probabilities applied inside the expert SwiGLU (Megatron-Core "
         "activation_func_with_probs, always so since core_v0.13.0), so the combine keeps no "
-        "expert output; off: weighted at the combine, which keeps it (older Megatron-Core). "
-        "Example: --moe-probs-in-act",
+        "expert output; --no-moe-probs-in-act: weighted at the combine, which keeps every "
+        "expert output (older Megatron-Core). Example: --no-moe-probs-in-act",
     ),
 ]
 AttentionOpt = Annotated[

@@ -83,7 +83,7 @@ def pipeline(
     dropout: DropoutOpt = None,
     attention: AttentionOpt = AttentionKernel.flash,
     fp8_linear_inputs: Fp8LinearInputsOpt = None,
-    moe_probs_in_act: ProbsInActOpt = False,
+    moe_probs_in_act: ProbsInActOpt = True,
     first_stage_layers: FirstStageLayersOpt = None,
     last_stage_layers: LastStageLayersOpt = None,
     pipeline_layout: PipelineLayoutOpt = None,

@@ -298,7 +298,7 @@ def plan(
     dropout: DropoutOpt = None,
     attention: AttentionOpt = AttentionKernel.flash,
     fp8_linear_inputs: Fp8LinearInputsOpt = None,
-    moe_probs_in_act: ProbsInActOpt = False,
+    moe_probs_in_act: ProbsInActOpt = True,
     mtp: MtpOpt = True,
     offload_layers: OffloadLayersOpt = 0,
     moe_dispatcher: DispatcherOpt = MoeDispatcher.alltoall,

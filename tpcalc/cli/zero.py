@@ -64,7 +64,7 @@ def zero(
     dropout: DropoutOpt = None,
     attention: AttentionOpt = AttentionKernel.flash,
     fp8_linear_inputs: Fp8LinearInputsOpt = None,
-    moe_probs_in_act: ProbsInActOpt = False,
+    moe_probs_in_act: ProbsInActOpt = True,
     units: UnitsOpt = ByteUnits.GB,
     fmt: FormatOpt = Format.table,
     explain: ExplainOpt = False,

@@ -310,8 +310,8 @@ def technique_args(memory: MemoryTechniques) -> list[str]:
         args.append("--fp8-cache")
     if memory.fp8_linear_inputs is not None:
         args.append("--fp8-linear-inputs" if memory.fp8_linear_inputs else "--no-fp8-linear-inputs")
-    if memory.moe_probs_in_act:
-        args.append("--moe-probs-in-act")
+    if memory.moe_probs_in_act != base.moe_probs_in_act:
+        args.append("--moe-probs-in-act" if memory.moe_probs_in_act else "--no-moe-probs-in-act")
     if not memory.mtp:
         args.append("--no-mtp")
     if memory.offload_layers != base.offload_layers:

@@ -46,7 +46,7 @@ class PublishedRun(BaseModel):
     recompute: str = "none"
     recompute_modules: tuple[str, ...] = ()
     fp8_cache: bool = False
-    moe_probs_in_act: bool = False
+    moe_probs_in_act: bool = True  # Megatron-Core 0.13+ (MemoryTechniques)
     mtp: bool = True
 
 

@@ -124,14 +124,15 @@ def expert_dp_group(layout: ParallelLayout) -> Group:
 
 
 class MemoryTechniques(Struct, frozen=True, kw_only=True):
-    """The memory techniques a run uses, each off by default (sources in
-    ``tpcalc.calc.activations.exact.techniques`` and ``tpcalc.calc.layout.memory``)."""
+    """The memory techniques a run uses; each default is what today's Megatron-Core does unless
+    told otherwise (sources in ``tpcalc.calc.activations.exact.techniques`` and
+    ``tpcalc.calc.layout.memory``)."""
 
     recompute_modules: tuple[str, ...] = ()  # Megatron recompute_modules
     fp8_cache: bool = False  # DeepSeek-V3 §3.3: FP8 Linear inputs and SwiGLU input
     # Transformer Engine FP8 keeps each Linear's FP8 input; None: on when the run's dtype is FP8
     fp8_linear_inputs: bool | None = None
-    moe_probs_in_act: bool = False  # Megatron-Core activation_func_with_probs
+    moe_probs_in_act: bool = True  # Megatron-Core activation_func_with_probs (core_v0.13.0+)
     mtp: bool = True  # count the MTP module (last stage) when the model has one
     offload_layers: int = 0  # Megatron --cpu-offloading-num-layers: layers kept on the host
     moe_dispatcher: str = "alltoall"  # Megatron-Core --moe-token-dispatcher-type

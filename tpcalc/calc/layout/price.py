@@ -146,7 +146,7 @@ def _warnings(
             # the combine-side weighting keeps every expert output (activations.exact.mlp)
             fixes += (
                 "; Megatron-Core 0.13+ keeps no expert output (its experts weight by the router "
-                "probability in their activation): add --moe-probs-in-act"
+                "probability in their activation): --moe-probs-in-act, the default"
             )
         out.append(
             "the most loaded rank needs more than the card's memory (memory_over_card in the "

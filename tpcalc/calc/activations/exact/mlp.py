@@ -10,11 +10,12 @@ MoE (Megatron-Core alltoall dispatcher, grouped GEMM; modelled, not measured): a
 own s/(cp·t) tokens (Megatron requires SP with TP and MoE) to k experts each; with balanced
 routing and no token dropping it receives as many token copies as it sends, T·k, whatever the
 expert-parallel size. Kept: fp32 router scores [T, E], the top-k indices and probabilities, the
-permuted tokens (fc1 input), fc1 output, fc2 input and the expert outputs (kept by the
-probability-weighted combine); shared experts are a dense SwiGLU split by t. The router keeps
-its scores in ``router_dtype`` (Megatron --moe-router-dtype). With a capacity factor cf (Megatron
---moe-expert-capacity-factor, --moe-pad-expert-input-to-capacity; GShard §2.2) the expert
-tensors have the padded capacity cf·T·k rows instead of T·k.
+permuted tokens (fc1 input), fc1 output and fc2 input; the expert outputs only when the combine
+weights them by the probabilities (``moe_probs_in_act`` off, older Megatron-Core; today's weights
+inside the activation, ``techniques``); shared experts are a dense SwiGLU split by t. The router
+keeps its scores in ``router_dtype`` (Megatron --moe-router-dtype). With a capacity factor cf
+(Megatron --moe-expert-capacity-factor, --moe-pad-expert-input-to-capacity; GShard §2.2) the
+expert tensors have the padded capacity cf·T·k rows instead of T·k.
 """
 
 from __future__ import annotations

@@ -59,11 +59,12 @@ class ActivationOptions(Struct, frozen=True, kw_only=True):
     t: int = 1
     cp: int = 1
     dtype: Dtype = Dtype.bf16
-    # Memory techniques (tpcalc.calc.activations.exact.techniques), all off by default:
+    # Memory techniques (tpcalc.calc.activations.exact.techniques), off by default except
+    # moe_probs_in_act, which today's Megatron-Core always does:
     recompute_modules: tuple[str, ...] = ()  # Megatron recompute_modules, on top of ``recompute``
     fp8_cache: bool = False  # DeepSeek-V3 §3.3: Linear inputs and SwiGLU input kept in FP8
     fp8_linear_inputs: bool = False  # Transformer Engine FP8: each Linear keeps its FP8 input
-    moe_probs_in_act: bool = False  # Megatron-Core activation_func_with_probs
+    moe_probs_in_act: bool = True  # Megatron-Core activation_func_with_probs (core_v0.13.0+)
     router_dtype: RouterDtype = RouterDtype.fp32  # router scores and top-k probabilities
     capacity_factor: float | None = None  # expert capacity with dropping/padding (off)
 

@@ -30,8 +30,10 @@ Each technique is an explicit option of ``ActivationOptions`` (default off) and 
   The per-block scales of MXFP8 (one byte per 32 elements) are not counted.
 - Router probabilities applied inside the expert activation, ``moe_probs_in_act``
   (Megatron-Core ``experts.py`` ``activation_func_with_probs``: SwiGLU(fc1)·probs before fc2, so
-  the token combine keeps no expert output; the default ``False`` is the combine-side weighting
-  that keeps it).
+  the token combine keeps no expert output). It is the default, since Megatron-Core does so
+  unconditionally from core_v0.13.0 (NVIDIA/Megatron-LM 2659630721, "perf(MoE): Memory efficient
+  token permutation"); ``False`` is the combine-side weighting of older Megatron-Core, which keeps
+  every expert output for d(probs).
 """
 
 from __future__ import annotations
