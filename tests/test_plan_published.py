@@ -125,6 +125,36 @@ def test_a_megatron_bridge_moe_run_keeps_no_expert_output():
     assert over.memory_bytes - ch.memory_bytes == chunks * expert_output
 
 
+# Megatron-Bridge 25.11 performance summary, GPT-OSS-120B on 64 B200 (BF16): TP1 EP8 mbs 4. The
+# recipe preset at the summary's own commit (gpt_oss_workload_base_configs.py @ 5776a6d,
+# GPT_OSS_120B_PRETRAIN_CONFIG_B200_BF16_BASE_CONFIG) sets EP64, so none of its options is applied
+# (validate_time.recipe_options) and the layout is priced without its recompute modules
+# [layernorm, moe_act]; the 26.04.01 preset for the printed EP8 sets the same modules.
+def test_an_infeasible_layout_says_which_preset_options_were_left_out():
+    from tpcalc.catalog import load_hardware
+
+    item = _item("mbridge-25.11-gpt-oss-120b-b200-64-bf16")
+    assert item.memory_case.run.memory.recompute_modules == ()
+    over = check(item, _echo(1.0))
+    assert not over.feasible
+    said = (
+        "needs 181.0 GB per rank of 180 GB; the recipe preset sets expert_model_parallel_size 64 "
+        "where the row prints 8, so its options are not applied, among them recompute_modules "
+        "layernorm,moe_act"
+    )
+    assert said in over.why()
+    # with the preset's modules the printed layout fits the card
+    run = item.memory_case.run
+    memory = replace(run.memory, recompute_modules=("layernorm", "moe_act"))
+    kept = replace(item, memory_case=replace(item.memory_case, run=replace(run, memory=memory)))
+    fits = check(kept, _echo(1.0))
+    assert fits.feasible and fits.memory_bytes < load_hardware("b200").memory_bytes.value
+    assert round(fits.memory_bytes / 1e9, 1) == 161.0  # README, printed to 0.1 GB
+    assert "recipe preset" not in fits.why()  # said only of a layout that does not fit
+    # a row whose preset is applied says nothing of it
+    assert _item("mbridge-26.04.01-gpt-oss-120b-b200-64-bf16").preset_note is None
+
+
 # Megatron-Bridge 26.04.01 performance summary, Llama 3.1 405B on 256 GB200 (MXFP8): PP16 VP8 is
 # 128 virtual stages for 126 decoder layers. The recipe counts the embedding and the loss as
 # layers (recipes/llama/llama3.py llama31_405b_pretrain_config @ 21d102f, lines 1146-1147,

@@ -43,6 +43,7 @@ from tpcalc.catalog import load_hardware, load_model
 from tpcalc.choices import Recompute, Schedule, StateRecipe
 from tpcalc.errors import ConfigError
 from tpcalc.reports.validate_time import (
+    PER_STEP_FIELDS,
     Case,
     case_of,
     load_runs,
@@ -87,6 +88,9 @@ class Published(Struct, frozen=True):
     # what the run's software could do, as pins (row ``software``: e.g. Megatron-LM of 2021 had
     # no selective recompute, sequence parallelism or ZeRO); the held planner keeps to them
     software: dict[str, Any] = field(default_factory=dict)
+    # where the row's recipe preset describes another layout: what differs and the memory options
+    # the preset sets, which are therefore not applied (``preset_elsewhere``)
+    preset_note: str | None = None
 
 
 def _unstated(row: dict[str, Any]) -> tuple[tuple[str, ...], dict[str, Any]]:
@@ -104,6 +108,38 @@ def _software(row: dict[str, Any]) -> dict[str, Any]:
     pins = dict((row.get("software") or {}).get("pins") or {})
     _check_dims(row, "software", tuple(pins))
     return pins
+
+
+# The recipe fields that decide what a rank keeps, named when a preset's are not applied.
+PRESET_MEMORY_FIELDS = (
+    "recompute_granularity", "recompute_modules", "recompute_num_layers",
+    "cpu_offloading_num_layers",
+)  # fmt: skip
+
+
+def preset_elsewhere(row: dict[str, Any]) -> str | None:
+    """Where the row's recipe preset describes another layout than the printed row
+    (``disagrees_with_row`` beyond the per-step fields), ``recipe_options`` applies none of its
+    options, so the layout is priced at the FRAMEWORK defaults: what differs, and the memory
+    options the preset sets that are therefore left out. None when the preset is applied."""
+    recipe = row.get("recipe") or {}
+    differ = {
+        k: v for k, v in (recipe.get("disagrees_with_row") or {}).items()
+        if k not in PER_STEP_FIELDS
+    }  # fmt: skip
+    if not differ:
+        return None
+    sets = {**(recipe.get("derived") or {}), **(recipe.get("fields") or {})}
+    dropped = [
+        f"{k} {','.join(map(str, v)) if isinstance(v, list) else v}"
+        for k in PRESET_MEMORY_FIELDS
+        if (v := sets.get(k)) not in _OFF
+    ]
+    where = ", ".join(
+        f"{k} {v['preset']} where the row prints {v['row']}" for k, v in differ.items()
+    )
+    among = f", among them {' and '.join(dropped)}" if dropped else ""
+    return f"the recipe preset sets {where}, so its options are not applied{among}"
 
 
 def _check_dims(row: dict[str, Any], where: str, dims: tuple[str, ...]) -> None:
@@ -175,7 +211,14 @@ def published(row: dict[str, Any]) -> Published | str:
     memory_case = replace(case, layout=layout, run=run)
     unstated, stated = _unstated(row)
     return Published(
-        case, memory_case, row["global_batch"], unmodelled, unstated, stated, _software(row)
+        case,
+        memory_case,
+        row["global_batch"],
+        unmodelled,
+        unstated,
+        stated,
+        _software(row),
+        preset_elsewhere(row),
     )
 
 
@@ -416,6 +459,8 @@ class Check(Struct, frozen=True):
         reasons = []
         if self.problem is not None:
             reasons.append(self.problem)
+            if self.item.preset_note is not None:
+                reasons.append(self.item.preset_note)
         if self.pick.steps and not self.in_top_or_close:
             best = self.pick.steps[0]
             part = max(STEP_PARTS, key=lambda p: getattr(self.published, p) - getattr(best, p))
