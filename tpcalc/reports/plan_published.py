@@ -136,7 +136,8 @@ def preset_elsewhere(row: dict[str, Any]) -> str | None:
         if (v := sets.get(k)) not in _OFF
     ]
     where = ", ".join(
-        f"{k} {v['preset']} where the row prints {v['row']}" for k, v in differ.items()
+        f"{k} {v.get('preset')} where the row prints {v.get('row')}" if isinstance(v, dict) else k
+        for k, v in differ.items()
     )
     among = f", among them {' and '.join(dropped)}" if dropped else ""
     return f"the recipe preset sets {where}, so its options are not applied{among}"
