@@ -245,6 +245,38 @@ def test_memory_over_card_is_a_term_not_a_formatted_warning(llama70b, h100):
     assert any("more than the card's memory" in w for w in report.warnings)
 
 
+# The last stage's loss holds the logits of one micro-batch, [s·b, V/tp] per rank, at the bytes
+# per logit of its kernel (choices.LossKernel): one FP32 copy (seed 003 §7.3.4, 4 B); Megatron-
+# Core's cross_entropy.py (.float() beside the BF16 logits the model holds, 2 + 4 B); Transformer
+# Engine's cross_entropy.py (the BF16 logits saved, the gradient returned in them, 2 B).
+@pytest.mark.parametrize(("tp", "pp"), [(1, 1), (4, 2)])
+def test_the_loss_kernel_sets_the_bytes_per_logit_of_the_last_stage(tp, pp):
+    from tpcalc.calc.layout.groups import MemoryTechniques
+    from tpcalc.calc.layout.memory import rank_memory
+
+    spec, seq, b = load_model("llama3-8b"), 8192, 2
+    lay = ParallelLayout(gpus_per_node=8, tp=tp, pp=pp, dp=8 // (tp * pp) or 1)
+
+    def ranks(kernel: str):
+        run = LayoutRun(seq=seq, micro_batch=b, microbatches=4,
+                        memory=MemoryTechniques(loss_kernel=kernel))  # fmt: skip
+        return rank_memory(
+            spec, lay, seq=seq, micro_batch=b, microbatches=4, vpp=1, schedule=run.schedule,
+            recipe=run.recipe, sp=run.sp, recompute=run.recompute, techniques=run.memory,
+        )  # fmt: skip
+
+    one_byte = seq * b * spec.vocab_size / tp  # one byte per logit of the rank's vocab shard
+    copy, megatron, te = (ranks(k) for k in ("fp32-copy", "megatron", "te"))
+    assert copy[-1].buffer_bytes == 4 * one_byte  # the last stage holds the loss
+    assert megatron[-1].buffer_bytes == 6 * one_byte
+    assert te[-1].buffer_bytes == 2 * one_byte
+    for r in range(pp - 1):  # no other stage holds logits
+        assert copy[r].buffer_bytes == megatron[r].buffer_bytes == te[r].buffer_bytes == 0
+    # Llama 3 8B at TP1, 8,192 tokens: 2.1 GB between the kernels, as README says
+    if tp == 1:
+        assert round(one_byte * 2 / b / 1e9, 1) == 2.1
+
+
 @pytest.mark.parametrize("probs_in_act", [False, True])
 def test_an_moe_layout_over_the_card_names_the_expert_output_it_keeps(probs_in_act):
     """DeepSeek-V3 on 2,048 H800 (PP16 EP64 DualPipe, no recompute, no FP8 cache) is over the card

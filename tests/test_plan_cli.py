@@ -553,6 +553,31 @@ def test_plan_with_the_combine_side_weighting_reproduces_in_tpcalc_layout():
     assert keeps["memory_bytes_per_rank"] > default["memory_bytes_per_rank"]
 
 
+def test_plan_with_a_loss_kernel_reproduces_in_tpcalc_layout():
+    """--loss-kernel is echoed, carried into the reproducing command, and priced the same by
+    tpcalc layout; Transformer Engine's kernel (2 B per logit) needs less memory than the
+    default FP32 copy (4 B) for the same layout."""
+    import shlex
+
+    args = ("plan", "-m", "llama3-8b", "--gpus", "8", "--seq", "8192", "--global-batch", "16",
+            "--pp", "1", "--top", "1")  # fmt: skip
+    rows = json.loads(run_cli(*args, "--loss-kernel", "te", "-f", "json").out)
+    assert rows and all(row["loss_kernel"] == "te" for row in rows)
+    table = run_cli(*args, "--loss-kernel", "te")
+    assert table.code == 0, table.err
+    assert "loss_kernel=te" in table.out
+    line = next(x for x in table.out.splitlines() if x.startswith("Reproduce the best: "))
+    command = shlex.split(line.removeprefix("Reproduce the best: "))
+    assert command[command.index("--loss-kernel") + 1] == "te"
+    te = json.loads(run_cli(*command[1:], "-f", "json").out)[-1]
+    assert te["loss_kernel"] == "te"
+    assert te["memory_bytes_per_rank"] == pytest.approx(rows[0]["memory_bytes_per_rank"], rel=1e-9)
+    at = command.index("--loss-kernel")
+    copy = json.loads(run_cli(*command[1:at], *command[at + 2 :], "-f", "json").out)[-1]
+    assert copy["loss_kernel"] == "fp32-copy"
+    assert copy["memory_bytes_per_rank"] > te["memory_bytes_per_rank"]
+
+
 def test_help_shows_the_dispatcher():
     words = run_cli("plan", "--help").out.split()
     text = " ".join(w for w in words if w != "\\")  # an example's lines joined

@@ -55,6 +55,25 @@ class AttentionKernel(str, Enum):
     sdpa_math = "sdpa-math"
 
 
+class LossKernel(str, Enum):
+    """The cross-entropy kernel of the last stage, which decides how many bytes per logit
+    ([tokens, V/tp] per rank) the loss holds at its peak:
+
+    - ``fp32-copy`` (the default, the seeds' convention): one FP32 copy (seed 003 §7.3.4), 4 B.
+    - ``megatron``: Megatron-Core's vocab-parallel cross-entropy, fused or not
+      (``megatron/core/tensor_parallel/cross_entropy.py``, ``calculate_logits_max``): it takes
+      ``.float()`` of the 16-bit logits, which the model holds until the loss returns, and its
+      FP32 gradient is cast back to the logits' dtype in backward: 2 + 4 B.
+    - ``te``: Transformer Engine's ``parallel_cross_entropy``
+      (``transformer_engine/pytorch/cross_entropy.py``; Megatron ``cross_entropy_fusion_impl
+      te``): it saves the 16-bit logits and returns their gradient in the same tensor, 2 B.
+    """
+
+    fp32_copy = "fp32-copy"
+    megatron = "megatron"
+    te = "te"
+
+
 class EpRouting(str, Enum):
     """How a token's k expert copies are spread over nodes (see the module docstring)."""
 

@@ -14,6 +14,7 @@ from tpcalc.choices import (
     ActivationModel,
     AttentionKernel,
     LinkChoice,
+    LossKernel,
     MoeDispatcher,
     RouterDtype,
     Schedule,
@@ -277,6 +278,17 @@ OffloadLayersOpt = Annotated[
 ]
 
 
+LossKernelOpt = Annotated[
+    LossKernel,
+    typer.Option(
+        "--loss-kernel",
+        help="The last stage's cross-entropy kernel, which decides the bytes per logit it holds: "
+        "'fp32-copy' (one FP32 copy, seed 003 §7.3.4), 'megatron' (Megatron-Core's "
+        "vocab-parallel cross-entropy: the BF16 logits beside their FP32 copy, 6 B) or 'te' "
+        "(Transformer Engine, cross_entropy_fusion_impl te: the BF16 logits alone, 2 B). "
+        "Example: --loss-kernel te",
+    ),
+]
 DispatcherOpt = Annotated[
     MoeDispatcher,
     typer.Option(

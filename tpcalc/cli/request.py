@@ -48,6 +48,7 @@ TECHNIQUE_OPTIONS: dict[str, str] = {
     "router_dtype": "router_dtype",
     "dropout": "dropout",
     "attention": "attention",
+    "loss_kernel": "loss_kernel",
 }
 # option parameter name -> Layout field
 LAYOUT_OPTIONS: dict[str, str] = {

@@ -104,7 +104,7 @@ def _shared(result: PlanResult) -> dict[str, Scalar]:
         "moe_dispatcher": req.memory.moe_dispatcher,
         "ep_dispatch": "node-aware" if req.time_options.ep_node_dedup else "all-to-all",
         "dropout": req.memory.echo()["dropout"],
-        "attention": req.memory.attention,
+        "attention": req.memory.attention, "loss_kernel": req.memory.loss_kernel,
         # how the experts are weighted decides whether each expert output is kept (MoE only)
         **({"moe_probs_in_act": req.memory.moe_probs_in_act} if req.spec.is_moe else {}),
     }  # fmt: skip
@@ -318,6 +318,8 @@ def technique_args(memory: MemoryTechniques) -> list[str]:
         args += ["--offload-layers", str(memory.offload_layers)]
     if memory.moe_dispatcher != base.moe_dispatcher:
         args += ["--moe-dispatcher", memory.moe_dispatcher]
+    if memory.loss_kernel != base.loss_kernel:
+        args += ["--loss-kernel", memory.loss_kernel]
     if memory.capacity_factor is not None:
         args += ["--capacity-factor", f"{memory.capacity_factor:g}"]
     if memory.router_dtype != base.router_dtype:

@@ -22,7 +22,14 @@ from tpcalc.calc.dp.stage import ZeroStage
 from tpcalc.calc.links.link import Link, link_for_group, nodes_spanned
 from tpcalc.calc.pipeline.schedule import check_pipeline
 from tpcalc.calc.tp.rules import tp_problem
-from tpcalc.choices import ActivationModel, AttentionKernel, Recompute, Schedule, StateRecipe
+from tpcalc.choices import (
+    ActivationModel,
+    AttentionKernel,
+    LossKernel,
+    Recompute,
+    Schedule,
+    StateRecipe,
+)
 from tpcalc.errors import InputError, TpcalcError
 from tpcalc.specs import ModelSpec
 from tpcalc.terms import Scalar
@@ -144,6 +151,8 @@ class MemoryTechniques(Struct, frozen=True, kw_only=True):
     # the attention kernel (choices.AttentionKernel): "flash" never stores the scores; "eager"
     # (Megatron's own attention before FlashAttention) materialises them, in memory and in time
     attention: str = AttentionKernel.flash.value
+    # the last stage's cross-entropy kernel (choices.LossKernel): the bytes per logit it holds
+    loss_kernel: str = LossKernel.fp32_copy.value
 
     def echo(self) -> dict[str, Scalar]:
         return {
@@ -154,7 +163,7 @@ class MemoryTechniques(Struct, frozen=True, kw_only=True):
             "moe_dispatcher": self.moe_dispatcher, "router_dtype": self.router_dtype,
             "capacity_factor": "none" if self.capacity_factor is None else self.capacity_factor,
             "dropout": "model" if self.dropout is None else self.dropout,
-            "attention": self.attention,
+            "attention": self.attention, "loss_kernel": self.loss_kernel,
         }  # fmt: skip
 
 

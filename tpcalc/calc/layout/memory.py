@@ -43,6 +43,7 @@ from tpcalc.calc.pipeline.schedule import (
 from tpcalc.choices import (
     ActivationModel,
     AttentionKernel,
+    LossKernel,
     Recompute,
     RouterDtype,
     Schedule,
@@ -52,7 +53,7 @@ from tpcalc.errors import InputError
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.units import Dtype
 
-LOGITS_BYTES = Dtype.fp32.bytes  # fp32 logits for the cross-entropy (seed 003 §7.3.4)
+LOGITS_FP32_BYTES = Dtype.fp32.bytes  # the loss's FP32 logits (seed 003 §7.3.4)
 DISPATCH_BUFFERS = 2  # alltoall dispatcher: permuted send buffer + received tokens
 OFFLOAD_DIRECTIONS = 2  # device -> host after the forward, host -> device before the backward
 
@@ -60,7 +61,9 @@ SRC_STATES = (
     "ZeRO §5 over dp·cp (dense) and dp·cp·tp/(ep·etp) (experts); Megatron-Core MoE expert-DP"
 )
 SRC_BUFFERS = (
-    "seed 003 §7.3.4 (fp32 logits, V/tp with the vocab-parallel cross-entropy); Megatron-Core "
+    "seed 003 §7.3.4 (fp32 logits, V/tp with the vocab-parallel cross-entropy), the bytes per "
+    "logit of each loss kernel (choices.LossKernel: Megatron-Core "
+    "tensor_parallel/cross_entropy.py, Transformer Engine pytorch/cross_entropy.py); Megatron-Core "
     "MoEAlltoAllTokenDispatcher permute/all-to-all buffers, MoEAllGatherTokenDispatcher "
     "gathered tokens of the tp·ep group"
 )
@@ -291,20 +294,32 @@ def rank_working_bytes(
     return out
 
 
+def logit_bytes(kernel: LossKernel, act_bytes: int) -> int:
+    """Bytes per logit the last stage's loss holds at its peak (``choices.LossKernel``): one
+    FP32 copy; Megatron-Core's, the 16-bit logits beside their FP32 copy; Transformer
+    Engine's, the 16-bit logits alone, their gradient written back into them."""
+    return {
+        LossKernel.fp32_copy: LOGITS_FP32_BYTES,
+        LossKernel.megatron: act_bytes + LOGITS_FP32_BYTES,
+        LossKernel.te: act_bytes,
+    }[kernel]
+
+
 def buffer_bytes(
     spec: ModelSpec, layout: ParallelLayout, *, seq: int, micro_batch: int, last: bool,
     techniques: MemoryTechniques, act_bytes: int,
 ) -> float:  # fmt: skip
-    """Transient buffers outside the saved activations: on the last stage the fp32 logits of
-    one micro-batch, V/tp per rank (seed 003 §7.3.4; Megatron's vocab-parallel cross-entropy),
-    and on MoE ranks one layer's dispatch buffers (``SRC_BUFFERS``): the alltoall dispatcher
-    sends and receives T·k copies (2·T·k·h, or the padded capacity cf·T·k), the allgather
-    dispatcher holds the tokens of its tp·ep group (T·tp·ep·h). T = s·b/(cp·tp) tokens routed
-    from this rank."""
+    """Transient buffers outside the saved activations: on the last stage the logits of one
+    micro-batch, V/tp per rank, at the bytes per logit its loss kernel holds (``logit_bytes``;
+    seed 003 §7.3.4: one FP32 copy), and on MoE ranks one layer's dispatch buffers
+    (``SRC_BUFFERS``): the alltoall dispatcher sends and receives T·k copies (2·T·k·h, or the
+    padded capacity cf·T·k), the allgather dispatcher holds the tokens of its tp·ep group
+    (T·tp·ep·h). T = s·b/(cp·tp) tokens routed from this rank."""
     tokens = seq * micro_batch // layout.cp
     out = 0.0
     if last:
-        out += LOGITS_BYTES * tokens * spec.vocab_size / layout.tp
+        per_logit = logit_bytes(LossKernel(techniques.loss_kernel), act_bytes)
+        out += per_logit * tokens * spec.vocab_size / layout.tp
     if spec.is_moe:
         own = tokens // layout.tp
         if techniques.moe_dispatcher == "allgather":
