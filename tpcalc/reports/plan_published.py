@@ -43,11 +43,12 @@ from tpcalc.catalog import load_hardware, load_model
 from tpcalc.choices import Recompute, Schedule, StateRecipe
 from tpcalc.errors import ConfigError
 from tpcalc.reports.validate_time import (
-    PER_STEP_FIELDS,
     Case,
     case_of,
     load_runs,
     precision_options,
+    preset_disagreement,
+    preset_options,
     recipe_options,
     row_enum,
 )
@@ -122,14 +123,10 @@ def preset_elsewhere(row: dict[str, Any]) -> str | None:
     (``disagrees_with_row`` beyond the per-step fields), ``recipe_options`` applies none of its
     options, so the layout is priced at the FRAMEWORK defaults: what differs, and the memory
     options the preset sets that are therefore left out. None when the preset is applied."""
-    recipe = row.get("recipe") or {}
-    differ = {
-        k: v for k, v in (recipe.get("disagrees_with_row") or {}).items()
-        if k not in PER_STEP_FIELDS
-    }  # fmt: skip
+    differ = preset_disagreement(row)
     if not differ:
         return None
-    sets = {**(recipe.get("derived") or {}), **(recipe.get("fields") or {})}
+    sets = preset_options(row)
     dropped = [
         f"{k} {','.join(map(str, v)) if isinstance(v, list) else v}"
         for k in PRESET_MEMORY_FIELDS

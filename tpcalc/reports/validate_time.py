@@ -368,9 +368,20 @@ def recipe_options(row: dict[str, Any]) -> dict[str, Any]:
     A preset that differs from the row in the global batch alone describes the same layout
     (``PER_STEP_FIELDS``), so its options apply.
     """
+    return {} if preset_disagreement(row) else preset_options(row)
+
+
+def preset_disagreement(row: dict[str, Any]) -> dict[str, Any]:
+    """Where the row's recipe preset describes another layout than the printed row: its
+    ``disagrees_with_row`` entries beyond ``PER_STEP_FIELDS`` (empty: the preset applies)."""
+    differ = (row.get("recipe") or {}).get("disagrees_with_row") or {}
+    return {k: v for k, v in differ.items() if k not in PER_STEP_FIELDS}
+
+
+def preset_options(row: dict[str, Any]) -> dict[str, Any]:
+    """Every option the row's recipe preset sets (library defaults, pipeline split, the
+    launcher's derived settings, the preset's fields), whether or not it describes the row."""
     recipe = row.get("recipe") or {}
-    if set(recipe.get("disagrees_with_row") or {}) - PER_STEP_FIELDS:
-        return {}
     split = {k: v for k, v in (recipe.get("pipeline_split") or {}).items() if k != "source"}
     return {
         **recipe.get("defaults", {}), **split, **recipe.get("derived", {}),
