@@ -171,3 +171,53 @@ def test_per_stage_times_make_the_slowest_stage_set_the_pace():
 def test_bad_input(args, match):
     with pytest.raises(InputError, match=match):
         simulate(*args)
+
+
+HOP_S = 1e-5  # a send far shorter than any pass: the count of exposed sends, not their overlap
+HOP_TIMES = [(1, 1, 1), (1, 2, 1), (1, 0.5, 0.5), (2, 3, 1), (1, 1, 2), (0.2, 1, 1)]
+
+
+def _exposed_by_simulation(schedule: Schedule, p: int, m: int, v: int, times) -> float:
+    """How many sends a step lengthens by: (makespan with hop_s − without) / hop_s."""
+    free = simulate(schedule, p, m, v, *times).makespan_s
+    return (simulate(schedule, p, m, v, *times, hop_s=HOP_S).makespan_s - free) / HOP_S
+
+
+@pytest.mark.parametrize("times", HOP_TIMES)
+@pytest.mark.parametrize(
+    ("schedule", "v"),
+    [(Schedule.gpipe, 1), (Schedule.one_f_one_b, 1), (Schedule.zb_h1, 1),
+     (Schedule.interleaved, 2), (Schedule.interleaved, 3)],
+)  # fmt: skip
+def test_exposed_sends_are_what_the_simulated_order_waits_for(schedule, v, times):
+    """pipeline.schedule.exposed_sends against the simulator with a send time on every
+    cross-stage dependency, over p and m (m a multiple of p for interleaved): equal, and for
+    ZB-H1 outside Qi et al. 2023 §3.1's regime (W ≤ min(F, B)) at most the count (its W
+    passes then leave more slack)."""
+    f, b, w = times
+    for p in (2, 3, 4, 8):
+        for m in range(p, 3 * p + 2):
+            if schedule is Schedule.interleaved and m % p:
+                continue
+            got = _exposed_by_simulation(schedule, p, m, v, times)
+            want = pp.exposed_sends(schedule, p, m, v)
+            if schedule is Schedule.zb_h1 and w > min(f, b):
+                assert got <= want + 1e-6, (p, m)
+            else:
+                assert got == pytest.approx(want, abs=1e-6), (p, m)
+
+
+def test_1f1b_exposes_its_steady_state_and_interleaving_its_virtual_stages():
+    """The two counts the step model uses most, at p = 8, m = 32 (seed 000's pipeline):
+    1F1B waits on 2(p−1) fill and drain sends plus 2⌊(m−1)(p−1)/p⌋ = 54 in the steady state;
+    interleaved (v = 4) on 2(p·v − 1) = 62, whatever m."""
+    assert pp.exposed_sends(Schedule.one_f_one_b, 8, 32, 1) == 14 + 54
+    assert pp.exposed_sends(Schedule.interleaved, 8, 32, 4) == 62
+    assert pp.exposed_sends(Schedule.interleaved, 8, 64, 4) == 62
+    assert pp.exposed_sends(Schedule.gpipe, 8, 32, 1) == 14
+    assert pp.exposed_sends(Schedule.one_f_one_b, 1, 32, 1) == 0
+
+
+def test_bad_hop():
+    with pytest.raises(InputError, match="hop_s"):
+        simulate(Schedule.one_f_one_b, 4, 8, 1, 1, 1, 1, hop_s=-1.0)

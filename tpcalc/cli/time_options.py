@@ -60,9 +60,10 @@ PpOverlapOpt = Annotated[
     bool,
     typer.Option(
         "--pp-overlap/--no-pp-overlap",
-        help="Run the steady state's stage-to-stage sends under compute (only the fill and drain "
-        "exposed); --no-pp-overlap waits on every send, as Megatron without overlap_p2p_comm "
-        "(and Megatron-LM of 2021-2022) does.",
+        help="Run stage-to-stage sends beside compute: only those the schedule waits for are "
+        "exposed (the fill and drain, and 1F1B's steady state, where each pass waits on a "
+        "neighbour's); --no-pp-overlap waits on every send, as Megatron without "
+        "overlap_p2p_comm (and Megatron-LM of 2021-2022) does.",
     ),
 ]
 PpScatterGatherOpt = Annotated[

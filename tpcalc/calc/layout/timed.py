@@ -28,7 +28,7 @@ def overlap_text(opts: TimeOptions) -> dict[str, str]:
         "ep": "under the expert GEMMs with DualPipe, else exposed"
         if ov.ep_a2a is None
         else said(ov.ep_a2a, "under the expert GEMMs (--ep-overlap)", "exposed"),
-        "pp": said(ov.pp_p2p, "steady state hidden; fill and drain exposed", "exposed"),
+        "pp": said(ov.pp_p2p, "beside compute; what the schedule waits for exposed", "exposed"),
         "dp": said(
             ov.dp_grad_reduce and ov.dp_param_gather,
             "buckets under the backward drain and the forward fill",

@@ -46,6 +46,14 @@ DUALPIPE_PARAM_COPIES = 2
 DUALPIPE_EXTRA_IN_FLIGHT = 1  # Table 2: activation PP+1 micro-batches
 DUALPIPE_DIRECTIONS = 2  # micro-batches split evenly between the two directions
 P2P_SENDS_PER_MICROBATCH = 2  # its activation forward and its gradient backward (seed 000)
+SRC_EXPOSED_SENDS = (
+    "the schedule's published order with every stage-to-stage send a latency on its "
+    "dependency (tpcalc.calc.pipeline.timeline.simulate, hop_s; checked over p, m, v and F, B, W "
+    "by tests/test_timeline.py): Megatron-Core schedules.py waits for each pass's input before "
+    "running it (send_forward_recv_backward in 1F1B; with overlap_p2p_comm the interleaved "
+    "schedule posts the receive a pass ahead); DualPipe hides its sends under its F&B pairs "
+    "(DeepSeek-V3 report §3.2.1), so its fill and drain are counted"
+)
 
 
 class StageTimes(Struct, frozen=True):
@@ -279,6 +287,30 @@ def p2p_sends_per_rank(schedule: Schedule, p: int, m: int, v: int) -> int:
     if p == 1:
         return 0
     return P2P_SENDS_PER_MICROBATCH * m * (v if schedule is Schedule.interleaved else 1)
+
+
+def exposed_sends(schedule: Schedule, p: int, m: int, v: int) -> int:
+    """Stage-to-stage sends on a step's critical path when every send runs beside compute
+    (``SRC_EXPOSED_SENDS``), both directions counted.
+
+    The fill and drain cross p−1 stage boundaries each way. In 1F1B's steady state every pass
+    waits on a neighbour's pass that has just ended, so ⌊(m−1)(p−1)/p⌋ more round trips lie on
+    the path; ZB-H1's deferred W passes absorb all but p−1 of them (with W ≤ min(F, B), the
+    regime of Qi et al. 2023 §3.1; a longer W absorbs more, so the count is then an upper
+    bound); the interleaved schedule's fill and drain walk all p·v virtual stages and its
+    steady state has slack; GPipe runs each direction as one wave.
+    """
+    if p == 1:
+        return 0
+    fill = p - 1
+    if schedule is Schedule.interleaved:
+        fill = p * v - 1
+    steady = (m - 1) * (p - 1) // p
+    if schedule is Schedule.one_f_one_b:
+        fill += steady
+    elif schedule is Schedule.zb_h1:
+        fill += min(p - 1, steady)
+    return P2P_SENDS_PER_MICROBATCH * fill
 
 
 def bubble_time_s(schedule: Schedule, p: int, m: int, times: StageTimes, v: int = 1) -> float:

@@ -2,9 +2,12 @@
 
 Each stage runs a fixed, published order of operations; an operation starts when its stage is
 free and its predecessors have ended (the forward of the previous stage, the backward of the
-next stage, its own B before its W). Communication is free, as in every closed-form bubble the
-project prints (``tpcalc.calc.pipeline.schedule``), so the idle time the simulation leaves on
-each stage can be compared with them. The orders:
+next stage, its own B before its W). By default communication is free, as in every closed-form
+bubble the project prints (``tpcalc.calc.pipeline.schedule``), so the idle time the simulation
+leaves on each stage can be compared with them. With ``hop_s`` every pass that waits on another
+stage's pass waits that much longer (the send of its activation or gradient, issued when that
+pass ends and running beside the sender's next pass): what the schedule's order leaves of the
+sends on the critical path (``schedule.exposed_sends``). The orders:
 
 - GPipe: all forwards, then all backwards (Huang et al. 2019 §2.3).
 - 1F1B: p-1-r warm-up forwards on stage r, then one forward and one backward in turn, then the
@@ -271,6 +274,12 @@ def _dependencies(schedule: Schedule, p: int, v: int) -> Callable[[int, Op], lis
     return deps
 
 
+def _hop(key: tuple, rank: int, op: Op, hop_s: float) -> float:
+    """The send between a predecessor ``key`` and (rank, op): none within one stage's chunk
+    (its own forward, its own B before W), ``hop_s`` from any other stage or chunk."""
+    return 0.0 if (key[0], key[3]) == (rank, op[2]) else hop_s
+
+
 def _group(kind: Kind) -> str:
     """B and BW both produce the input gradient the previous stage waits for."""
     return {Kind.forward: "F", Kind.backward_weight: "W"}.get(kind, "B")
@@ -284,9 +293,11 @@ def simulate(
     forward_s: Times,
     backward_input_s: Times,
     backward_weight_s: Times,
+    hop_s: float = 0.0,
 ) -> Timeline:
     """Simulate one step of ``schedule`` on p stages with m micro-batches (v chunks per stage for
-    interleaved); F, B, W in seconds, one for all stages or one per stage.
+    interleaved); F, B, W in seconds, one for all stages or one per stage; ``hop_s``: the time
+    a send between two stages takes (0: communication is free).
 
     Raises InputError for a pipeline ``check_pipeline`` refuses (with one layer per chunk, the
     simulator needs no model) or the interleaved schedule with m not a multiple of p (Megatron-LM
@@ -298,6 +309,8 @@ def simulate(
             f"the interleaved schedule needs microbatches divisible by pp, as Megatron-LM's "
             f"interleaved order does: {m} by {p}"
         )
+    if not hop_s >= 0:
+        raise InputError(f"hop_s={hop_s}: a send time must be a non-negative number of seconds")
     fwd = _per_stage(forward_s, p, "F")
     bwd = _per_stage(backward_input_s, p, "B")
     wgt = _per_stage(backward_weight_s, p, "W")
@@ -333,7 +346,7 @@ def simulate(
                 need = deps(r, op)
                 if any(k not in ends for k in need):
                     break
-                start = max([free[r], *(ends[k] for k in need)])
+                start = max([free[r], *(ends[k] + _hop(k, r, op, hop_s) for k in need)])
                 end = start + duration(r, op[0])
                 kind, j, chunk = op
                 ends[(r, _group(kind), j, chunk)] = end

@@ -17,11 +17,12 @@ F°, B°, W° ≤ the step's summed F, B, W (W° equal). Then
 
 (stages split as ``step.stage_layers`` splits them), because every bubble formula of
 ``pipeline.bubble_time_s`` grows with F and B at a fixed W, and ``rest`` is the least the other
-parts can be: the pipeline sends of the fill and drain, 2(p−1) of them (``step._pp_exposed``
-exposes at least those), and stage 0's data-parallel tail, which the step's tail (a maximum over
-stages, ``step._tail``) is at least: its first gradient bucket (and first parameter gather with
-a distributed optimizer), exposed whatever the overlap (``step._dp_exposed``), plus its Adam step
-over the dense shard (``step._optimizer_s``).
+parts can be: the pipeline sends the schedule waits for, as many as the step counts
+(``step.pp_send_count``), each at its transfer time without the TP all-gather the scatter/gather
+trick adds (``step._pp_exposed``), and stage 0's data-parallel tail, which the step's tail (a
+maximum over stages, ``step._tail``) is at least: its first gradient bucket (and first parameter
+gather with a distributed optimizer), exposed whatever the overlap (``step._dp_exposed``), plus
+its Adam step over the dense shard (``step._optimizer_s``).
 
 The step is also at least as long as its busiest link is busy (``step._busiest_link_s``, link
 contention), so each bound is the larger of the sum above and a stage's NIC traffic: its
@@ -76,7 +77,6 @@ from tpcalc.calc.time.step import (
     DDP_BUCKET_MIN_PARAMS,
     DDP_BUCKET_PARAMS_PER_DP_RANK,
     KV_TENSORS,
-    P2P_PASSES,
     RECOMPUTE_MODULE_OPS,
     TP_FWD_COLLECTIVES,
     TP_GEMMS,
@@ -84,6 +84,7 @@ from tpcalc.calc.time.step import (
     attention_pass_s,
     cp_ring_s,
     exposed_s,
+    pp_send_count,
     scatter_gather,
     scores_of,
     stage_layers,
@@ -180,6 +181,7 @@ class StepBounds:
         self._stacked: dict[tuple, tuple] = {}
         self._links: dict[tuple, dict] = {}
         self._sends: dict[tuple, float] = {}
+        self._counts: dict[tuple, np.ndarray] = {}
         self._stage_rows: dict[tuple[int, int], tuple[np.ndarray, int, int, list[int]]] = {}
         self.shards = 0
         self._mode_key = ModeKeys()
@@ -652,7 +654,8 @@ class StepBounds:
         return self._links[key]
 
     def pp_sends(self, shape: Shape, b: int, sp: bool) -> float:
-        """The pipeline sends of the fill and drain, 2(p−1) of them (step._pp_exposed)."""
+        """One stage-to-stage send of a micro-batch's activation (``step._pp_exposed``; its
+        count per schedule and micro-batch count is ``step.pp_send_count``)."""
         if shape.pp == 1:
             return 0.0
         key = (shape.tp, shape.cp, shape.pp, shape.dp, b, sp and shape.tp > 1)
@@ -664,7 +667,7 @@ class StepBounds:
             if scatter_gather(self.opts, sp, shape.tp):  # 1/t each; the TP all-gather not counted
                 msg /= shape.tp
             one = collective_time_s(self.r, Collective.p2p, msg, 2, nodes)
-            self._sends[key] = P2P_PASSES * (shape.pp - 1) * one
+            self._sends[key] = one
         return self._sends[key]
 
     def stacked(
@@ -1021,7 +1024,23 @@ class StepBounds:
         nic = np.array(traffic(first))
         for s in more:
             np.maximum(nic, traffic(s), out=nic)
-        return GroupTerms(m, sends + bubble, const[inv], groups, nic[inv])
+        return GroupTerms(
+            m, self._send_counts(shape.pp, vs, m) * sends + bubble, const[inv], groups, nic[inv]
+        )
+
+    def _send_counts(self, p: int, vs: list[Variant], m: np.ndarray) -> np.ndarray:
+        """The sends each variant's schedule waits for at each micro-batch count of ``m``
+        (``step.pp_send_count``), [V, M, 1, 1]; taken once per (p, variants, counts)."""
+        ns = tuple(int(n) for n in m[:, 0, 0])
+        key = (p, tuple((v.schedule, v.vpp) for v in vs), ns)
+        got = self._counts.get(key)
+        if got is None:
+            overlap = self.opts.overlap.pp_p2p
+            got = self._counts[key] = np.array(
+                [[pp_send_count(v.schedule, p, n, v.vpp, overlap=overlap) for n in ns] for v in vs],
+                dtype=np.float64,
+            )[:, :, None, None]
+        return got
 
     def _bubbles(
         self, shape: Shape, vs: list[Variant], modes: list[RecomputeMode], f_on: np.ndarray,
@@ -1379,8 +1398,8 @@ class StepBounds:
         self, shape: Shape, mbs: list[int], per_dp: int, sps: list[bool],
         modes: list[RecomputeMode],
     ) -> tuple[np.ndarray, ...]:  # fmt: skip
-        """Summed F°, B°, W° [M, S, R], the least pipeline sends [M, S, 1] and the micro-batch
-        counts [M, 1, 1] of a shape (``group``)."""
+        """Summed F°, B°, W° [M, S, R], one pipeline send [M, S, 1] and the micro-batch counts
+        [M, 1, 1] of a shape (``group``)."""
         key = (shape, tuple(mbs), tuple(sps), self._mode_key(modes))
         got = self._floors.get(key)
         if got is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tpcalc.calc.pipeline.schedule import SRC_EXPOSED_SENDS
 from tpcalc.explain import Explanation
 from tpcalc.terms import Unit
 
@@ -101,8 +102,10 @@ STEP_EXPLANATIONS: dict[str, Explanation] = {
     ),
     "pp_exposed_time_s": Explanation(
         "PP p2p, exposed", Unit.seconds,
-        "2 · (p−1) sends of [s/t, b, h] (fill and drain), or every send without overlap",
-        "Narayanan et al. 2021 §2.2; Megatron overlap_p2p_comm", STEP,
+        "sends of [s/t, b, h] the schedule's order waits for: 2(p−1) fill and drain "
+        "(2(p·v−1) interleaved) + 2⌊(m−1)(p−1)/p⌋ in 1F1B's steady state (ZB-H1: at most "
+        "2(p−1)); every send without overlap",
+        f"Narayanan et al. 2021 §2.2; Megatron overlap_p2p_comm; {SRC_EXPOSED_SENDS}", STEP,
     ),
     "dp_exposed_time_s": Explanation(
         "DP comm, exposed", Unit.seconds,

@@ -30,7 +30,10 @@ What real frameworks overlap, each an explicit ``Overlap`` flag with its source:
 - EP: the all-to-all is exposed unless ``ep_a2a`` (DualPipe, DeepSeek-V3 report §3.2.1, or
   Megatron's batch-level EP overlap where Megatron-Core allows it, ``ep.overlap``), then only
   beyond the expert compute.
-- PP: sends overlap the steady state (Megatron overlap_p2p_comm); fill and drain expose 2(p−1).
+- PP: sends run beside compute (Megatron overlap_p2p_comm); exposed are those the schedule's
+  order puts on the critical path (``pipeline.schedule.exposed_sends``, from the simulated
+  order: the fill and drain, 2(p−1), or 2(p·v−1) interleaved, and in 1F1B the steady state's
+  round trips, each pass waiting on a neighbour's pass that has just ended).
 - DP: gradient reduce-scatter (all-reduce without a distributed optimizer) runs in buckets
   under the backward of the last micro-batch, parameter all-gather under the first forward
   (Megatron DDP overlap_grad_reduce / overlap_param_gather; Li et al. 2020, PyTorch DDP §3.2.3):
@@ -75,6 +78,7 @@ from tpcalc.calc.pipeline.schedule import (
     DUALPIPE_DIRECTIONS,
     StageTimes,
     bubble_time_s,
+    exposed_sends,
     rank_layers,
     stage_split,
 )
@@ -987,9 +991,9 @@ def scatter_gather(opts: TimeOptions, sp: bool, tp: int) -> bool:
 
 
 def _pp_exposed(ctx: _Ctx, m: int, v: int, schedule: Schedule) -> tuple[float, float]:
-    """(exposed, total) seconds of pipeline sends: on the critical path are the fill and drain,
-    p−1 stage boundaries each way, when sends overlap the steady state, else every send of
-    every micro-batch and chunk."""
+    """(exposed, total) seconds of pipeline sends: when sends run beside compute, the ones the
+    schedule's order leaves on the critical path (``schedule.exposed_sends``: the fill and
+    drain, and 1F1B's steady state), else every send of every micro-batch and chunk."""
     p = ctx.layout.pp
     if p == 1:
         return 0.0, 0.0
@@ -1001,10 +1005,21 @@ def _pp_exposed(ctx: _Ctx, m: int, v: int, schedule: Schedule) -> tuple[float, f
         one = collective_time_s(ctx.r, Collective.p2p, msg / tp, 2, nodes) + gather
     else:
         one = collective_time_s(ctx.r, Collective.p2p, msg, 2, nodes)
+    every = pp_send_count(schedule, p, m, v, overlap=False)
+    return pp_send_count(schedule, p, m, v, overlap=ctx.opts.overlap.pp_p2p) * one, every * one
+
+
+def pp_send_count(schedule: Schedule, p: int, m: int, v: int, *, overlap: bool) -> int:
+    """Stage-to-stage sends a step waits for: with ``overlap`` (sends beside compute) those the
+    schedule's order puts on the critical path (``schedule.exposed_sends``), else every send
+    of every micro-batch and chunk, both directions (p − 1 boundaries of the fill and drain
+    besides)."""
+    if p == 1:
+        return 0
+    if overlap:
+        return exposed_sends(schedule, p, m, v)
     chunks = v if schedule is Schedule.interleaved else 1
-    every = m * chunks + p - 1
-    sends = (p - 1) if ctx.opts.overlap.pp_p2p else every
-    return P2P_PASSES * sends * one, P2P_PASSES * every * one
+    return P2P_PASSES * (m * chunks + p - 1)
 
 
 class MicroBatchCompute(Struct, frozen=True):
