@@ -102,8 +102,9 @@ def test_nemotron_340b_fits_with_its_launchers_bf16_optimizer_states():
 # mbs 2, no recompute. Megatron-Core (core_v0.13.0 on; every Megatron-Bridge table runs a later
 # one) weights each expert's output by its router probability inside the expert's activation,
 # so the token combine keeps no expert output (validate_time.FRAMEWORK["moe_probs_in_act"]). With
-# the combine-side weighting the published layout would need 87.6 GB of the 80 GB card: one
-# [tokens·k, h] BF16 expert output per MoE layer and micro-batch in flight.
+# the combine-side weighting the published layout would need 85.1 GB of the 80 GB card (its loss
+# priced as the recipe runs it, Transformer Engine's: recipe.loss): one [tokens·k, h] BF16 expert
+# output per MoE layer and micro-batch in flight.
 def test_a_megatron_bridge_moe_run_keeps_no_expert_output():
     from tpcalc.calc.pipeline.schedule import in_flight_chunks
     from tpcalc.catalog import load_model
@@ -116,7 +117,7 @@ def test_a_megatron_bridge_moe_run_keeps_no_expert_output():
     memory = replace(run.memory, moe_probs_in_act=False)
     combine = replace(item, memory_case=replace(item.memory_case, run=replace(run, memory=memory)))
     over = check(combine, _echo(1.0))
-    assert not over.feasible and "needs 87.6 GB per rank of 80 GB" in over.why()
+    assert not over.feasible and "needs 85.1 GB per rank of 80 GB" in over.why()
     spec, layout = load_model("qwen3-30b-a3b"), item.memory_case.layout
     # the last rank, the most loaded either way: its chunks in flight, one layer each (48 / 48)
     chunks = in_flight_chunks(run.schedule, layout.pp, run.microbatches, run.vpp, layout.pp - 1)
@@ -130,13 +131,20 @@ def test_a_megatron_bridge_moe_run_keeps_no_expert_output():
 # recipe preset at the summary's own commit (gpt_oss_workload_base_configs.py @ 5776a6d,
 # GPT_OSS_120B_PRETRAIN_CONFIG_B200_BF16_BASE_CONFIG) sets EP64, so none of its options is applied
 # (validate_time.recipe_options) and the layout is priced without its recompute modules
-# [layernorm, moe_act]; the 26.04.01 preset for the printed EP8 sets the same modules.
+# [layernorm, moe_act]; the 26.04.01 preset for the printed EP8 sets the same modules. It fits
+# with the loss its launcher runs, Transformer Engine's (recipe.loss: 2 B per logit); priced with
+# tpcalc's default FP32 copy (4 B) it would not, and the why column says which options were left
+# out.
 def test_an_infeasible_layout_says_which_preset_options_were_left_out():
-    from tpcalc.catalog import load_hardware
+    from tpcalc.catalog import load_hardware, load_model
 
     item = _item("mbridge-25.11-gpt-oss-120b-b200-64-bf16")
-    assert item.memory_case.run.memory.recompute_modules == ()
-    over = check(item, _echo(1.0))
+    run = item.memory_case.run
+    assert run.memory.recompute_modules == () and run.memory.loss_kernel == "te"
+    fits_te = check(item, _echo(1.0))
+    assert fits_te.feasible and "recipe preset" not in fits_te.why()
+    fp32 = replace(run, memory=replace(run.memory, loss_kernel="fp32-copy"))
+    over = check(replace(item, memory_case=replace(item.memory_case, run=fp32)), _echo(1.0))
     assert not over.feasible
     said = (
         "needs 181.0 GB per rank of 180 GB; the recipe preset sets expert_model_parallel_size 64 "
@@ -144,14 +152,16 @@ def test_an_infeasible_layout_says_which_preset_options_were_left_out():
         "layernorm,moe_act"
     )
     assert said in over.why()
-    # with the preset's modules the printed layout fits the card
-    run = item.memory_case.run
-    memory = replace(run.memory, recompute_modules=("layernorm", "moe_act"))
-    kept = replace(item, memory_case=replace(item.memory_case, run=replace(run, memory=memory)))
+    # the FP32 copy holds 2 B more per logit of the one rank's micro-batch (PP1, TP1)
+    tokens = run.seq * run.micro_batch
+    vocab = load_model("gpt-oss-120b").vocab_size
+    assert over.memory_bytes - fits_te.memory_bytes == 2 * tokens * vocab
+    # with the preset's modules the printed layout fits the card under the FP32 copy too
+    memory = replace(fp32.memory, recompute_modules=("layernorm", "moe_act"))
+    kept = replace(item, memory_case=replace(item.memory_case, run=replace(fp32, memory=memory)))
     fits = check(kept, _echo(1.0))
     assert fits.feasible and fits.memory_bytes < load_hardware("b200").memory_bytes.value
     assert round(fits.memory_bytes / 1e9, 1) == 161.0  # README, printed to 0.1 GB
-    assert "recipe preset" not in fits.why()  # said only of a layout that does not fit
     # a row whose preset is applied says nothing of it
     assert _item("mbridge-26.04.01-gpt-oss-120b-b200-64-bf16").preset_note is None
 
@@ -371,6 +381,57 @@ def test_the_planner_gets_the_rows_dispatcher(monkeypatch, run_id, flex, hold_pu
     assert request.time_options.ep_node_dedup is flex
     assert request.memory.moe_dispatcher == ("flex" if flex else "alltoall")
     assert request.time_options.overlap == item.case.options.overlap
+
+
+# --- the loss kernel each recipe runs (recipe.loss) ----------------------------------------
+# Every Megatron-Bridge performance launcher sets cross_entropy_fusion_impl "te"
+# (scripts/performance/utils/overrides.py _set_common_perf_overrides @ 5776a6d line 56;
+# perf_recipes/_common.py _benchmark_common) with the fusion on: Transformer Engine's
+# cross-entropy, 2 B per logit. NeMo 24.07 runs Megatron-Core's own (fused where the launcher
+# config sets cross_entropy_loss_fusion, else unfused): 6 B. A row with no recipe keeps tpcalc's
+# FP32 copy (4 B, seed 003 §7.3.4). The published layout is judged with it, and the planner is
+# asked the question with it.
+@pytest.mark.parametrize(
+    ("run_id", "kernel"),
+    [("mbridge-25.11-llama3-8b-h100-sxm-8-fp8-cs", "te"),
+     ("mbridge-26.04.01-gpt-oss-120b-b200-64-bf16", "te"),
+     ("nemo-24.07-llama3-8b-h100-8", "megatron"),
+     ("nemo-24.07-gpt3-5b-h100-64", "megatron"),
+     ("llama3-paper-405b-h100-16384-cp1", "fp32-copy")],
+)  # fmt: skip
+def test_the_recipes_loss_kernel_prices_the_layout_and_the_question(monkeypatch, run_id, kernel):
+    from types import SimpleNamespace
+
+    item = _item(run_id)
+    assert item.memory_case.run.memory.loss_kernel == kernel
+    asked = []
+
+    def fake_plan(request, progress=None):
+        asked.append(request)
+        return SimpleNamespace(top=())
+
+    monkeypatch.setattr("tpcalc.calc.plan.search.plan", fake_plan)
+    engine_planner()(item)
+    assert asked[0].memory.loss_kernel == kernel
+
+
+def test_the_loss_kernel_moves_the_last_stage_by_its_bytes_per_logit():
+    """Llama 3 8B on 8 H100 (Megatron-Bridge 25.11, TP1 PP1): Transformer Engine's loss holds
+    2 B per logit where the FP32 copy holds 4 and Megatron-Core's 6, on its one stage."""
+    from tpcalc.catalog import load_model
+
+    item = _item("mbridge-25.11-llama3-8b-h100-sxm-8-fp8-cs")
+    run = item.memory_case.run
+
+    def with_kernel(kernel: str) -> float:
+        memory = replace(run.memory, loss_kernel=kernel)
+        changed = replace(item.memory_case, run=replace(run, memory=memory))
+        return check(replace(item, memory_case=changed), _echo(1.0)).memory_bytes
+
+    logits = run.seq * run.micro_batch * load_model("llama3-8b").vocab_size
+    te, fp32, megatron = with_kernel("te"), with_kernel("fp32-copy"), with_kernel("megatron")
+    assert check(item, _echo(1.0)).memory_bytes == te
+    assert fp32 - te == 2 * logits and megatron - fp32 == 2 * logits
 
 
 # --- held-out recipes (tpcalc/validation/heldout.yaml, never fitted) -----------------------

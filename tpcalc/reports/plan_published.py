@@ -46,6 +46,7 @@ from tpcalc.reports.validate_time import (
     Case,
     case_of,
     load_runs,
+    loss_kernel,
     precision_options,
     preset_disagreement,
     preset_options,
@@ -197,6 +198,7 @@ def published(row: dict[str, Any]) -> Published | str:
     ):
         run = replace(run, recipe=StateRecipe.bf16_states)  # NeMo 1.x Apex optimizer in BF16
     run = _stated_memory(row, run)
+    run = replace(run, memory=replace(run.memory, loss_kernel=loss_kernel(row).value))
     precision = precision_options(row)
     if precision.get("fp8_param_gather"):  # FP8 primary weights, stored as format and card say
         fmt = fp8_format(str(precision.get("fp8_recipe")))

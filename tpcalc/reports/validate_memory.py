@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tpcalc.calc.layout.memory import RANK_TOTAL_FORMULA
+from tpcalc.choices import LossKernel
 from tpcalc.errors import ConfigError
 from tpcalc.terms import Report, Row, Term, Unit, term
 
@@ -48,6 +49,7 @@ class PublishedRun(BaseModel):
     fp8_cache: bool = False
     moe_probs_in_act: bool = True  # Megatron-Core 0.13+ (MemoryTechniques)
     mtp: bool = True
+    loss_kernel: LossKernel = LossKernel.fp32_copy
 
 
 class PublishedLayout(BaseModel):
@@ -90,6 +92,7 @@ def price_published(entry: PublishedLayout) -> Report:
         memory=MemoryTechniques(
             recompute_modules=run.recompute_modules, fp8_cache=run.fp8_cache,
             moe_probs_in_act=run.moe_probs_in_act, mtp=run.mtp,
+            loss_kernel=run.loss_kernel.value,
         ),
     )  # fmt: skip
     split = Layout(

@@ -23,7 +23,7 @@ from tpcalc.calc.layout.groups import LayoutRun, MemoryTechniques, ParallelLayou
 from tpcalc.calc.time.pipeline_layout import parse_pipeline_layout, split_text
 from tpcalc.calc.time.step import Overlap, StepTime, TimeOptions, hand_split, step_time
 from tpcalc.catalog import hardware_names, load_hardware, load_model, model_names
-from tpcalc.choices import AttentionKernel, Recompute, Schedule
+from tpcalc.choices import AttentionKernel, LossKernel, Recompute, Schedule
 from tpcalc.configfile import parse, read_text
 from tpcalc.errors import ConfigError, InputError
 from tpcalc.terms import Report, Row, Scalar, Term, Unit, term
@@ -59,6 +59,15 @@ FRAMEWORK = {
         "2659630721, 'perf(MoE): Memory efficient token permutation', 2025-04-09: "
         "activation_func_with_probs in experts.py, the unpermute given no probabilities), and "
         "every Megatron-Bridge table here (25.11 on) runs a later Megatron-Core"
+    ),
+    "loss_kernel": (
+        "the cross-entropy kernel the row's recipe runs (recipe.loss, read from the recipe at "
+        "its commit): Transformer Engine's (cross_entropy_loss_fusion with "
+        "cross_entropy_fusion_impl te: every Megatron-Bridge performance launcher sets te, "
+        "scripts/performance/utils/overrides.py _set_common_perf_overrides and "
+        "perf_recipes/_common.py _benchmark_common), Megatron-Core's own (fused or not, "
+        "impl native: NeMo 24.07, Megatron-Core's default); a row that records none keeps "
+        "tpcalc's one FP32 copy (seed 003 §7.3.4)"
     ),
     "gb200_nvlink_domain": (
         "GB200 NVL72 jobs take 16 trays (64 GPUs) per rack (Slurm block topology, "
@@ -387,6 +396,21 @@ def preset_options(row: dict[str, Any]) -> dict[str, Any]:
         **recipe.get("defaults", {}), **split, **recipe.get("derived", {}),
         **recipe.get("fields", {}),
     }  # fmt: skip
+
+
+def loss_kernel(row: dict[str, Any]) -> LossKernel:
+    """The cross-entropy kernel of a row's recipe (``recipe.loss``; ``FRAMEWORK["loss_kernel"]``)
+    as tpcalc's ``--loss-kernel``: Transformer Engine's where the fusion is on with impl te,
+    Megatron-Core's own for any other recorded setting (its fused and unfused kernels both
+    take an FP32 copy beside the 16-bit logits), the seeds' FP32 copy where none is recorded.
+    Read whether or not the preset's layout matches the row, like ``precision_options``: the
+    launcher sets the kernel for every layout. Memory only: the step-time model does not read it.
+    """
+    loss = (row.get("recipe") or {}).get("loss")
+    if not loss:
+        return LossKernel.fp32_copy
+    impl = loss.get("cross_entropy_fusion_impl") if loss.get("cross_entropy_loss_fusion") else None
+    return LossKernel.te if impl == "te" else LossKernel.megatron
 
 
 def precision_options(row: dict[str, Any]) -> dict[str, Any]:
