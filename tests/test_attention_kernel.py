@@ -223,8 +223,9 @@ def test_selective_recompute_reruns_every_kernel_of_the_materialised_core():
 
 def test_waiting_pipeline_sends_are_every_send_and_scatter_gather_sends_a_tth():
     from tpcalc.calc.links.collectives import Collective
+    from tpcalc.calc.pipeline.schedule import P2P_SENDS_PER_MICROBATCH
     from tpcalc.calc.time.roofline import collective_time_s, rates
-    from tpcalc.calc.time.step import P2P_PASSES, Overlap
+    from tpcalc.calc.time.step import Overlap
 
     layout, run = _case(EAGER)
     wait = TimeOptions(overlap=Overlap(pp_p2p=False))
@@ -233,7 +234,7 @@ def test_waiting_pipeline_sends_are_every_send_and_scatter_gather_sends_a_tth():
     r = rates(A100, run.dtype)
     msg = 2048 * GPT3.hidden_size * 2  # s·b·h in bf16, no SP: the whole activation
     p2p = collective_time_s(r, Collective.p2p, msg, 2, 2)  # PP hops cross nodes (TP 8 per node)
-    sends = P2P_PASSES * (run.microbatches + layout.pp - 1)  # every send waits, 1F1B
+    sends = P2P_SENDS_PER_MICROBATCH * (run.microbatches + layout.pp - 1)  # every send waits
     assert plain.pp_comm_time_s == pytest.approx(sends * p2p, rel=1e-12)
     one = collective_time_s(r, Collective.p2p, msg / 8, 2, 2) + collective_time_s(
         r, Collective.all_gather, msg, 8, 1

@@ -313,6 +313,19 @@ def exposed_sends(schedule: Schedule, p: int, m: int, v: int) -> int:
     return P2P_SENDS_PER_MICROBATCH * fill
 
 
+def pp_send_count(schedule: Schedule, p: int, m: int, v: int, *, overlap: bool) -> int:
+    """Stage-to-stage sends a step waits for, both directions: with ``overlap`` (sends beside
+    compute) those the schedule's order puts on the critical path (``exposed_sends``), else
+    every send of every micro-batch and chunk, and the p − 1 boundaries of the fill and drain
+    besides. The step (``time.step._pp_exposed``) and the planner's bounds share it."""
+    if p == 1:
+        return 0
+    if overlap:
+        return exposed_sends(schedule, p, m, v)
+    chunks = v if schedule is Schedule.interleaved else 1
+    return P2P_SENDS_PER_MICROBATCH * (m * chunks + p - 1)
+
+
 def bubble_time_s(schedule: Schedule, p: int, m: int, times: StageTimes, v: int = 1) -> float:
     """Idle time of one rank per step.
 

@@ -18,7 +18,7 @@ F°, B°, W° ≤ the step's summed F, B, W (W° equal). Then
 (stages split as ``step.stage_layers`` splits them), because every bubble formula of
 ``pipeline.bubble_time_s`` grows with F and B at a fixed W, and ``rest`` is the least the other
 parts can be: the pipeline sends the schedule waits for, as many as the step counts
-(``step.pp_send_count``), each at its transfer time without the TP all-gather the scatter/gather
+(``schedule.pp_send_count``), each at its transfer time without the TP all-gather the scatter/gather
 trick adds (``step._pp_exposed``), and stage 0's data-parallel tail, which the step's tail (a
 maximum over stages, ``step._tail``) is at least: its first gradient bucket (and first parameter
 gather with a distributed optimizer), exposed whatever the overlap (``step._dp_exposed``), plus
@@ -59,7 +59,7 @@ from tpcalc.calc.params.counts import (
     routed_layer_params,
     shared_expert_intermediate,
 )
-from tpcalc.calc.pipeline.schedule import DUALPIPE_DIRECTIONS
+from tpcalc.calc.pipeline.schedule import DUALPIPE_DIRECTIONS, pp_send_count
 from tpcalc.calc.plan.space import ModeKeys, RecomputeMode, Shape, Variant
 from tpcalc.calc.time.ops import (
     Pass,
@@ -84,7 +84,6 @@ from tpcalc.calc.time.step import (
     attention_pass_s,
     cp_ring_s,
     exposed_s,
-    pp_send_count,
     scatter_gather,
     scores_of,
     stage_layers,
@@ -655,7 +654,7 @@ class StepBounds:
 
     def pp_sends(self, shape: Shape, b: int, sp: bool) -> float:
         """One stage-to-stage send of a micro-batch's activation (``step._pp_exposed``; its
-        count per schedule and micro-batch count is ``step.pp_send_count``)."""
+        count per schedule and micro-batch count is ``schedule.pp_send_count``)."""
         if shape.pp == 1:
             return 0.0
         key = (shape.tp, shape.cp, shape.pp, shape.dp, b, sp and shape.tp > 1)
@@ -1030,7 +1029,7 @@ class StepBounds:
 
     def _send_counts(self, p: int, vs: list[Variant], m: np.ndarray) -> np.ndarray:
         """The sends each variant's schedule waits for at each micro-batch count of ``m``
-        (``step.pp_send_count``), [V, M, 1, 1]; taken once per (p, variants, counts)."""
+        (``schedule.pp_send_count``), [V, M, 1, 1]; taken once per (p, variants, counts)."""
         ns = tuple(int(n) for n in m[:, 0, 0])
         key = (p, tuple((v.schedule, v.vpp) for v in vs), ns)
         got = self._counts.get(key)

@@ -78,7 +78,7 @@ from tpcalc.calc.pipeline.schedule import (
     DUALPIPE_DIRECTIONS,
     StageTimes,
     bubble_time_s,
-    exposed_sends,
+    pp_send_count,
     rank_layers,
     stage_split,
 )
@@ -108,7 +108,6 @@ DDP_BUCKET_PARAMS_PER_DP_RANK = 1_000_000
 # Kingma & Ba 2015): read param, grad, m, v (4 × 4 B), write param, m, v (3 × 4 B) and the BF16
 # model copy (2 B); the gradient-norm pass for clipping reads the grad again (4 B).
 ADAM_BYTES_PER_PARAM = 4 * 4 + 3 * 4 + 2 + 4
-P2P_PASSES = 2  # an activation forward, its gradient backward (Narayanan et al. 2021 §2.2)
 TP_FWD_COLLECTIVES = 2  # g after attention and after the MLP (Shoeybi et al. 2019 §3)
 KV_TENSORS = 2  # K and V travel the CP ring; the backward also sends dK and dV
 A2A_PER_PASS = 2  # dispatch and combine (Megatron-Core MoEAlltoAllTokenDispatcher)
@@ -1007,19 +1006,6 @@ def _pp_exposed(ctx: _Ctx, m: int, v: int, schedule: Schedule) -> tuple[float, f
         one = collective_time_s(ctx.r, Collective.p2p, msg, 2, nodes)
     every = pp_send_count(schedule, p, m, v, overlap=False)
     return pp_send_count(schedule, p, m, v, overlap=ctx.opts.overlap.pp_p2p) * one, every * one
-
-
-def pp_send_count(schedule: Schedule, p: int, m: int, v: int, *, overlap: bool) -> int:
-    """Stage-to-stage sends a step waits for: with ``overlap`` (sends beside compute) those the
-    schedule's order puts on the critical path (``schedule.exposed_sends``), else every send
-    of every micro-batch and chunk, both directions (p − 1 boundaries of the fill and drain
-    besides)."""
-    if p == 1:
-        return 0
-    if overlap:
-        return exposed_sends(schedule, p, m, v)
-    chunks = v if schedule is Schedule.interleaved else 1
-    return P2P_PASSES * (m * chunks + p - 1)
 
 
 class MicroBatchCompute(Struct, frozen=True):
