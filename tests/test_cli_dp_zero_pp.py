@@ -105,6 +105,16 @@ def test_zero_llama_states_per_card_at_tp8(cli):
     assert expected("l-states-tp8").matches(row["model_states_bytes"])
 
 
+def test_zero_counts_the_collectives_each_micro_batch_repeats(cli):
+    # seed 000's 145.9 GB is one micro-batch; with 4, ZeRO-3 gathers and reduces 4 times
+    # (ZeRO §5.3) while ZeRO-1 still reduces once: 6x plain DP instead of 1.5x
+    rows = {r["zero"]: r for r in json_rows(cli, *SEED_ZERO, "--microbatches", "4")}
+    assert all(r["microbatches"] == 4 for r in rows.values())
+    assert abs(rows[3]["comm_send_bytes_per_rank"] / 1e9 - 4 * 145.9) <= 4 * 0.05
+    assert rows[3]["comm_vs_dp_ratio"] == pytest.approx(6.0)
+    assert rows[1]["comm_vs_dp_ratio"] == pytest.approx(1.0)
+
+
 def test_zero_csv_columns_are_the_same_for_every_stage(cli):
     r = cli(*SEED_ZERO, "--format", "csv")
     rows = list(csv.DictReader(io.StringIO(r.out)))
@@ -150,6 +160,7 @@ BAD = [
     (["dp", "--bucket-mib", "0"], 1, "--bucket-mib must be a positive integer"),
     (["dp", "-m", "llama3-70b", "--tp", "3"], 1, "use t in 1, 2, 4, 8"),
     (["dp", "--microbatches", "-1"], 1, "--microbatches must be a positive integer"),
+    (["zero", "--microbatches", "0"], 1, "--microbatches must be a positive integer"),
     (["pipeline", "--schedule", "pipedream"], 2, "'pipedream' is not one of"),
     (["zero", "--state-recipe", "zero20"], 2, "'zero20' is not one of"),
 ]

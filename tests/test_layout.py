@@ -217,6 +217,25 @@ def test_moe_layouts_add_up(h800, ep, zero):
 
 
 @pytest.mark.parametrize(
+    ("zero", "bytes_ratio"), [(ZeroStage.optimizer, 1.0), (ZeroStage.parameters, 4.0)]
+)
+def test_dp_bytes_repeat_per_micro_batch_as_the_step_times_them(llama70b, h100, zero, bytes_ratio):
+    # ZeRO-3 gathers and reduce-scatters for each of the m micro-batches (ZeRO §5.3), and the
+    # step model times every one of them: at m = 4 the DP row's bytes and its time on the link
+    # are both 4x those at m = 1. ZeRO-1 reduces once per step, whatever m.
+    lay = ParallelLayout(tp=8, dp=4, zero=zero, gpus_per_node=8)
+
+    def dp_row(m: int):
+        return rows_by_dim(layout_report(llama70b, h100, lay, LayoutRun(seq=8192, microbatches=m)))
+
+    one, four = dp_row(1), dp_row(4)
+    sent = four["dp"].value("send_bytes_per_step") / one["dp"].value("send_bytes_per_step")
+    assert sent == pytest.approx(bytes_ratio)
+    timed = four["total"].value("dp_comm_time_s") / one["total"].value("dp_comm_time_s")
+    assert timed == pytest.approx(bytes_ratio)
+
+
+@pytest.mark.parametrize(
     ("world", "message"),
     [
         # 63 and 16 are not multiples of tp·cp·pp = 32: no dp fits, so none is suggested

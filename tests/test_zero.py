@@ -10,7 +10,9 @@ from tpcalc.calc.activations.paper import paper_activations
 from tpcalc.calc.activations.paper_explain import model_terms
 from tpcalc.calc.dp.zero import (
     ZeroStage,
+    zero_comm,
     zero_comm_bytes,
+    zero_comm_parts,
     zero_stage,
     zero_states_bytes,
 )
@@ -127,6 +129,40 @@ def test_zero16_comm_is_dp_until_stage3_then_one_and_a_half(params, n):
         assert zero_comm_bytes(params, StateRecipe.zero16, stage, n) == pytest.approx(dp)
     zero3 = zero_comm_bytes(params, StateRecipe.zero16, ZeroStage.parameters, n)
     assert zero3 == pytest.approx(1.5 * dp)
+
+
+@pytest.mark.parametrize("m", [1, 2, 5])
+def test_gradient_accumulation_repeats_what_stages_2_and_3_shard(m):
+    # ZeRO §5.2-5.3: with m micro-batches a stage-2 rank holds only its gradient shard, so it
+    # reduce-scatters after every backward; stage 3 also gathers the weights before every
+    # forward and backward. Stages 0-1 accumulate locally and reduce once. 1,000 params over
+    # n = 4, zero16 (2 B gradients, 2 B weights): one reduce-scatter or gather is 0.75 × 2,000 B.
+    one = 0.75 * 1000 * 2
+    parts = {s: zero_comm_parts(1000, StateRecipe.zero16, s, 4, m) for s in STAGES}
+    assert parts[ZeroStage.none].all_reduce_grads_bytes == pytest.approx(2 * one)
+    assert parts[ZeroStage.optimizer].reduce_scatter_grads_bytes == pytest.approx(one)
+    assert parts[ZeroStage.gradients].reduce_scatter_grads_bytes == pytest.approx(m * one)
+    assert parts[ZeroStage.gradients].all_gather_params_update_bytes == pytest.approx(one)
+    zero3 = parts[ZeroStage.parameters]
+    assert zero3.reduce_scatter_grads_bytes == pytest.approx(m * one)
+    assert zero3.all_gather_params_fwd_bytes == pytest.approx(m * one)
+    assert zero3.all_gather_params_bwd_bytes == pytest.approx(m * one)
+    assert zero3.all_gather_params_update_bytes == 0
+
+
+def test_gradient_accumulation_pays_each_repeat_its_latency(h800):
+    # every repeated collective is a ring of its own: m times the latency steps of one
+    one = zero_comm(10**9, StateRecipe.zero16, ZeroStage.parameters, 16, h800, Link.inter_node,
+                    nodes=2)  # fmt: skip
+    four = zero_comm(10**9, StateRecipe.zero16, ZeroStage.parameters, 16, h800, Link.inter_node,
+                     nodes=2, microbatches=4)  # fmt: skip
+    assert four.latency_steps == one.latency_steps.times(4)
+    assert four.comm_vs_dp_ratio == pytest.approx(4 * 1.5)
+
+
+def test_zero_microbatches_must_be_positive():
+    with pytest.raises(InputError, match="microbatches must be a positive integer, got 0"):
+        zero_comm_parts(1000, StateRecipe.zero16, ZeroStage.parameters, 4, 0)
 
 
 @given(n=n_st, stage=st.sampled_from(STAGES), recipe=st.sampled_from(RECIPES))

@@ -29,6 +29,7 @@ from tpcalc.cli.parallel_options import (
     Fp8LinearInputsOpt,
     GpusPerNodeOpt,
     LinkOpt,
+    MicrobatchesOpt,
     ProbsInActOpt,
     RecomputeModulesOpt,
     StateRecipeOpt,
@@ -51,6 +52,7 @@ def zero(
     tp: TpIntOpt = 1,
     seq: SeqOpt = None,
     micro_batch: MicroBatchOpt = 1,
+    microbatches: MicrobatchesOpt = 1,
     hardware: HardwareOpt = DEFAULT_HARDWARE,
     state_recipe: StateRecipeOpt = StateRecipe.zero16,
     sp: SpOpt = True,
@@ -70,7 +72,8 @@ def zero(
     explain: ExplainOpt = False,
 ) -> None:
     """ZeRO stages 0-3: model states per rank, memory left for activations (and whether the
-    activations fit), and the bytes each rank sends per step (ZeRO-3 = 1.5x DP).
+    activations fit), and the bytes each rank sends per step (ZeRO-3 = 1.5x DP with one
+    micro-batch; ZeRO-2 reduce-scatters and ZeRO-3 also gathers for each of --microbatches).
 
     Examples:
 
@@ -82,6 +85,9 @@ def zero(
 
     \b
       tpcalc zero --dp 8,64 --zero 3 --state-recipe megatron18 --format csv
+
+    \b
+      tpcalc zero -m llama3-8b --dp 64 --zero 3 --microbatches 4
     """
 
     def build():

@@ -102,8 +102,9 @@ def zero_report(
     with_latency: bool = True,
 ) -> Report:
     """One row per (dp, stage) at the layout's t: model states per rank, room for activations,
-    comm per rank. ``dp`` and ``zero`` are the sweeps (``layout.dp`` and ``layout.zero`` are not
-    read); ``zero=None`` lists all four stages.
+    comm per rank over ``layout.microbatches`` micro-batches per step. ``dp`` and ``zero`` are
+    the sweeps (``layout.dp`` and ``layout.zero`` are not read); ``zero=None`` lists all four
+    stages.
 
     Parameters per rank are the model's / t (seed 003 §7.3: 1,128.9 ÷ 8 ≈ 141 GB); activations
     are one micro-batch over all layers at that t, from the exact model or Korthikanti Table 2
@@ -114,6 +115,7 @@ def zero_report(
     t, warnings = _one_tp(workload, layout)
     g, base = _base(workload, layout)
     stages = list(ZeroStage) if zero is None else [zero_stage(zero)]
+    m = positive(layout.microbatches, "--microbatches")
     rows = []
     one_rank = ParallelLayout(gpus_per_node=g, tp=t)
     per_layer = layer_activation_bytes(
@@ -125,10 +127,10 @@ def zero_report(
         terms = zero_terms(
             params=total_params(spec) // t, recipe=recipe, stage=stage, n=n, hw=hw,
             link=lk, activation_bytes=sum(per_layer), with_latency=with_latency,
-            nodes=pick_nodes(link, n, t, g),
+            nodes=pick_nodes(link, n, t, g), microbatches=m,
         )  # fmt: skip
         echo = {**base, "dp": n, "zero": int(stage), "tp": t, "state_recipe": recipe.value,
-                "seq": seq, "micro_batch": micro_batch, "sp": sp,
+                "seq": seq, "micro_batch": micro_batch, "microbatches": m, "sp": sp,
                 "recompute": recompute.value, "activations": workload.activations.value,
                 "link": lk.value, "latency": with_latency,
                 **workload.memory.echo()}  # fmt: skip

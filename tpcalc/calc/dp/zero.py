@@ -5,6 +5,12 @@ gradients, stage 3 also the parameters (Rajbhandari et al. 2020, "ZeRO", §5 and
 000: 444.5 -> 152.8 -> 104.2 -> 55.6 GB on 8 cards). Stages 1 and 2 move what DP moves
 (a reduce-scatter of gradients plus an all-gather of updated parameters); stage 3 gathers the
 parameters again in the forward and the backward pass: 1.5x DP (ZeRO §7.2.2; seed 000 145.9 GB).
+
+With gradient accumulation over m micro-batches, stages 0 and 1 reduce once per step (the
+gradients accumulate in a full local buffer), while stage 2 keeps only its shard of the gradients
+and so reduce-scatters after every micro-batch's backward, and stage 3 also gathers the
+parameters before every micro-batch's forward and backward (ZeRO §5.2-5.3; DeepSpeed's stage 2/3
+reduce at each backward). The step model times the same repetitions (``calc.time.step``).
 """
 
 from __future__ import annotations
@@ -18,10 +24,14 @@ from tpcalc.calc.links.collectives import Collective, ring_factor
 from tpcalc.calc.links.link import LatencySteps, Link, link_nodes, ring_steps, steps_time_s
 from tpcalc.calc.params.states import StateParts, check_params, recipe_bytes, state_parts
 from tpcalc.choices import StateRecipe
+from tpcalc.errors import InputError
 from tpcalc.specs import HardwareSpec
 
 ZERO_MEM_SOURCE = "Rajbhandari et al. 2020 (ZeRO) §5.1-5.3, Figure 1; seed 000 summary"
-ZERO_COMM_SOURCE = "Rajbhandari et al. 2020 (ZeRO) §7.2; seed 000 summary (ZeRO-3 = 1.5x DP)"
+ZERO_COMM_SOURCE = (
+    "Rajbhandari et al. 2020 (ZeRO) §7.2, §5.2-5.3 (stages 2-3 per micro-batch); seed 000 summary"
+    " (ZeRO-3 = 1.5x DP at m = 1)"
+)
 
 
 def state_divisors(stage: ZeroStage, n: int) -> tuple[int, int, int]:
@@ -89,25 +99,46 @@ class ZeroCommParts(Struct, frozen=True):
         )
 
 
-def zero_latency_steps(parts: ZeroCommParts, n: int, nodes: int) -> LatencySteps:
-    """Ring latency steps of the collectives a step runs (the non-zero ``parts``), one each,
-    over n ranks on ``nodes`` nodes (NCCL ring model, ``links.ring_steps``)."""
+def zero_calls(stage: ZeroStage, microbatches: int = 1) -> dict[str, int]:
+    """How many times one step runs each collective of ``COMM_COLLECTIVES`` at ``stage`` with
+    ``microbatches`` (m) micro-batches (module docstring): the gradient reduction m times from
+    stage 2 on, the forward and backward parameter gathers m times at stage 3, the rest once."""
+    if microbatches < 1:
+        raise InputError(f"microbatches must be a positive integer, got {microbatches}")
+    per_microbatch = {"reduce_scatter_grads"} if stage >= ZeroStage.gradients else set()
+    if stage >= ZeroStage.parameters:
+        per_microbatch |= {"all_gather_params_fwd", "all_gather_params_bwd"}
+    return {key: microbatches if key in per_microbatch else 1 for key in COMM_COLLECTIVES}
+
+
+def zero_latency_steps(
+    parts: ZeroCommParts, n: int, nodes: int, calls: dict[str, int] | None = None
+) -> LatencySteps:
+    """Ring latency steps of the collectives a step runs (the non-zero ``parts``), each as many
+    times as ``calls`` says (``zero_calls``; once each by default), over n ranks on ``nodes``
+    nodes (NCCL ring model, ``links.ring_steps``)."""
     steps = LatencySteps()
     for key, value in parts.by_collective():
         if value:
-            steps += ring_steps(COMM_COLLECTIVES[key], n, nodes)
+            count = 1 if calls is None else calls[key]
+            steps += ring_steps(COMM_COLLECTIVES[key], n, nodes, count)
     return steps
 
 
-def zero_comm_parts(params: int, recipe: StateRecipe, stage: ZeroStage, n: int) -> ZeroCommParts:
-    """Bytes each rank sends per step, by collective (ring convention), at ``stage``.
+def zero_comm_parts(
+    params: int, recipe: StateRecipe, stage: ZeroStage, n: int, microbatches: int = 1
+) -> ZeroCommParts:
+    """Bytes each rank sends per step, by collective (ring convention), at ``stage`` with
+    ``microbatches`` (m) micro-batches per step.
 
-    Stage 0: all-reduce of gradients 2(n-1)/n·Ψ·g. Stages 1-2: reduce-scatter of gradients
-    (n-1)/n·Ψ·g + all-gather of the updated parameters (n-1)/n·Ψ·w. Stage 3: reduce-scatter of
-    gradients + all-gather of parameters in forward and again in backward. Source: ZeRO §7.2.
+    Stage 0: all-reduce of gradients 2(n-1)/n·Ψ·g. Stage 1: reduce-scatter of gradients
+    (n-1)/n·Ψ·g + all-gather of the updated parameters (n-1)/n·Ψ·w. Stage 2: the same, the
+    reduce-scatter m times. Stage 3: reduce-scatter of gradients + all-gather of parameters in
+    forward and again in backward, each m times. Source: ZeRO §7.2 (m = 1); ``zero_calls``.
     """
     check_params(params)
     check_group(n)
+    calls = zero_calls(stage, microbatches)
     rb = recipe_bytes(recipe)
     # weights: what the parameter all-gather moves (FP8 data only, not its transpose)
     grads, weights = params * rb.grad_bytes, params * rb.weight_gather_bytes
@@ -117,17 +148,19 @@ def zero_comm_parts(params: int, recipe: StateRecipe, stage: ZeroStage, n: int) 
         return ZeroCommParts(all_reduce_grads_bytes=ring_factor(Collective.all_reduce, n) * grads)
     if stage is ZeroStage.parameters:
         return ZeroCommParts(
-            reduce_scatter_grads_bytes=rs * grads,
-            all_gather_params_fwd_bytes=ag * weights,
-            all_gather_params_bwd_bytes=ag * weights,
+            reduce_scatter_grads_bytes=calls["reduce_scatter_grads"] * rs * grads,
+            all_gather_params_fwd_bytes=calls["all_gather_params_fwd"] * ag * weights,
+            all_gather_params_bwd_bytes=calls["all_gather_params_bwd"] * ag * weights,
         )
-    return ZeroCommParts(reduce_scatter_grads_bytes=rs * grads,
+    return ZeroCommParts(reduce_scatter_grads_bytes=calls["reduce_scatter_grads"] * rs * grads,
                          all_gather_params_update_bytes=ag * weights)  # fmt: skip
 
 
-def zero_comm_bytes(params: int, recipe: StateRecipe, stage: ZeroStage, n: int) -> float:
+def zero_comm_bytes(
+    params: int, recipe: StateRecipe, stage: ZeroStage, n: int, microbatches: int = 1
+) -> float:
     """Total bytes each rank sends per step at ``stage`` (``ZeroCommParts.total_bytes``)."""
-    return zero_comm_parts(params, recipe, stage, n).total_bytes
+    return zero_comm_parts(params, recipe, stage, n, microbatches).total_bytes
 
 
 class ZeroStates(Struct, frozen=True):
@@ -182,6 +215,7 @@ class ZeroComm(Struct, frozen=True):
 
     stage: ZeroStage
     n: int
+    microbatches: int
     params: int
     grad_bytes_per_param: int
     weight_bytes_per_param: int
@@ -210,19 +244,22 @@ def zero_comm(
     *,
     with_latency: bool = False,
     nodes: int | None = None,
+    microbatches: int = 1,
 ) -> ZeroComm:
-    """``zero_comm_parts``, their total, its alpha-beta time on ``link`` and the ratio to DP.
+    """``zero_comm_parts``, their total, its alpha-beta time on ``link`` and the ratio to DP
+    (whose all-reduce runs once per step whatever m).
 
     ``nodes`` = nodes the group spans (default ``links.link_nodes``) for the ring latency."""
     rb = recipe_bytes(recipe)
-    parts = zero_comm_parts(params, recipe, stage, n)
+    parts = zero_comm_parts(params, recipe, stage, n, microbatches)
     comm = parts.total_bytes
     dp = zero_comm_bytes(params, recipe, ZeroStage.none, n)
     nodes = link_nodes(link, n) if nodes is None else nodes
-    steps = zero_latency_steps(parts, n, nodes)
+    steps = zero_latency_steps(parts, n, nodes, zero_calls(stage, microbatches))
     return ZeroComm(
         stage=stage,
         n=n,
+        microbatches=microbatches,
         params=params,
         grad_bytes_per_param=rb.grad_bytes,
         weight_bytes_per_param=rb.weight_gather_bytes,

@@ -24,10 +24,13 @@ COMM_TOTAL = "comm_send_bytes_per_rank"
 # Label and formula of each part of ``ZeroCommParts``, by the names of ``COMM_COLLECTIVES``.
 COMM_LABELS = {
     "all_reduce_grads": ("all-reduce gradients", "2(n-1)/n × N × grad_bytes"),
-    "reduce_scatter_grads": ("reduce-scatter gradients", "(n-1)/n × N × grad_bytes"),
+    "reduce_scatter_grads": (
+        "reduce-scatter gradients",
+        "(m at ZeRO-2/3, else 1) × (n-1)/n × N × grad_bytes",
+    ),
     "all_gather_params_update": ("all-gather updated params", "(n-1)/n × N × weight_bytes"),
-    "all_gather_params_fwd": ("all-gather params (forward)", "(n-1)/n × N × weight_bytes"),
-    "all_gather_params_bwd": ("all-gather params (backward)", "(n-1)/n × N × weight_bytes"),
+    "all_gather_params_fwd": ("all-gather params (forward)", "m × (n-1)/n × N × weight_bytes"),
+    "all_gather_params_bwd": ("all-gather params (backward)", "m × (n-1)/n × N × weight_bytes"),
 }
 SRC_RATIO = "seed 000 summary (444.5 GB = 5.6 × 80 GB)"
 SRC_FREE = "seed 000 summary (80 - 55.6 = 24.4 GB)"
@@ -96,6 +99,9 @@ def comm_explanations(hw: HardwareSpec, link: Link, with_latency: bool) -> dict[
             "comm / plain DP", Unit.ratio, "comm / comm(stage 0)", ZERO_COMM_SOURCE
         ),
         "n": Explanation("n", Unit.count, "data-parallel size", ZERO_COMM_SOURCE),
+        "microbatches": Explanation(
+            "m", Unit.count, "micro-batches per step (--microbatches)", ZERO_COMM_SOURCE
+        ),
         "params": Explanation(
             "N", Unit.params, "parameters the group replicates", ZERO_COMM_SOURCE
         ),
@@ -140,7 +146,7 @@ def comm_terms(c: ZeroComm, hw: HardwareSpec) -> tuple[Term, ...]:
     table = comm_explanations(hw, c.link, c.with_latency)
     per_collective: dict[str, Scalar] = {
         "n": c.n, "N": c.params, "grad_bytes": c.grad_bytes_per_param,
-        "weight_bytes": c.weight_bytes_per_param,
+        "weight_bytes": c.weight_bytes_per_param, "m": c.microbatches,
     }  # fmt: skip
     symbols: dict[str, dict[str, Scalar]] = {
         **{f"{key}_send_bytes": per_collective for key in COMM_LABELS},
@@ -168,6 +174,7 @@ def zero_terms(
     activation_bytes: float | None = None,
     with_latency: bool = False,
     nodes: int | None = None,
+    microbatches: int = 1,
 ) -> tuple[Term, ...]:
     """The rows of ``tpcalc zero`` for one (t, dp, stage): ``zero_states`` then ``zero_comm``
     with their explanations. ``params`` are the parameters this rank's data-parallel group
@@ -175,5 +182,8 @@ def zero_terms(
     z = zero_states(
         params=params, recipe=recipe, stage=stage, n=n, hw=hw, activation_bytes=activation_bytes
     )
-    c = zero_comm(params, recipe, stage, n, hw, link, with_latency=with_latency, nodes=nodes)
+    c = zero_comm(
+        params, recipe, stage, n, hw, link, with_latency=with_latency, nodes=nodes,
+        microbatches=microbatches,
+    )  # fmt: skip
     return (*states_terms(z), *comm_terms(c, hw))

@@ -23,7 +23,13 @@ from typing import NamedTuple
 from msgspec import Struct, field
 
 from tpcalc.calc.cp.ring import CpRing, cp_ring, ring_latency_steps_per_layer
-from tpcalc.calc.dp.zero import ZeroCommParts, ZeroStage, zero_comm_parts, zero_latency_steps
+from tpcalc.calc.dp.zero import (
+    ZeroCommParts,
+    ZeroStage,
+    zero_calls,
+    zero_comm_parts,
+    zero_latency_steps,
+)
 from tpcalc.calc.ep.all_to_all import A2A_KINDS, EpComm, ep_comm
 from tpcalc.calc.layout.groups import Group, LayoutRun, ParallelLayout
 from tpcalc.calc.links.collectives import Collective, ring_factor
@@ -92,6 +98,7 @@ class DpDetail(Struct, frozen=True):
     shares: tuple[DpShare, ...]
     dp_backward_time_s: float
     zero: ZeroStage
+    microbatches: int
 
 
 class EpDetail(Struct, frozen=True):
@@ -200,22 +207,24 @@ def dp_cost(
     hw: HardwareSpec, layout: ParallelLayout, run: LayoutRun, groups: tuple[Group, Group],
     params: tuple[int, int], backward_s: float,
 ) -> DimCost:  # fmt: skip
-    """ZeRO/DP traffic of the dense params over dp·cp and of the experts over dp·cp/ep."""
+    """ZeRO/DP traffic of the dense params over dp·cp and of the experts over dp·cp/ep, with
+    the collectives ZeRO-2 and ZeRO-3 repeat for every micro-batch (``dp.zero.zero_calls``)."""
     dense_group, expert_group = groups
+    calls = zero_calls(layout.zero, run.microbatches)
     shares: list[DpShare] = []
     total = time = 0.0
     latency = LatencySteps()
     for kind, group, n in (("dense", dense_group, params[0]), ("expert", expert_group, params[1])):
         if group.size == 1 or n == 0:
             continue
-        parts = zero_comm_parts(n, run.recipe, layout.zero, group.size)
+        parts = zero_comm_parts(n, run.recipe, layout.zero, group.size, run.microbatches)
         shares.append(DpShare(kind, n, group.size, parts))
         sent = parts.total_bytes
-        steps = zero_latency_steps(parts, group.size, group.nodes)
+        steps = zero_latency_steps(parts, group.size, group.nodes, calls)
         total += sent
         latency += steps
         time += steps_time_s(sent, steps, hw, group.link, with_latency=run.with_latency)
-    detail = DpDetail(tuple(shares), backward_s, layout.zero)
+    detail = DpDetail(tuple(shares), backward_s, layout.zero, run.microbatches)
     return DimCost(total, time, max(0.0, time - backward_s), OVERLAP["dp"], latency, detail)
 
 

@@ -17,7 +17,10 @@ from tpcalc.terms import Scalar, Term, Unit, term
 SRC_TP = "Shoeybi et al. 2019 §3: 2 fwd + 2 bwd all-reduces per layer; seed 000: TP waits"
 SRC_CP = "Liu et al. 2023 Ring Attention §3: transfer hidden when compute per block is longer"
 SRC_PP = "Narayanan et al. 2021 §4.1: s·b·h/t per send with scatter/gather; counted exposed"
-SRC_DP = "ZeRO §7.2 per stage; Li et al. 2020 (DDP) §3.2.3: overlap with the last backward"
+SRC_DP = (
+    "ZeRO §7.2 per stage, §5.2-5.3 (ZeRO-2/3 repeat per micro-batch); Li et al. 2020 (DDP) §3.2.3:"
+    " overlap with the last backward"
+)
 SRC_EP = "GShard §2.2 all-to-alls; DeepSeek-V3 §3.2.1: DualPipe overlaps them with compute"
 # The overlap rules of ``comm``'s docstring, cited by the hidden/overlap terms.
 SRC_RULES = (comm.__doc__ or "").splitlines()[0]
@@ -134,7 +137,8 @@ def dp_terms(d: DpDetail) -> tuple[Term, ...]:
             out.append(
                 term(f"dp_{share.kind}_{key}_bytes", f"{share.kind}: {label}", value, Unit.bytes,
                      formula=formula, source=SRC_DP, part_of="send_bytes_per_step",
-                     N=share.params, n=share.group_size, zero=int(d.zero))
+                     N=share.params, n=share.group_size, zero=int(d.zero),
+                     m=d.microbatches)
             )  # fmt: skip
     return (*out, *terms(d, {"dp_backward_time_s": DP_BACKWARD}))
 
