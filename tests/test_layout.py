@@ -235,6 +235,19 @@ def test_dp_bytes_repeat_per_micro_batch_as_the_step_times_them(llama70b, h100, 
     assert timed == pytest.approx(bytes_ratio)
 
 
+def test_expert_tp_traffic_is_in_the_ep_row_the_step_times(h100):
+    # Qwen3-30B-A3B (48 MoE layers, top 8, h = 2048) at DP8 ETP2, s = 4096, b = 1, m = 2: per
+    # MoE layer and pass each rank sends half of an all-gather of 2 × 32,768 bf16 token copies
+    # and half of a reduce-scatter of as many fp32 ones (Megatron-Core's alltoall dispatcher):
+    # 2 passes × 32,768 × 2048 × (2 + 4) B per layer, × 48 layers × 2 micro-batches.
+    spec = load_model("qwen3-30b-a3b")
+    lay = ParallelLayout(dp=8, etp=2, gpus_per_node=8)
+    rows = rows_by_dim(layout_report(spec, h100, lay, LayoutRun(seq=4096, microbatches=2)))
+    assert rows["ep"].value("etp_send_bytes_per_layer") == 2 * 32768 * 2048 * 6
+    assert rows["ep"].value("send_bytes_per_step") == 2 * 48 * 2 * 32768 * 2048 * 6
+    assert rows["total"].value("ep_comm_time_s") > 0
+
+
 @pytest.mark.parametrize(
     ("world", "message"),
     [

@@ -341,7 +341,7 @@ EXHAUSTIVE = {
     "llama3-8b": {"recompute": ("none", "selective"), "recompute_modules": ((),),
                   "zero": (0, 1, 2, 3), "pp": (1, 2, 4), "micro_batch": (1, 2), "vpp": (1, 2, 4)},
     "qwen3-30b-a3b": {"recompute": ("selective",), "recompute_modules": ((),), "sp": (True,),
-                      "ep": (1, 4, 8), "etp": (1,), "pp": (1, 2), "micro_batch": (1, 2),
+                      "ep": (1, 4, 8), "etp": (1, 2), "pp": (1, 2), "micro_batch": (1, 2),
                       "zero": (1,), "vpp": (1, 2)},
 }  # fmt: skip
 
@@ -1190,14 +1190,15 @@ def test_bounds_carry_the_nic_floor_of_link_bound_candidates():
     (``bounds._net_dp`` + ``_net_ep``) keeps each bound at most its step and, with one stage,
     within the margin of it. (ZeRO-3 only: ZeRO-2's gradient reduce-scatters and the all-to-all
     together take less NIC time than the step's other parts, so its layout here has no link
-    contention to carry.)"""
+    contention to carry; ETP 1 only: at ETP 2 the expert-DP group is one rank, so no expert
+    traffic crosses nodes.)"""
     req = build_request(
         load_model("deepseek-v3"), load_hardware("h800"), gpus=256, seq=4096, global_batch=960,
         dtype="fp8", pins={"tp": (4,), "cp": (1,), "pp": (1,), "zero": (3,), "ep": (128,),
-                           "micro_batch": (1,), "recompute": ("none",)},
+                           "etp": (1,), "micro_batch": (1,), "recompute": ("none",)},
     )  # fmt: skip
     s, picks, _, lbs = _search(req)
-    assert len(picks) >= 2
+    assert len(picks) >= 1
     for j in range(len(picks)):
         st = s.exact(_pick(picks[j]))
         assert st.link_contention_time_s > 0

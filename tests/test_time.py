@@ -21,6 +21,7 @@ from tpcalc.calc.time.roofline import (
     collective_time_s,
     dispatch_time_s,
     expected_remote_nodes,
+    expert_tp_time_s,
     op_time_s,
     rates,
 )
@@ -370,6 +371,30 @@ def test_node_aware_dispatch_crosses_the_network_once_per_node():
     # inside one node there is nothing to deduplicate
     one = dispatch_time_s(r, tokens, 8, 128, token_bytes, 8, 1, node_dedup=True)
     assert one == dispatch_time_s(r, tokens, 8, 128, token_bytes, 8, 1, node_dedup=False)
+
+
+def test_expert_tp_gathers_and_scatters_every_moe_pass():
+    # Megatron-Core's all-to-all dispatcher at --expert-tensor-parallel-size 2 all-gathers the
+    # T/t·k token copies over the two ranks that split each expert and reduce-scatters the
+    # experts' outputs in the router's fp32 (token_dispatcher.py dispatch_postprocess,
+    # combine_preprocess); the backward runs the adjoints. Qwen3-30B-A3B (48 MoE layers, top 8,
+    # h = 2048) at DP8 ETP2 in one node, s = 4096, b = 1, m = 2: per pass one all-gather of
+    # 2 × 32,768 bf16 tokens and one reduce-scatter of as many fp32 tokens, each rank sending
+    # half of each, at H100's NVLink bus bandwidth plus NCCL's base latency and one ring step.
+    layout = ParallelLayout(gpus_per_node=8, dp=8, etp=2)
+    run = LayoutRun(seq=4096, micro_batch=1, microbatches=2, recompute=Recompute.selective)
+    st = step_time(QWEN_MOE, H100, layout, run, TimeOptions())
+    perf = H100.performance
+    assert perf is not None
+    gathered = 2 * 4096 * 8
+    sent = gathered / 2 * 2048 * (2 + 4)
+    latency = 2 * (perf.collective_base_latency_s.value + H100.intra_node_latency_s.value)
+    one_pass = latency + sent / perf.intra_node_busbw_bytes_per_s.value
+    assert st.ep_comm_time_s == pytest.approx(2 * 2 * 48 * one_pass, rel=1e-9)
+    # exposed: Megatron-Core overlaps the dispatcher only with expert parallelism (ep > 1)
+    assert st.ep_exposed_time_s == pytest.approx(st.ep_comm_time_s, rel=1e-9)
+    assert step_time(QWEN_MOE, H100, replace(layout, etp=1), run, TimeOptions()).ep_comm_time_s == 0
+    assert expert_tp_time_s(rates(H100, Dtype.bf16), 4096, 4096, 8192, 1, 1) == 0.0
 
 
 def test_the_mtp_modules_moe_layer_pays_the_moe_layer_cost():

@@ -138,6 +138,14 @@ class RouterDtype(str, Enum):
     fp64 = "fp64"
     bf16 = "bf16"
 
+    @property
+    def bytes(self) -> int:
+        """Bytes per element."""
+        return ROUTER_DTYPE_BYTES[self.value]
+
+
+ROUTER_DTYPE_BYTES = {"fp32": 4, "fp64": 8, "bf16": 2}
+
 
 class Schedule(str, Enum):
     """Pipeline schedules tpcalc prices."""

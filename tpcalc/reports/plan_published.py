@@ -251,7 +251,7 @@ def choice(layout: Any, run: Any, options: TimeOptions | None = None) -> dict[st
         recompute = f"full {block}/chunk" + (f"+{recompute}" if recompute != "none" else "")
     got: dict[str, Scalar] = {
         "TP": layout.tp, "PP": layout.pp, "CP": layout.cp, "VP": run.vpp, "EP": layout.ep,
-        "DP": layout.dp, "mbs": run.micro_batch, "ZeRO": int(layout.zero),
+        "ETP": layout.etp, "DP": layout.dp, "mbs": run.micro_batch, "ZeRO": int(layout.zero),
         "recompute": recompute, "schedule": run.schedule.value,
     }  # fmt: skip
     if options is not None:
@@ -307,11 +307,14 @@ def overlap_changes(mine: dict[str, Scalar], theirs: dict[str, Scalar]) -> list[
 def choice_text(c: dict[str, Scalar]) -> str:
     """The layout columns of the table: sizes, ZeRO and recompute, and the schedule where it
     is not Megatron's for the virtual stages (1F1B, interleaved with VP > 1): DualPipe, ZB-H1,
-    GPipe (the overlaps are said in ``why`` where they differ)."""
+    GPipe (the overlaps are said in ``why`` where they differ). ETP is shown where it is not 1
+    (no published run of the tables splits its experts by TP)."""
     return " ".join(
         str(v) if k in ("recompute", "schedule") else f"{k}{v}"
         for k, v in c.items()
-        if k != "overlap" and not (k == "schedule" and _implied_schedule(c))
+        if k != "overlap"
+        and not (k == "schedule" and _implied_schedule(c))
+        and not (k == "ETP" and v == 1)
     )
 
 

@@ -36,11 +36,14 @@ from tpcalc.calc.links.collectives import Collective, ring_factor
 from tpcalc.calc.links.link import LatencySteps, Link, ring_steps, steps_time_s
 from tpcalc.calc.pipeline.schedule import p2p_bytes, p2p_sends_per_rank
 from tpcalc.calc.tp.comm import collectives_per_layer, message_bytes
-from tpcalc.choices import MoeDispatcher, Recompute, Schedule
+from tpcalc.choices import MoeDispatcher, Recompute, RouterDtype, Schedule
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.units import Dtype
 
 # The overlap assumption of each dimension, echoed in its row (see the module docstring).
+# An MoE layer's expert-TP gather and scatter run in its forward and, as adjoints, its backward.
+EXPERT_TP_PASSES = 2
+
 OVERLAP = {
     "tp": "exposed: every layer waits for it",
     "cp": "hidden up to the attention compute of each ring step",
@@ -108,6 +111,8 @@ class EpDetail(Struct, frozen=True):
     ep_tokens_per_rank: int
     seq: int
     micro_batch: int
+    etp: int = 1
+    etp_send_bytes_per_layer: float = 0.0  # expert-TP gathers and scatters, both passes
 
 
 Detail = TpDetail | CpDetail | PpDetail | DpDetail | EpDetail
@@ -232,8 +237,9 @@ def ep_cost(
     spec: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, run: LayoutRun, group: Group,
     moe_layers: int, compute_s: float,
 ) -> DimCost:  # fmt: skip
-    """Dispatch and combine all-to-alls of the worst stage's MoE layers, every micro-batch."""
-    if layout.ep == 1 or moe_layers == 0:
+    """Dispatch and combine all-to-alls of the worst stage's MoE layers, every micro-batch,
+    and with expert TP the gathers and scatters over the etp ranks (``etp_send_bytes``)."""
+    if (layout.ep == 1 and layout.etp == 1) or moe_layers == 0:
         return DimCost()
     tokens = run.seq * run.micro_batch // (layout.cp * layout.tp)
     r = ep_comm(
@@ -243,11 +249,24 @@ def ep_cost(
         dispatcher=MoeDispatcher(run.memory.moe_dispatcher),
         capacity_factor=run.memory.capacity_factor,
     )  # fmt: skip
-    total = run.microbatches * moe_layers * r.send_bytes_per_layer
+    etp_bytes = etp_send_bytes(spec, run, layout.etp, tokens)
+    total = run.microbatches * moe_layers * (r.send_bytes_per_layer + etp_bytes)
     time = run.microbatches * moe_layers * r.a2a_time_per_layer_s
     hidden_by = compute_s if run.schedule is Schedule.dualpipe else 0.0
     overlap = OVERLAP["ep-dualpipe" if hidden_by else "ep"]
     count = run.microbatches * moe_layers * len(A2A_KINDS)
     steps = ring_steps(Collective.all_to_all, layout.ep, group.nodes, count)
-    detail = EpDetail(r, tokens, run.seq, run.micro_batch)
+    detail = EpDetail(r, tokens, run.seq, run.micro_batch, layout.etp, etp_bytes)
     return DimCost(total, time, max(0.0, time - hidden_by), overlap, steps, detail)
+
+
+def etp_send_bytes(spec: ModelSpec, run: LayoutRun, etp: int, tokens: int) -> float:
+    """Bytes one rank sends per MoE layer and micro-batch over its expert-TP group
+    (``time.roofline.expert_tp_time_s``): in the forward and the backward, an all-gather of the
+    etp·T/t·k token copies in the activations' dtype and a reduce-scatter of as many in the
+    router's, each rank sending (etp − 1)/etp of each: 2·(etp − 1)·T/t·k·h·(act + router bytes)."""
+    if etp == 1:
+        return 0.0
+    copies = tokens * (spec.num_experts_per_tok or 1)
+    per_token = spec.hidden_size * (Dtype.bf16.bytes + RouterDtype(run.memory.router_dtype).bytes)
+    return EXPERT_TP_PASSES * (etp - 1) * copies * per_token

@@ -78,6 +78,13 @@ DP_BACKWARD = Explanation(
     "4/6 of one micro-batch's compute", SRC_DP,
 )  # fmt: skip
 EP_TOKENS = Explanation("tokens dispatched per micro-batch", Unit.count, "s·b/(cp·tp)", SRC_EP)
+EP_ETP = Explanation(
+    "expert-TP gather + scatter per MoE layer", Unit.bytes,
+    "2·(etp − 1)·T·k·h·(activation + router bytes)",
+    "Megatron-Core MoEAlltoAllTokenDispatcher (token_dispatcher.py): all-gather of the token "
+    "copies over the etp ranks before the experts, reduce-scatter in the probs' dtype after; "
+    "the adjoints in the backward",
+)  # fmt: skip
 EP_INPUTS = {
     "seq": Explanation("s", Unit.count, "sequence length", SRC_EP),
     "micro_batch": Explanation("b", Unit.count, "micro-batch size", SRC_EP),
@@ -150,6 +157,15 @@ def ep_terms(d: EpDetail, spec: ModelSpec, hw: HardwareSpec) -> tuple[Term, ...]
         *ep_explain.memory_row_terms(d.comm.memory, spec, only=EP_MEMORY_ROWS),
         *ep_explain.ep_comm_terms(d.comm, spec, hw, only=EP_COMM_ROWS),
         *terms(d, {"ep_tokens_per_rank": EP_TOKENS}, symbols=symbols),
+        *(
+            terms(
+                d,
+                {"etp_send_bytes_per_layer": EP_ETP},
+                symbols={"etp_send_bytes_per_layer": {"etp": d.etp, "T": d.ep_tokens_per_rank}},
+            )
+            if d.etp > 1
+            else ()
+        ),  # fmt: skip
     )
 
 

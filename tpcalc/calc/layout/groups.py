@@ -121,6 +121,15 @@ def place_groups(layout: ParallelLayout) -> dict[str, Group]:
     return out
 
 
+def expert_tp_group(layout: ParallelLayout) -> Group:
+    """Ranks that split the same experts by expert tensor parallelism: etp adjacent ranks (the
+    expert grid's innermost dimension, ``place_groups``)."""
+    link, straddles = group_link(layout.etp, 1, layout.gpus_per_node)
+    return Group(
+        "etp", layout.etp, 1, link, nodes_spanned(layout.etp, 1, layout.gpus_per_node), straddles
+    )
+
+
 def expert_dp_group(layout: ParallelLayout) -> Group:
     """Ranks holding the same experts: dp·cp·tp/(ep·etp) of them, etp·ep apart."""
     size, stride = layout.expert_dp, layout.etp * layout.ep

@@ -51,6 +51,7 @@ from tpcalc.calc.layout.groups import (
     place_groups,
 )
 from tpcalc.calc.links.collectives import Collective
+from tpcalc.calc.links.link import nodes_spanned
 from tpcalc.calc.params.counts import (
     embedding_params,
     final_norm_params,
@@ -70,7 +71,14 @@ from tpcalc.calc.time.ops import (
     moe_ops,
     mtp_ops,
 )
-from tpcalc.calc.time.roofline import Rates, collective_time_s, dispatch_time_s, op_time_s, rates
+from tpcalc.calc.time.roofline import (
+    Rates,
+    collective_time_s,
+    dispatch_time_s,
+    expert_tp_time_s,
+    op_time_s,
+    rates,
+)
 from tpcalc.calc.time.step import (
     A2A_PER_PASS,
     ADAM_BYTES_PER_PARAM,
@@ -89,7 +97,7 @@ from tpcalc.calc.time.step import (
     stage_layers,
 )
 from tpcalc.calc.tp.rules import padded_vocab
-from tpcalc.choices import Recompute, Schedule
+from tpcalc.choices import Recompute, RouterDtype, Schedule
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.units import Dtype
 
@@ -153,6 +161,7 @@ class StepBounds:
         self._expert_rest: dict[tuple, tuple] = {}
         self._expert_groups: dict[Shape, Group] = {}
         self._a2as: dict[tuple, float] = {}
+        self._etps: dict[tuple, float] = {}
         self._stage_experts_of: dict[tuple, int] = {}
         self._nic_stages: dict[tuple[int, int], tuple[int, ...]] = {}
         self._nic_row: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
@@ -263,9 +272,11 @@ class StepBounds:
         first_chunk = tp_pass / shard.tp
         sms = r.comm_sm_share
         ep_f = ep_b = 0.0
-        if moe and shard.ep > 1:
-            a2a = self._a2a(shard, shard.ep, links["ep"].nodes)
-            ep_on = bool(ov.ep_a2a)  # set explicitly by the planner (space.overlap)
+        if moe and (shard.ep > 1 or shard.etp > 1):
+            a2a = self._dispatch(shard, links["ep"].nodes)
+            # set explicitly by the planner (space.overlap); where the step refuses it (ep 1
+            # but for DualPipe, ``refused``), ``ep_gaps`` adds back what this hides
+            ep_on = bool(ov.ep_a2a)
             ep_f = exposed_s(a2a, kb + kw, ep_on, sm_share=sms)
             ep_b = exposed_s(a2a, kf, ep_on, sm_share=sms)
         cp_f, cp_b = self._cp_exposed(shard, first, links["cp"].nodes)
@@ -431,6 +442,29 @@ class StepBounds:
         else:
             one = collective_time_s(self.r, Collective.all_reduce, h_bytes, shard.tp, nodes)
         return blocks * one
+
+    def _dispatch(self, shard: Shard, ep_nodes: int) -> float:
+        """A MoE layer's dispatcher communication in one pass, as step._layer_work exposes it:
+        the all-to-alls (``_a2a``, at ep > 1) and the expert-TP collectives (``_etp``)."""
+        a2a = self._a2a(shard, shard.ep, ep_nodes) if shard.ep > 1 else 0.0
+        return a2a + self._etp(shard)
+
+    def _etp(self, shard: Shard) -> float:
+        """A MoE layer's expert-TP gather and scatter in one pass (``roofline.expert_tp_time_s``
+        over the etp adjacent ranks, ``groups.expert_tp_group``), 0 at etp = 1."""
+        if shard.etp == 1:
+            return 0.0
+        key = (shard.tokens, shard.tp, shard.dtype, shard.etp)
+        got = self._etps.get(key)
+        if got is None:
+            spec, scale = self.spec, self.opts.comm_scale
+            got = self._etps[key] = expert_tp_time_s(
+                self.r, shard.tokens // shard.tp * (spec.num_experts_per_tok or 1),
+                spec.hidden_size * shard.dtype.bytes * scale,
+                spec.hidden_size * RouterDtype(self.tech.router_dtype).bytes * scale,
+                shard.etp, nodes_spanned(shard.etp, 1, self.node),
+            )  # fmt: skip
+        return got
 
     def _a2a(self, shard: Shard, ep: int, nodes: int) -> float:
         """A MoE layer's dispatch and combine in one pass, as step._layer_work prices them
@@ -793,11 +827,10 @@ class StepBounds:
         tp_pass = self._tp_pass(s0, True, links[0]["tp"].nodes)  # reads tokens, tp and sp only
         first_chunk, sms = tp_pass / s0.tp, r.comm_sm_share
         ep_f, ep_b = np.zeros(len(pairs)), np.zeros(len(pairs))
-        multi = [i for i, (ep, _) in enumerate(pairs) if ep > 1]
+        multi = [i for i, (ep, etp) in enumerate(pairs) if ep > 1 or etp > 1]
         if multi:
-            a2a = np.array([self._a2a(shards[i], pairs[i][0], links[i]["ep"].nodes)
-                            for i in multi])  # fmt: skip
-            ep_on = bool(ov.ep_a2a)
+            a2a = np.array([self._dispatch(shards[i], links[i]["ep"].nodes) for i in multi])
+            ep_on = bool(ov.ep_a2a)  # as ``_kind_entry`` takes it
             ep_f[multi] = _exposed_arr(a2a, (bk + w)[multi], ep_on, sm_share=sms)
             ep_b[multi] = _exposed_arr(a2a, f[multi], ep_on, sm_share=sms)
         tp_f = _exposed_arr(tp_pass, gemm_f, ov.tp_comm, first_chunk, sm_share=sms)
@@ -1211,15 +1244,17 @@ class StepBounds:
 
     def refused(self, shape: Shape, v: Variant, modes: list[RecomputeMode]) -> np.ndarray:
         """Which modes [R] run the EP all-to-all exposed on this variant though the search
-        overlaps it: where Megatron-Core refuses the overlap (``step.ep_overlap_problem``: pp > 1
-        without vpp, full recompute, the moe module; DualPipe overlaps by its own schedule).
-        The run's set-up (dispatcher, MTP) is settled for the whole search (``space.overlap``)."""
-        key = (shape.pp, v.vpp, v.schedule, self._mode_key(modes), "refused")
+        overlaps it: where Megatron-Core refuses the overlap (``step.ep_overlap_problem``: ep 1
+        (its expert-TP collectives then stay exposed), pp > 1 without vpp, full recompute, the
+        moe module; DualPipe overlaps by its own schedule). The run's set-up (dispatcher, MTP)
+        is settled for the whole search (``space.overlap``)."""
+        no_ep = shape.ep == 1
+        key = (shape.pp, v.vpp, v.schedule, self._mode_key(modes), no_ep, "refused")
         got = self._refusals.get(key)
         if got is None:
             if v.schedule is Schedule.dualpipe or not self.opts.overlap.ep_a2a:
                 got = np.zeros(len(modes), dtype=bool)
-            elif pipeline_problem(shape.pp, v.vpp) is not None:
+            elif no_ep or pipeline_problem(shape.pp, v.vpp) is not None:
                 got = np.ones(len(modes), dtype=bool)
             else:
                 got = np.array(
@@ -1265,8 +1300,8 @@ class StepBounds:
         """What the EP all-to-all adds to one layer of each kind, in F and in B [M, S, K],
         where the overlap is refused (``refused``): the part ``work`` takes as hidden, the
         all-to-all less its exposed part, over the same passes ``_kind_entry`` hides it under.
-        None when the search hides none (EP overlap off, ep 1)."""
-        if not self.opts.overlap.ep_a2a or shape.ep == 1 or not self.spec.is_moe:
+        None when the search hides none (EP overlap off, ep and etp 1)."""
+        if not self.opts.overlap.ep_a2a or not self.spec.is_moe or shape.ep == shape.etp == 1:
             return None
         key = (shape.tp, shape.cp, shape.ep, shape.etp, tuple(mbs), tuple(sps))
         got = self._ep_gaps.get(key)
@@ -1280,7 +1315,7 @@ class StepBounds:
                     shard = self._shard(
                         shape.tp, shape.cp, shape.ep, shape.etp, sp and shape.tp > 1, b
                     )
-                    a2a = self._a2a(shard, shape.ep, links["ep"].nodes)
+                    a2a = self._dispatch(shard, links["ep"].nodes)
                     for k, (first, _, moe) in enumerate(self.kinds):
                         if moe:
                             kf, kb, kw = self._moe_passes(shard, first)

@@ -253,3 +253,27 @@ def dispatch_time_s(
     network = tokens * token_bytes * expected_remote_nodes(topk, experts, nodes)
     nvlink = copies * (group - 1) / group
     return latency + max(network / r.inter_busbw_bytes_per_s, nvlink / r.intra_busbw_bytes_per_s)
+
+
+def expert_tp_time_s(
+    r: Rates, copies: int, token_bytes: float, probs_token_bytes: float, etp: int, nodes: int
+) -> float:
+    """One pass of an MoE layer's expert-tensor-parallel collectives, over a group of ``etp``
+    ranks on ``nodes`` nodes: 0 at etp = 1.
+
+    Megatron-Core's all-to-all dispatcher with --expert-tensor-parallel-size > 1 all-gathers the
+    token copies the all-to-all brought (``copies``, the rank's T/t·k under balanced routing)
+    over the etp ranks that split each expert, before the experts
+    (``gather_from_sequence_parallel_region``), and reduce-scatters the experts' outputs back
+    before the combine, in the routing probabilities' dtype (``probs_token_bytes`` per token:
+    ``reduce_scatter_to_sequence_parallel_region(hidden_states.to(probs.dtype))``;
+    megatron/core/transformer/moe/token_dispatcher.py, MoEAlltoAllTokenDispatcher
+    ``dispatch_postprocess`` and ``combine_preprocess``). The backward runs their adjoints, a
+    reduce-scatter and an all-gather of the same shapes, so every pass runs one collective of
+    each size: etp·copies tokens gathered, (etp − 1)/etp of them sent by each rank."""
+    if etp == 1:
+        return 0.0
+    gathered = etp * copies
+    return collective_time_s(
+        r, Collective.all_gather, gathered * token_bytes, etp, nodes
+    ) + collective_time_s(r, Collective.reduce_scatter, gathered * probs_token_bytes, etp, nodes)

@@ -63,6 +63,7 @@ from tpcalc.calc.layout.groups import (
     MemoryTechniques,
     ParallelLayout,
     expert_dp_group,
+    expert_tp_group,
     place_groups,
 )
 from tpcalc.calc.links.collectives import Collective
@@ -93,9 +94,22 @@ from tpcalc.calc.time.ops import (
     layer_ops,
     mtp_ops,
 )
-from tpcalc.calc.time.roofline import Rates, collective_time_s, dispatch_time_s, op_time_s, rates
+from tpcalc.calc.time.roofline import (
+    Rates,
+    collective_time_s,
+    dispatch_time_s,
+    expert_tp_time_s,
+    op_time_s,
+    rates,
+)
 from tpcalc.calc.tp.rules import padded_vocab
-from tpcalc.choices import DEFAULT_VOCAB_PAD_MULTIPLE, AttentionKernel, Recompute, Schedule
+from tpcalc.choices import (
+    DEFAULT_VOCAB_PAD_MULTIPLE,
+    AttentionKernel,
+    Recompute,
+    RouterDtype,
+    Schedule,
+)
 from tpcalc.errors import InputError
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.units import Dtype
@@ -176,7 +190,8 @@ class Work(Struct, frozen=True):
     # The same collectives before overlap (not part of total_s: only their exposed part is).
     tp_comm_s: float = 0.0
     cp_comm_s: float = 0.0
-    ep_comm_s: float = 0.0
+    ep_comm_s: float = 0.0  # the EP all-to-alls
+    etp_comm_s: float = 0.0  # the expert-TP gathers and scatters, hidden or not with the EP ones
 
     @property
     def total_s(self) -> float:
@@ -390,9 +405,10 @@ class _Ctx(Struct, frozen=True):
     shard: Shard
     r: Rates
     opts: TimeOptions
-    links: dict[str, Group]  # place_groups' tp, cp, dp, pp, ep, and the expert-DP group edp
+    links: dict[str, Group]  # place_groups' tp, cp, dp, pp, ep, the expert groups edp and etp
     ep_overlap: bool
     microbatches: int = 1  # per step (the run's gradient-accumulation steps)
+    router_bytes: int = RouterDtype.fp32.bytes  # per element of the routing probabilities
     # One layer kind's work and parameters, computed once per step for every stage holding it.
     kinds: dict[tuple[str, bool], _LayerKind] = field(default_factory=dict)
 
@@ -455,25 +471,34 @@ def _layer_work(ctx: _Ctx, i: int) -> tuple[Work, Work, Work, tuple[Op, ...]]:
         attn_b = attention_pass_s(ops, Pass.backward_input, r)
         cp_f = exposed_s(cp_comm, attn_f, ov.cp_ring, sm_share=sms)
         cp_b = exposed_s(KV_TENSORS * cp_comm, attn_b, ov.cp_ring, sm_share=sms)
-    # EP: dispatch and combine all-to-all of the k copies of this rank's T/t tokens.
-    ep_f = ep_b = a2a = 0.0
-    if moe and ctx.layout.ep > 1:
-        a2a = A2A_PER_PASS * dispatch_time_s(
-            r, shard.tokens // tp, spec.num_experts_per_tok or 1, spec.n_routed_experts or 1,
-            spec.hidden_size * shard.dtype.bytes * scale, ctx.layout.ep, ctx.links["ep"].nodes,
-            node_dedup=ctx.opts.ep_node_dedup,
+    # EP: dispatch and combine all-to-all of the k copies of this rank's T/t tokens; with
+    # expert TP, the gather of those copies over the etp ranks and the scatter of the outputs.
+    ep_f = ep_b = a2a = etp_s = 0.0
+    lay = ctx.layout
+    if moe and (lay.ep > 1 or lay.etp > 1):
+        k, token_bytes = spec.num_experts_per_tok or 1, spec.hidden_size * shard.dtype.bytes * scale
+        if lay.ep > 1:
+            a2a = A2A_PER_PASS * dispatch_time_s(
+                r, shard.tokens // tp, k, spec.n_routed_experts or 1, token_bytes, lay.ep,
+                ctx.links["ep"].nodes, node_dedup=ctx.opts.ep_node_dedup,
+            )  # fmt: skip
+        etp_s = expert_tp_time_s(
+            r, shard.tokens // tp * k, token_bytes, spec.hidden_size * ctx.router_bytes * scale,
+            lay.etp, ctx.links["etp"].nodes,
         )  # fmt: skip
         # Overlapped, a micro-batch's forward all-to-alls run under another micro-batch's
         # backward of the same layer and vice versa (DeepSeek-V3 §3.2.1 DualPipe; Megatron-Core
-        # --overlap-moe-expert-parallel-comm): hidden up to the other pass's compute.
-        ep_f = exposed_s(a2a, (b + w).total_s, ctx.ep_overlap, sm_share=sms)
-        ep_b = exposed_s(a2a, f.total_s, ctx.ep_overlap, sm_share=sms)
+        # --overlap-moe-expert-parallel-comm): hidden up to the other pass's compute. The
+        # expert-TP collectives are the dispatcher's too: hidden or exposed with them.
+        ep_f = exposed_s(a2a + etp_s, (b + w).total_s, ctx.ep_overlap, sm_share=sms)
+        ep_b = exposed_s(a2a + etp_s, f.total_s, ctx.ep_overlap, sm_share=sms)
     f = f + Work(
-        tp_s=tp_f, cp_s=cp_f, ep_s=ep_f, tp_comm_s=tp_pass, cp_comm_s=cp_comm, ep_comm_s=a2a
-    )
+        tp_s=tp_f, cp_s=cp_f, ep_s=ep_f, tp_comm_s=tp_pass, cp_comm_s=cp_comm, ep_comm_s=a2a,
+        etp_comm_s=etp_s,
+    )  # fmt: skip
     b = b + Work(
         tp_s=tp_b, cp_s=cp_b, ep_s=ep_b,
-        tp_comm_s=tp_pass, cp_comm_s=KV_TENSORS * cp_comm, ep_comm_s=a2a,
+        tp_comm_s=tp_pass, cp_comm_s=KV_TENSORS * cp_comm, ep_comm_s=a2a, etp_comm_s=etp_s,
     )  # fmt: skip
     return f, b, w, ops
 
@@ -780,8 +805,13 @@ def _context(spec: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, run: Lay
     )  # fmt: skip
     ep_overlap = ep_overlap_on(spec, layout, run, opts)
     r = rates(hw, run.dtype, efficiency_scale=opts.efficiency_scale)
-    links = {**place_groups(layout), "edp": expert_dp_group(layout)}
-    return _Ctx(spec, layout, shard, r, opts, links, ep_overlap, run.microbatches)
+    links = {
+        **place_groups(layout), "edp": expert_dp_group(layout), "etp": expert_tp_group(layout)
+    }  # fmt: skip
+    return _Ctx(
+        spec, layout, shard, r, opts, links, ep_overlap, run.microbatches,
+        router_bytes=RouterDtype(run.memory.router_dtype).bytes,
+    )  # fmt: skip
 
 
 def _bubble_s(stages: tuple[StageWork, ...], run: LayoutRun, p: int) -> float:
@@ -941,7 +971,7 @@ def _step_of_stages(
         hfu_ratio=hw_flop / gpu_s / peak,
         tp_comm_time_s=work.tp_comm_s + rec.tp_comm_s,
         cp_comm_time_s=work.cp_comm_s + rec.cp_comm_s,
-        ep_comm_time_s=work.ep_comm_s + rec.ep_comm_s,
+        ep_comm_time_s=work.ep_comm_s + work.etp_comm_s + rec.ep_comm_s + rec.etp_comm_s,
         pp_comm_time_s=pp_total,
         dp_comm_time_s=dp_total,
         bottleneck_stage=neck.stage,
@@ -969,6 +999,7 @@ def _busiest_link_s(
         ("tp", work.tp_comm_s),
         ("cp", work.cp_comm_s),
         ("ep", work.ep_comm_s),
+        ("etp", work.etp_comm_s),
         ("pp", pp_s),
     ):
         busy[ctx.links[dim].link] += seconds
