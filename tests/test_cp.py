@@ -59,17 +59,18 @@ def test_only_full_attention_layers_ring(qwen38, seed_row):
     assert seed_row.value("fwd_send_bytes_per_micro_batch") == 16 * per_layer
 
 
-def test_backward_counts_kv_again_and_gradients_home(seed_row):
-    # Ring Attention backward: K,V circulate again (cp-1 sends), dK,dV make cp hops home
+def test_backward_counts_kv_again_and_the_gradients_behind_them(seed_row):
+    # Ring Attention backward as Transformer Engine runs it (AttnFuncWithCPAndKVP2P.backward):
+    # cp = 8 steps, the first sends K,V only, the last dK,dV only: 7 sends of each
     block = seed_row.value("kv_block_bytes")
     assert seed_row.value("bwd_kv_bytes_per_layer") == 7 * block
-    assert seed_row.value("bwd_dkv_bytes_per_layer") == 8 * block
+    assert seed_row.value("bwd_dkv_bytes_per_layer") == 7 * block
     assert seed_row.check_breakdowns() == []
 
 
 def test_fp32_gradients_double_the_dkv_traffic(qwen38, h800):
     row = cp_row(qwen38, h800, seq=SEED_SEQ, cp=SEED_CP, grad_dtype=Dtype.fp32)
-    assert row.value("bwd_dkv_bytes_per_layer") == 2 * 8 * row.value("kv_block_bytes")
+    assert row.value("bwd_dkv_bytes_per_layer") == 2 * 7 * row.value("kv_block_bytes")
     assert row.inputs["grad_dtype"] == "fp32"
 
 

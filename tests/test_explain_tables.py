@@ -133,8 +133,15 @@ from tpcalc.reports.tp import tp_comm_row
         (CpDetail, comm_explain.CP_INPUTS),
         (PpDetail, {**comm_explain.PP_EXPLANATIONS, **comm_explain.PP_INPUTS}),
         (DpShare, comm_explain.DP_SHARE_INPUTS),
-        (DpDetail, {"dp_backward_time_s": comm_explain.DP_BACKWARD}),
-        (EpDetail, {"ep_tokens_per_rank": comm_explain.EP_TOKENS, **comm_explain.EP_INPUTS}),
+        (DpDetail, {"dp_backward_time_s": comm_explain.DP_BACKWARD, **comm_explain.DP_INPUTS}),
+        (
+            EpDetail,
+            {
+                "ep_tokens_per_rank": comm_explain.EP_TOKENS,
+                **comm_explain.EP_INPUTS,
+                "etp_send_bytes_per_layer": comm_explain.EP_ETP,
+            },
+        ),
         (DimCost, comm_explain.cost_explanations("dp", load_hardware("h100-sxm"), True)),
         (Group, {**comm_explain.group_explanations("tp"), **comm_explain.GROUP_INPUTS}),
         (RooflineSummary, timed_explain.EXPLANATIONS),

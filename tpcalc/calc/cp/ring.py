@@ -39,7 +39,8 @@ from tpcalc.units import Dtype
 
 RING_BWD = (
     "Liu et al. 2023 Ring Attention §3 (backward circulates K,V and dK,dV); Megatron-Core CP via "
-    "TransformerEngine AttnFuncWithCPAndKVP2P.backward: K,V sent cp-1 times, dK,dV cp times"
+    "TransformerEngine AttnFuncWithCPAndKVP2P.backward: cp steps, the first sends K,V only, the "
+    "last dK,dV only, the others both: K,V and dK,dV cp-1 times each"
 )
 
 
@@ -48,18 +49,16 @@ KV_PASSES = 2  # K,V circulate in the forward and again in the backward (``RING_
 
 def ring_sends_per_layer(cp: int) -> int:
     """Sends of one rank per ring layer, fwd + bwd: cp−1 K,V blocks forward, cp−1 backward and
-    cp dK,dV blocks (their last hop brings them home): 3cp − 2, none for cp = 1 (``RING_BWD``)."""
-    return KV_PASSES * (cp - 1) + cp if cp > 1 else 0
+    cp−1 dK,dV blocks: 3(cp − 1), none for cp = 1 (``RING_BWD``)."""
+    return (KV_PASSES + 1) * (cp - 1)
 
 
 def ring_latency_steps_per_layer(cp: int, nodes: int) -> LatencySteps:
     """Latency steps of one ring layer, counted as NCCL counts rings (``links.ring_steps``): each
-    K,V pass is an all-gather (cp−1 steps), dK,dV a reduce-scatter (cp−1) plus the hop home (1);
+    K,V pass is an all-gather (cp−1 steps), dK,dV a reduce-scatter (cp−1):
     ``ring_sends_per_layer`` steps in all, the node-crossing ones at α_inter."""
-    return (
-        ring_steps(Collective.all_gather, cp, nodes, KV_PASSES)
-        + ring_steps(Collective.reduce_scatter, cp, nodes)
-        + ring_steps(Collective.p2p, cp, nodes)
+    return ring_steps(Collective.all_gather, cp, nodes, KV_PASSES) + ring_steps(
+        Collective.reduce_scatter, cp, nodes
     )
 
 
@@ -118,8 +117,9 @@ def cp_ring(
 
     Counted per rank per micro-batch (forward + backward), on ``spec.full_attention_layers``:
     forward sends cp-1 K,V blocks; backward sends the K,V blocks again (cp-1) and the dK,dV
-    accumulators, which travel with their block and make a last hop home (cp sends, in
-    ``grad_dtype``; ring-flash-attention accumulates them in fp32). Sources: ``RING``,
+    accumulators, which travel one step behind their block (cp-1 sends, in ``grad_dtype``;
+    ring-flash-attention accumulates them in fp32 and adds a last hop home, Transformer Engine
+    does not). Sources: ``RING``,
     ``RING_BWD``. With ``tp`` > 1 each rank of the ring holds only its TP share of the heads
     (CP inside TP, Megatron order). ``nodes`` = nodes the ring spans (default
     ``links.link_nodes``) for its latency steps.
@@ -134,7 +134,7 @@ def cp_ring(
     block = kv_block_bytes(spec, seq=seq, cp=cp, micro_batch=micro_batch, dtype=dtype, tp=tp)
     grad_block = block // dtype.bytes * grad_dtype.bytes
     steps = cp - 1
-    grad_sends = cp if cp > 1 else 0
+    grad_sends = steps
     L = spec.full_attention_layers
     fwd = steps * block
     bwd_kv = steps * block

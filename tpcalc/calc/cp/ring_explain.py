@@ -66,11 +66,11 @@ RING_EXPLANATIONS: dict[str, Explanation] = {
         "backward K,V sent per layer", Unit.bytes, "(cp-1)·block", RING_BWD, PER_LAYER
     ),
     "bwd_dkv_bytes_per_layer": Explanation(
-        "backward dK,dV sent per layer", Unit.bytes, "cp·block·grad_dtype/dtype", RING_BWD,
+        "backward dK,dV sent per layer", Unit.bytes, "(cp-1)·block·grad_dtype/dtype", RING_BWD,
         PER_LAYER,
     ),
     "ring_sends_per_layer_count": Explanation(
-        "ring sends per layer, fwd+bwd", Unit.count, "2(cp-1) + cp", RING_BWD
+        "ring sends per layer, fwd+bwd", Unit.count, "3(cp-1)", RING_BWD
     ),
     "send_bytes_per_layer": Explanation(
         "sent per layer, fwd+bwd", Unit.bytes, "fwd K,V + bwd K,V + bwd dK,dV", RING_BWD

@@ -88,6 +88,12 @@ EP_ETP = Explanation(
 EP_INPUTS = {
     "seq": Explanation("s", Unit.count, "sequence length", SRC_EP),
     "micro_batch": Explanation("b", Unit.count, "micro-batch size", SRC_EP),
+    "etp": Explanation("etp", Unit.count, "expert tensor-parallel size", SRC_EP),
+}
+DP_INPUTS = {
+    "microbatches": Explanation(
+        "m", Unit.count, "micro-batches per step (ZeRO-2/3 repeat their collectives)", SRC_DP
+    ),
 }
 DP_SHARE_INPUTS = {
     "kind": Explanation("kind", Unit.text, "dense or expert parameters", SRC_DP),
