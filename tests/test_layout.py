@@ -235,6 +235,24 @@ def test_dp_bytes_repeat_per_micro_batch_as_the_step_times_them(llama70b, h100, 
     assert timed == pytest.approx(bytes_ratio)
 
 
+def test_tp_bytes_count_one_block_per_moe_layer_without_a_shared_expert(h100):
+    # Qwen3-30B-A3B's 48 layers are MoE with no shared expert: its routed experts take the
+    # rank's SP tokens through the dispatcher, so a layer has one TP block (attention), not two,
+    # in the bytes as in the step's time. TP2, SP, s = 4096, b = 1, m = 2: per block 2 forward +
+    # 2 backward collectives / 2 = 2 all-reduce equivalents of (t-1)/t·2 × 4096·2048·2 B.
+    spec = load_model("qwen3-30b-a3b")
+    lay = ParallelLayout(tp=2, dp=4, ep=8, gpus_per_node=8)
+    rows = rows_by_dim(layout_report(spec, h100, lay, LayoutRun(seq=4096, microbatches=2)))
+    assert rows["tp"].value("tp_blocks_on_rank") == 48
+    assert rows["tp"].value("send_bytes_per_step") == 2 * 48 * 2 * 1 * 4096 * 2048 * 2
+    # a dense model keeps two blocks per layer
+    dense = rows_by_dim(
+        layout_report(load_model("llama3-8b"), h100, ParallelLayout(tp=2, dp=4, gpus_per_node=8),
+                      LayoutRun(seq=4096, microbatches=2))
+    )  # fmt: skip
+    assert dense["tp"].value("tp_blocks_on_rank") == 2 * 32
+
+
 def test_expert_tp_traffic_is_in_the_ep_row_the_step_times(h100):
     # Qwen3-30B-A3B (48 MoE layers, top 8, h = 2048) at DP8 ETP2, s = 4096, b = 1, m = 2: per
     # MoE layer and pass each rank sends half of an all-gather of 2 × 32,768 bf16 token copies

@@ -35,7 +35,7 @@ from tpcalc.calc.layout.groups import Group, LayoutRun, ParallelLayout
 from tpcalc.calc.links.collectives import Collective, ring_factor
 from tpcalc.calc.links.link import LatencySteps, Link, ring_steps, steps_time_s
 from tpcalc.calc.pipeline.schedule import p2p_bytes, p2p_sends_per_rank
-from tpcalc.calc.tp.comm import collectives_per_layer, message_bytes
+from tpcalc.calc.tp.comm import FWD_COLLECTIVES_PER_LAYER, collectives_per_layer, message_bytes
 from tpcalc.choices import MoeDispatcher, Recompute, RouterDtype, Schedule
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.units import Dtype
@@ -62,6 +62,7 @@ class TpDetail(Struct, frozen=True):
     tp_layers_on_rank: int
     seq: int
     cp: int
+    tp_blocks_on_rank: int = 0  # attention + MLP blocks, 1 per MoE layer without shared expert
 
 
 class CpDetail(Struct, frozen=True):
@@ -150,19 +151,21 @@ class DimCosts(NamedTuple):
 
 def tp_cost(
     spec: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, run: LayoutRun, group: Group,
-    layers: int,
+    layers: int, blocks: int,
 ) -> DimCost:  # fmt: skip
-    """TP all-reduces (or SP's reduce-scatter + all-gather, same bytes) of the worst stage."""
+    """TP all-reduces (or SP's reduce-scatter + all-gather, same bytes) of the worst stage:
+    ``blocks`` attention and MLP blocks on its ``layers`` (``tp.comm.tp_blocks``: a MoE layer
+    without a shared expert has one), each block's share of the layer's collectives."""
     if layout.tp == 1:
         return DimCost()
     m = message_bytes(spec, seq=run.seq // layout.cp, micro_batch=run.micro_batch, dtype=run.dtype)
     n = sum(collectives_per_layer(run.recompute is Recompute.full))
-    per_layer = n * ring_factor(Collective.all_reduce, layout.tp) * m
-    total = run.microbatches * layers * per_layer
-    count = run.microbatches * layers * n
+    per_block = n // FWD_COLLECTIVES_PER_LAYER
+    count = run.microbatches * blocks * per_block
+    total = count * ring_factor(Collective.all_reduce, layout.tp) * m
     steps = ring_steps(Collective.all_reduce, layout.tp, group.nodes, count)
     time = steps_time_s(total, steps, hw, group.link, with_latency=run.with_latency)
-    detail = TpDetail(m, n, layers, run.seq, layout.cp)
+    detail = TpDetail(m, n, layers, run.seq, layout.cp, blocks)
     return DimCost(total, time, time, OVERLAP["tp"], steps, detail)
 
 

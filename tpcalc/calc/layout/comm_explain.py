@@ -29,7 +29,7 @@ SRC_RULES = (comm.__doc__ or "").splitlines()[0]
 GROUP_FORMULA = {"tp": "tp", "cp": "cp", "pp": "pp", "dp": "dp·cp", "ep": "ep"}
 STRIDE_FORMULA = {"tp": "1", "cp": "tp", "pp": "tp·cp·dp", "dp": "tp", "ep": "etp"}
 SEND_FORMULA = {
-    "tp": "m · layers · collectives/layer · 2(t-1)/t · M",
+    "tp": "m · (blocks/2) · collectives/layer · 2(t-1)/t · M",
     "cp": "m · full-attention layers · send_bytes_per_layer (cp row)",
     "pp": "sends per step · p2p bytes",
     "dp": "Σ ZeRO collectives of the dense (dp·cp) and expert (dp·cp/ep) parameters",
@@ -54,6 +54,12 @@ TP_EXPLANATIONS = {
     "tp_layers_on_rank": Explanation(
         "layers on the busiest stage", Unit.count, "max over PP ranks",
         "pipeline.chunk_layer_counts",
+    ),
+    "tp_blocks_on_rank": Explanation(
+        "TP blocks on the busiest stage", Unit.count,
+        "2 per layer (attention, MLP); 1 per MoE layer without a shared expert",
+        "tpcalc.calc.tp.comm.tp_blocks (Megatron-Core MoELayer: routed experts behind the token "
+        "dispatcher, no TP collective)",
     ),
 }  # fmt: skip
 TP_INPUTS = {

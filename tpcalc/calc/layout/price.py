@@ -33,6 +33,7 @@ from tpcalc.calc.layout.timed import (
 )
 from tpcalc.calc.pipeline.schedule import bubble_time_s, rank_layers
 from tpcalc.calc.time.step import TimeOptions, hand_split, step_time
+from tpcalc.calc.tp.comm import tp_blocks
 from tpcalc.choices import TimeModel
 from tpcalc.specs import HardwareSpec, ModelSpec
 
@@ -56,13 +57,15 @@ class LayoutPrice(Struct, frozen=True):
 
 def _layer_counts(
     spec: ModelSpec, lay: ParallelLayout, run: LayoutRun, counts: tuple[int, ...] | None
-) -> tuple[int, int, int]:
-    """(layers, full-attention layers, MoE layers) of the pipeline rank with the most of each."""
+) -> tuple[int, int, int, int]:
+    """(layers, full-attention layers, MoE layers, TP blocks) of the pipeline rank with the most
+    of each (``tp.comm.tp_blocks``)."""
     ranks = rank_layers(spec.num_hidden_layers, lay.pp, run.vpp, counts)
     types = spec.resolved_layer_types
     full = max(sum(1 for i in r if types[i] != "linear_attention") for r in ranks)
     moe = max(sum(1 for i in r if spec.is_moe_layer(i)) for r in ranks)
-    return max(len(r) for r in ranks), full, moe
+    blocks = max(sum(tp_blocks(spec, spec.is_moe_layer(i)) for i in r) for r in ranks)
+    return max(len(r) for r in ranks), full, moe, blocks
 
 
 def price_layout(
@@ -101,11 +104,11 @@ def price_layout(
     achieved = hw.achieved_flop_per_s.value
     mb_s = slowest.total / achieved
     recompute_share = slowest.recompute_flop / slowest.total if slowest.total else 0.0
-    layers, full, moe = _layer_counts(spec, layout, run, counts)
+    layers, full, moe, blocks = _layer_counts(spec, layout, run, counts)
     biggest = max(mem, key=lambda m: m.dense_params + m.expert_params)
     plain = stage_times(mb_s, 0.0, recompute_share)
     costs = DimCosts(
-        tp=tp_cost(spec, hw, layout, run, groups["tp"], layers),
+        tp=tp_cost(spec, hw, layout, run, groups["tp"], layers, blocks),
         cp=cp_cost(spec, hw, layout, run, groups["cp"], full),
         pp=pp_cost(spec, hw, layout, run, groups["pp"]),
         dp=dp_cost(

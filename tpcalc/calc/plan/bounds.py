@@ -58,7 +58,6 @@ from tpcalc.calc.params.counts import (
     layer_params,
     lm_head_params,
     routed_layer_params,
-    shared_expert_intermediate,
 )
 from tpcalc.calc.pipeline.schedule import DUALPIPE_DIRECTIONS, pp_send_count
 from tpcalc.calc.plan.space import ModeKeys, RecomputeMode, Shape, Variant
@@ -86,7 +85,6 @@ from tpcalc.calc.time.step import (
     DDP_BUCKET_PARAMS_PER_DP_RANK,
     KV_TENSORS,
     RECOMPUTE_MODULE_OPS,
-    TP_FWD_COLLECTIVES,
     TP_GEMMS,
     TimeOptions,
     attention_pass_s,
@@ -96,6 +94,7 @@ from tpcalc.calc.time.step import (
     scores_of,
     stage_layers,
 )
+from tpcalc.calc.tp.comm import tp_blocks
 from tpcalc.calc.tp.rules import padded_vocab
 from tpcalc.choices import Recompute, RouterDtype, Schedule
 from tpcalc.specs import HardwareSpec, ModelSpec
@@ -434,8 +433,7 @@ class StepBounds:
     def _tp_pass_of(self, shard: Shard, moe: bool, nodes: int) -> float:
         """``_tp_pass``, taken (it reads the shard's tokens, tp and sp only)."""
         h_bytes = shard.tokens * self.spec.hidden_size * shard.dtype.bytes * self.opts.comm_scale
-        shared = shared_expert_intermediate(self.spec) if self.spec.is_moe else 0
-        blocks = 1 if moe and not shared else TP_FWD_COLLECTIVES
+        blocks = tp_blocks(self.spec, moe)
         if shard.sp:
             one = collective_time_s(self.r, Collective.all_gather, h_bytes, shard.tp, nodes)
             one += collective_time_s(self.r, Collective.reduce_scatter, h_bytes, shard.tp, nodes)

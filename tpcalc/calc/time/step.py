@@ -102,6 +102,7 @@ from tpcalc.calc.time.roofline import (
     op_time_s,
     rates,
 )
+from tpcalc.calc.tp.comm import tp_blocks
 from tpcalc.calc.tp.rules import padded_vocab
 from tpcalc.choices import (
     DEFAULT_VOCAB_PAD_MULTIPLE,
@@ -122,7 +123,6 @@ DDP_BUCKET_PARAMS_PER_DP_RANK = 1_000_000
 # Kingma & Ba 2015): read param, grad, m, v (4 × 4 B), write param, m, v (3 × 4 B) and the BF16
 # model copy (2 B); the gradient-norm pass for clipping reads the grad again (4 B).
 ADAM_BYTES_PER_PARAM = 4 * 4 + 3 * 4 + 2 + 4
-TP_FWD_COLLECTIVES = 2  # g after attention and after the MLP (Shoeybi et al. 2019 §3)
 KV_TENSORS = 2  # K and V travel the CP ring; the backward also sends dK and dV
 A2A_PER_PASS = 2  # dispatch and combine (Megatron-Core MoEAlltoAllTokenDispatcher)
 
@@ -448,7 +448,7 @@ def _layer_work(ctx: _Ctx, i: int) -> tuple[Work, Work, Work, tuple[Op, ...]]:
     # TP: with SP an all-gather and a reduce-scatter per block, else an all-reduce per block.
     tp = ctx.layout.tp
     moe = spec.is_moe_layer(i)
-    blocks = 1 if moe and not _shared_width(spec) else TP_FWD_COLLECTIVES
+    blocks = tp_blocks(spec, moe)
     if shard.sp:
         one = collective_time_s(r, Collective.all_gather, h_bytes, tp, ctx.links["tp"].nodes)
         one += collective_time_s(r, Collective.reduce_scatter, h_bytes, tp, ctx.links["tp"].nodes)
@@ -501,12 +501,6 @@ def _layer_work(ctx: _Ctx, i: int) -> tuple[Work, Work, Work, tuple[Op, ...]]:
         tp_comm_s=tp_pass, cp_comm_s=KV_TENSORS * cp_comm, ep_comm_s=a2a, etp_comm_s=etp_s,
     )  # fmt: skip
     return f, b, w, ops
-
-
-def _shared_width(spec: ModelSpec) -> int:
-    from tpcalc.calc.params.counts import shared_expert_intermediate
-
-    return shared_expert_intermediate(spec) if spec.is_moe else 0
 
 
 def cp_ring_s(spec: ModelSpec, shard: Shard, r: Rates, nodes: int, comm_scale: float) -> float:

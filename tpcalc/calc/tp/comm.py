@@ -25,6 +25,19 @@ FWD_COLLECTIVES_PER_LAYER = 2  # g after attention and after the MLP (Shoeybi et
 BWD_COLLECTIVES_PER_LAYER = 2  # f before attention and before the MLP
 
 
+def tp_blocks(spec: ModelSpec, moe: bool) -> int:
+    """TP collective blocks of one layer per pass (each an all-reduce, or SP's all-gather +
+    reduce-scatter pair): attention and MLP, 2; a MoE layer with no shared expert, 1. Its routed
+    experts take the rank's sequence-parallel tokens through the token dispatcher (all-to-all
+    over EP) and return them there, with no TP collective; a shared expert is a TP-split MLP
+    (Megatron-Core MoELayer, SharedExpertMLP)."""
+    from tpcalc.calc.params.counts import shared_expert_intermediate
+
+    if moe and not shared_expert_intermediate(spec):
+        return FWD_COLLECTIVES_PER_LAYER - 1
+    return FWD_COLLECTIVES_PER_LAYER
+
+
 def message_bytes(spec: ModelSpec, *, seq: int, micro_batch: int, dtype: Dtype) -> int:
     """M = s·b·h·bytes(dtype): one activation [s, b, h] (seed 003 §7.3.5; seed 000 q-tp-msg)."""
     return seq * micro_batch * spec.hidden_size * dtype.bytes
