@@ -253,6 +253,21 @@ def test_tp_bytes_count_one_block_per_moe_layer_without_a_shared_expert(h100):
     assert dense["tp"].value("tp_blocks_on_rank") == 2 * 32
 
 
+def test_dp_row_names_the_expert_group_apart_from_the_dense_one(h800):
+    # DeepSeek-V3 at TP4 CP2 DP2 on 8-GPU nodes: the dense gradients are summed over dp·cp = 4
+    # ranks, 4 apart; the experts (EP1) over dp·cp·tp/(ep·etp) = 16 ranks, 2 nodes
+    lay = ParallelLayout(tp=4, cp=2, dp=2, gpus_per_node=8)
+    ds = load_model("deepseek-v3")
+    row = rows_by_dim(layout_report(ds, h800, lay, LayoutRun(seq=4096, microbatches=1)))["dp"]
+    assert row.value("group_size") == 4
+    assert row.value("dp_expert_group_size") == 16
+    assert row.value("dp_expert_nodes") == 2 and row.value("dp_expert_link") == "ib"
+    dense = rows_by_dim(
+        layout_report(load_model("llama3-8b"), h800, lay, LayoutRun(seq=4096, microbatches=1))
+    )["dp"]  # fmt: skip
+    assert "dp_expert_group_size" not in {t.key for t in dense.terms}
+
+
 def test_expert_tp_traffic_is_in_the_ep_row_the_step_times(h100):
     # Qwen3-30B-A3B (48 MoE layers, top 8, h = 2048) at DP8 ETP2, s = 4096, b = 1, m = 2: per
     # MoE layer and pass each rank sends half of an all-gather of 2 × 32,768 bf16 token copies

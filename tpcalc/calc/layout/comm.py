@@ -94,6 +94,8 @@ class DpShare(Struct, frozen=True):
     params: int
     group_size: int
     parts: ZeroCommParts
+    link: Link = Link.intra_node  # the slowest link the group crosses
+    nodes: int = 1  # nodes one group spans
 
 
 class DpDetail(Struct, frozen=True):
@@ -226,7 +228,7 @@ def dp_cost(
         if group.size == 1 or n == 0:
             continue
         parts = zero_comm_parts(n, run.recipe, layout.zero, group.size, run.microbatches)
-        shares.append(DpShare(kind, n, group.size, parts))
+        shares.append(DpShare(kind, n, group.size, parts, group.link, group.nodes))
         sent = parts.total_bytes
         steps = zero_latency_steps(parts, group.size, group.nodes, calls)
         total += sent

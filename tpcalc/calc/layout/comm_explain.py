@@ -17,6 +17,10 @@ from tpcalc.terms import Scalar, Term, Unit, term
 SRC_TP = "Shoeybi et al. 2019 §3: 2 fwd + 2 bwd all-reduces per layer; seed 000: TP waits"
 SRC_CP = "Liu et al. 2023 Ring Attention §3: transfer hidden when compute per block is longer"
 SRC_PP = "Narayanan et al. 2021 §4.1: s·b·h/t per send with scatter/gather; counted exposed"
+SRC_EDP = (
+    "Megatron-Core parallel_state: the expert grid is expert-TP x EP x expert-DP over the same "
+    "tp·cp·dp ranks (tpcalc.calc.layout.groups.expert_dp_group)"
+)
 SRC_DP = (
     "ZeRO §7.2 per stage, §5.2-5.3 (ZeRO-2/3 repeat per micro-batch); Li et al. 2020 (DDP) §3.2.3:"
     " overlap with the last backward"
@@ -32,7 +36,7 @@ SEND_FORMULA = {
     "tp": "m · (blocks/2) · collectives/layer · 2(t-1)/t · M",
     "cp": "m · full-attention layers · send_bytes_per_layer (cp row)",
     "pp": "sends per step · p2p bytes",
-    "dp": "Σ ZeRO collectives of the dense (dp·cp) and expert (dp·cp/ep) parameters",
+    "dp": "Σ ZeRO collectives of the dense (dp·cp) and expert (dp·cp·tp/(ep·etp)) parameters",
     "ep": "m · MoE layers · all-to-all bytes per layer (ep row)",
 }
 SEND_SOURCE = {"tp": SRC_TP, "cp": SRC_CP, "pp": SRC_PP, "dp": SRC_DP, "ep": SRC_EP}
@@ -104,7 +108,12 @@ DP_INPUTS = {
 DP_SHARE_INPUTS = {
     "kind": Explanation("kind", Unit.text, "dense or expert parameters", SRC_DP),
     "params": Explanation("N", Unit.params, "parameters the group replicates", SRC_DP),
-    "group_size": Explanation("n", Unit.count, "dp·cp (dense) or dp·cp/ep (expert)", SRC_DP),
+    "group_size": Explanation(
+        "n", Unit.count, "dp·cp (dense) or dp·cp·tp/(ep·etp) (expert)", SRC_DP
+    ),
+    "nodes": Explanation(
+        "nodes one group spans", Unit.count, "nodes_spanned(size, stride, gpus_per_node)", SRC_EDP
+    ),
 }
 CP_INPUTS = {
     "seq": Explanation("s", Unit.count, "sequence length", SRC_CP),
@@ -146,9 +155,21 @@ def pp_terms(d: PpDetail) -> tuple[Term, ...]:
 
 def dp_terms(d: DpDetail) -> tuple[Term, ...]:
     """Each ZeRO collective the dense and expert groups run (flattened here to
-    ``dp_{kind}_{collective}_bytes``, parts of the row's bytes), then the hiding backward."""
+    ``dp_{kind}_{collective}_bytes``, parts of the row's bytes), then the hiding backward. The
+    row's group and link are the dense parameters' (dp·cp); the experts' group (dp·cp·tp/(ep·etp)
+    ranks, ep·etp apart) gets its own size, link and span."""
     out = []
     for share in d.shares:
+        if share.kind == "expert":
+            out += [
+                term("dp_expert_group_size", "expert-DP group size", share.group_size,
+                     Unit.count, formula="dp·cp·tp/(ep·etp)", source=SRC_EDP),
+                term("dp_expert_link", "expert-DP link", share.link.value, Unit.text,
+                     formula="slowest link the group crosses", source=SRC_EDP),
+                term("dp_expert_nodes", "nodes one expert-DP group spans", share.nodes,
+                     Unit.count, formula="nodes_spanned(size, ep·etp, gpus_per_node)",
+                     source=SRC_EDP),
+            ]  # fmt: skip
         for key, value in share.parts.by_collective():
             if not value:
                 continue

@@ -161,6 +161,7 @@ class StepBounds:
         self._expert_groups: dict[Shape, Group] = {}
         self._a2as: dict[tuple, float] = {}
         self._etps: dict[tuple, float] = {}
+        self._shards: dict[tuple, Shard] = {}
         self._stage_experts_of: dict[tuple, int] = {}
         self._nic_stages: dict[tuple[int, int], tuple[int, ...]] = {}
         self._nic_row: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
@@ -230,12 +231,17 @@ class StepBounds:
         return out
 
     def _shard(self, tp: int, cp: int, ep: int, etp: int, sp: bool, b: int) -> Shard:
-        opts = self.opts
-        return Shard(
-            seq=self.seq, micro_batch=b, tp=tp, cp=cp, ep=ep, etp=etp, sp=sp,
-            dtype=Dtype.bf16, gemm_dtype=self.dtype, causal=opts.causal,
-            fused_sinks=opts.fused_sinks, **scores_of(self.spec, self.tech),
-        )  # fmt: skip
+        """The micro-batch's cut for one rank, made once per (tp, cp, ep, etp, sp, b)."""
+        key = (tp, cp, ep, etp, sp, b)
+        got = self._shards.get(key)
+        if got is None:
+            opts = self.opts
+            got = self._shards[key] = Shard(
+                seq=self.seq, micro_batch=b, tp=tp, cp=cp, ep=ep, etp=etp, sp=sp,
+                dtype=Dtype.bf16, gemm_dtype=self.dtype, causal=opts.causal,
+                fused_sinks=opts.fused_sinks, **scores_of(self.spec, self.tech),
+            )  # fmt: skip
+        return got
 
     def _shard_links_of(self, tp: int, cp: int, ep: int, etp: int) -> dict:
         """The tp, cp, ep and etp groups of a shard, placed once."""
