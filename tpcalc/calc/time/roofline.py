@@ -270,7 +270,10 @@ def expert_tp_time_s(
     megatron/core/transformer/moe/token_dispatcher.py, MoEAlltoAllTokenDispatcher
     ``dispatch_postprocess`` and ``combine_preprocess``). The backward runs their adjoints, a
     reduce-scatter and an all-gather of the same shapes, so every pass runs one collective of
-    each size: etp·copies tokens gathered, (etp − 1)/etp of them sent by each rank."""
+    each size: etp·copies tokens gathered, (etp − 1)/etp of them sent by each rank. The flex
+    (DeepEP) dispatcher sends each copy to the etp ranks of its expert itself, over the etp·ep
+    group (``MoEFlexTokenDispatcher``: top-k × etp copies): the same tokens arrive, priced the
+    same way."""
     if etp == 1:
         return 0.0
     gathered = etp * copies
