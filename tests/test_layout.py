@@ -342,6 +342,25 @@ def test_the_loss_kernel_sets_the_bytes_per_logit_of_the_last_stage(tp, pp):
         assert round(one_byte * 2 / b / 1e9, 1) == 2.1
 
 
+@pytest.mark.parametrize("mtp", [False, True])
+def test_each_mtp_module_holds_its_own_logits_on_the_last_stage(mtp):
+    # Megatron-Core's GPTModel computes each MTP layer's logits and loss in the forward beside
+    # the main ones, and every cross-entropy keeps its logits for the backward: DeepSeek-V3 (one
+    # MTP module, V = 129,280) at TP1, 4,096 tokens, one FP32 copy each: 2 × 2.12 GB with MTP.
+    from tpcalc.calc.layout.groups import MemoryTechniques
+    from tpcalc.calc.layout.memory import buffer_bytes
+
+    spec = load_model("deepseek-v3")
+    lay = ParallelLayout(gpus_per_node=8, pp=16, dp=8, ep=8)
+    tech = MemoryTechniques(mtp=mtp)
+    last, other = (
+        buffer_bytes(spec, lay, seq=4096, micro_batch=1, last=end, techniques=tech, act_bytes=2)
+        for end in (True, False)
+    )
+    logits = 4096 * 129280 * 4
+    assert last - other == (2 if mtp else 1) * logits
+
+
 @pytest.mark.parametrize("probs_in_act", [False, True])
 def test_an_moe_layout_over_the_card_names_the_expert_output_it_keeps(probs_in_act):
     """DeepSeek-V3 on 2,048 H800 (PP16 EP64 DualPipe, no recompute, no FP8 cache) is over the card

@@ -311,7 +311,10 @@ def buffer_bytes(
 ) -> float:  # fmt: skip
     """Transient buffers outside the saved activations: on the last stage the logits of one
     micro-batch, V/tp per rank, at the bytes per logit its loss kernel holds (``logit_bytes``;
-    seed 003 §7.3.4: one FP32 copy), and on MoE ranks one layer's dispatch buffers
+    seed 003 §7.3.4: one FP32 copy), once for the model's loss and once for each MTP module's
+    (``techniques.mtp``: Megatron-Core's GPTModel computes every MTP layer's logits and loss in
+    the forward, beside the main ones, and each cross-entropy keeps its logits for the
+    backward), and on MoE ranks one layer's dispatch buffers
     (``SRC_BUFFERS``): the alltoall dispatcher sends and receives T·k copies (2·T·k·h, or the
     padded capacity cf·T·k), the allgather dispatcher holds the tokens of its tp·ep group
     (T·tp·ep·h). T = s·b/(cp·tp) tokens routed from this rank."""
@@ -319,7 +322,8 @@ def buffer_bytes(
     out = 0.0
     if last:
         per_logit = logit_bytes(LossKernel(techniques.loss_kernel), act_bytes)
-        out += per_logit * tokens * spec.vocab_size / layout.tp
+        losses = 1 + (spec.mtp_layers if techniques.mtp else 0)
+        out += losses * per_logit * tokens * spec.vocab_size / layout.tp
     if spec.is_moe:
         own = tokens // layout.tp
         if techniques.moe_dispatcher == "allgather":

@@ -93,9 +93,9 @@ def explanations(
         ),
         "buffer_bytes": Explanation(
             "buffers (logits, MoE dispatch)", Unit.bytes,
-            "last stage: B·s·b·V/(cp·tp), B bytes per logit of the loss kernel (4 for one FP32 "
-            "copy, 6 Megatron-Core's, 2 Transformer Engine's); MoE: 2·T·k·h·2 (one layer's "
-            "alltoall)",
+            "last stage: (1 + MTP modules)·B·s·b·V/(cp·tp), B bytes per logit of the loss kernel "
+            "(4 for one FP32 copy, 6 Megatron-Core's, 2 Transformer Engine's); MoE: 2·T·k·h·2 "
+            "(one layer's alltoall)",
             SRC_BUFFERS, TOTAL,
         ),
         "states_bytes": Explanation(
