@@ -483,10 +483,12 @@ def validate_report(path: Path | None = None, hardware: str | None = None) -> Re
 
 
 def layout_text(c: Case) -> str:
-    """A run's layout in one line: TP PP CP VP EP DP, micro-batch and micro-batches."""
+    """A run's layout in one line: TP PP CP VP EP (ETP where it is not 1) DP, micro-batch and
+    micro-batches."""
     lay = c.layout
+    etp = f" ETP{lay.etp}" if lay.etp > 1 else ""
     return (
-        f"TP{lay.tp} PP{lay.pp} CP{lay.cp} VP{c.run.vpp} EP{lay.ep} DP{lay.dp} "
+        f"TP{lay.tp} PP{lay.pp} CP{lay.cp} VP{c.run.vpp} EP{lay.ep}{etp} DP{lay.dp} "
         f"mbs{c.run.micro_batch} m{c.run.microbatches}"
     )
 
