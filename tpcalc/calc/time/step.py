@@ -29,7 +29,8 @@ What real frameworks overlap, each an explicit ``Overlap`` flag with its source:
   Attention §3; Transformer Engine context parallelism): exposed only beyond the attention time.
 - EP: the all-to-all is exposed unless ``ep_a2a`` (DualPipe, DeepSeek-V3 report §3.2.1, or
   Megatron's batch-level EP overlap where Megatron-Core allows it, ``ep.overlap``), then only
-  beyond the expert compute.
+  beyond the expert compute; with expert TP the dispatcher's gather and scatter over the etp
+  ranks (``roofline.expert_tp_time_s``) go with it.
 - PP: sends run beside compute (Megatron overlap_p2p_comm); exposed are those the schedule's
   order puts on the critical path (``pipeline.schedule.exposed_sends``, from the simulated
   order: the fill and drain, 2(p−1), or 2(p·v−1) interleaved, and in 1F1B the steady state's
