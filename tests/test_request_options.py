@@ -45,9 +45,10 @@ PLAN_PINS = (
 )  # fmt: skip
 # Defaults that differ on purpose, each with its reason; anything else that differs is drift.
 DIFFERENT_DEFAULTS = {
-    # dp prices one step of gradient accumulation by default; a pipeline needs m ≥ pp to fill
-    # (32 is seed 003's and the Megatron recipes' order of magnitude)
-    "microbatches": {"dp": 1, "pipeline": 32, "layout": 32},
+    # dp and zero price one step of gradient accumulation by default (zero: seed 000's 145.9 GB,
+    # 1.5x DP); a pipeline needs m ≥ pp to fill (32 is seed 003's and the Megatron recipes' order
+    # of magnitude)
+    "microbatches": {"dp": 1, "zero": 1, "pipeline": 32, "layout": 32},
     # flops: None follows --params ('all' counts the MTP module); layout counts it by default
     "mtp": {"flops": None, "layout": True, "plan": True},
 }
