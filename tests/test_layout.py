@@ -277,6 +277,8 @@ def test_expert_tp_traffic_is_in_the_ep_row_the_step_times(h100):
     lay = ParallelLayout(dp=8, etp=2, gpus_per_node=8)
     rows = rows_by_dim(layout_report(spec, h100, lay, LayoutRun(seq=4096, microbatches=2)))
     assert rows["ep"].value("etp_send_bytes_per_layer") == 2 * 32768 * 2048 * 6
+    # the EP group is one rank here: the row names the expert-TP group the bytes cross
+    assert rows["ep"].value("etp_group_size") == 2 and rows["ep"].value("etp_link") == "nvlink"
     assert rows["ep"].value("send_bytes_per_step") == 2 * 48 * 2 * 32768 * 2048 * 6
     assert rows["total"].value("ep_comm_time_s") > 0
 

@@ -196,7 +196,9 @@ EtpOpt = Annotated[
     typer.Option(
         "--etp",
         help="Expert tensor-parallel size (Megatron --expert-tensor-parallel-size); experts are "
-        "split over ep·etp ranks, expert-DP = dp·cp·tp/(ep·etp). Example: --tp 2 --ep 8 --etp 1.",
+        "split over ep·etp ranks, expert-DP = dp·cp·tp/(ep·etp). Above 1 every MoE layer "
+        "all-gathers its token copies over the etp ranks and reduce-scatters the outputs, each "
+        "pass (priced with the all-to-all). Example: --tp 2 --ep 8 --etp 1.",
     ),
 ]
 RecomputeModulesOpt = Annotated[

@@ -31,7 +31,7 @@ from tpcalc.calc.dp.zero import (
     zero_latency_steps,
 )
 from tpcalc.calc.ep.all_to_all import A2A_KINDS, EpComm, ep_comm
-from tpcalc.calc.layout.groups import Group, LayoutRun, ParallelLayout
+from tpcalc.calc.layout.groups import Group, LayoutRun, ParallelLayout, expert_tp_group
 from tpcalc.calc.links.collectives import Collective, ring_factor
 from tpcalc.calc.links.link import LatencySteps, Link, ring_steps, steps_time_s
 from tpcalc.calc.pipeline.schedule import p2p_bytes, p2p_sends_per_rank
@@ -116,6 +116,7 @@ class EpDetail(Struct, frozen=True):
     micro_batch: int
     etp: int = 1
     etp_send_bytes_per_layer: float = 0.0  # expert-TP gathers and scatters, both passes
+    etp_link: Link = Link.intra_node  # the slowest link an expert-TP group crosses
 
 
 Detail = TpDetail | CpDetail | PpDetail | DpDetail | EpDetail
@@ -261,7 +262,8 @@ def ep_cost(
     overlap = OVERLAP["ep-dualpipe" if hidden_by else "ep"]
     count = run.microbatches * moe_layers * len(A2A_KINDS)
     steps = ring_steps(Collective.all_to_all, layout.ep, group.nodes, count)
-    detail = EpDetail(r, tokens, run.seq, run.micro_batch, layout.etp, etp_bytes)
+    etp_link = expert_tp_group(layout).link
+    detail = EpDetail(r, tokens, run.seq, run.micro_batch, layout.etp, etp_bytes, etp_link)
     return DimCost(total, time, max(0.0, time - hidden_by), overlap, steps, detail)
 
 

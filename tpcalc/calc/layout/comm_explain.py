@@ -190,16 +190,22 @@ def ep_terms(d: EpDetail, spec: ModelSpec, hw: HardwareSpec) -> tuple[Term, ...]
         *ep_explain.memory_row_terms(d.comm.memory, spec, only=EP_MEMORY_ROWS),
         *ep_explain.ep_comm_terms(d.comm, spec, hw, only=EP_COMM_ROWS),
         *terms(d, {"ep_tokens_per_rank": EP_TOKENS}, symbols=symbols),
-        *(
-            terms(
-                d,
-                {"etp_send_bytes_per_layer": EP_ETP},
-                symbols={"etp_send_bytes_per_layer": {"etp": d.etp, "T": d.ep_tokens_per_rank}},
-            )
-            if d.etp > 1
-            else ()
-        ),  # fmt: skip
+        *(_etp_terms(d) if d.etp > 1 else ()),
     )
+
+
+def _etp_terms(d: EpDetail) -> tuple[Term, ...]:
+    """The expert-TP gathers and scatters of one MoE layer, and the group they run over."""
+    symbols: dict[str, dict[str, Scalar]] = {
+        "etp_send_bytes_per_layer": {"etp": d.etp, "T": d.ep_tokens_per_rank}
+    }
+    return (
+        *terms(d, {"etp_send_bytes_per_layer": EP_ETP}, symbols=symbols),
+        term("etp_group_size", "expert-TP group size", d.etp, Unit.count,
+             formula="--etp (adjacent ranks)", source=SRC_EDP),
+        term("etp_link", "expert-TP link", d.etp_link.value, Unit.text,
+             formula="slowest link the group crosses", source=SRC_EDP),
+    )  # fmt: skip
 
 
 def detail_terms(cost: DimCost, spec: ModelSpec, hw: HardwareSpec) -> tuple[Term, ...]:
