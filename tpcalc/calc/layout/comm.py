@@ -157,7 +157,7 @@ def tp_cost(
     layers: int, blocks: int,
 ) -> DimCost:  # fmt: skip
     """TP all-reduces (or SP's reduce-scatter + all-gather, same bytes) of the worst stage:
-    ``blocks`` attention and MLP blocks on its ``layers`` (``tp.comm.tp_blocks``: a MoE layer
+    ``blocks`` attention and MLP blocks on its ``layers`` (``tp.blocks.tp_blocks``: a MoE layer
     without a shared expert has one), each block's share of the layer's collectives."""
     if layout.tp == 1:
         return DimCost()

@@ -62,7 +62,7 @@ TP_EXPLANATIONS = {
     "tp_blocks_on_rank": Explanation(
         "TP blocks on the busiest stage", Unit.count,
         "2 per layer (attention, MLP); 1 per MoE layer without a shared expert",
-        "tpcalc.calc.tp.comm.tp_blocks (Megatron-Core MoELayer: routed experts behind the token "
+        "tpcalc.calc.tp.blocks.tp_blocks (Megatron-Core MoELayer: routed experts behind the token "
         "dispatcher, no TP collective)",
     ),
 }  # fmt: skip

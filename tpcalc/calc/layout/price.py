@@ -33,7 +33,7 @@ from tpcalc.calc.layout.timed import (
 )
 from tpcalc.calc.pipeline.schedule import bubble_time_s, rank_layers
 from tpcalc.calc.time.step import TimeOptions, hand_split, step_time
-from tpcalc.calc.tp.comm import tp_blocks
+from tpcalc.calc.tp.blocks import tp_blocks
 from tpcalc.choices import TimeModel
 from tpcalc.specs import HardwareSpec, ModelSpec
 
@@ -59,7 +59,7 @@ def _layer_counts(
     spec: ModelSpec, lay: ParallelLayout, run: LayoutRun, counts: tuple[int, ...] | None
 ) -> tuple[int, int, int, int]:
     """(layers, full-attention layers, MoE layers, TP blocks) of the pipeline rank with the most
-    of each (``tp.comm.tp_blocks``)."""
+    of each (``tp.blocks.tp_blocks``)."""
     ranks = rank_layers(spec.num_hidden_layers, lay.pp, run.vpp, counts)
     types = spec.resolved_layer_types
     full = max(sum(1 for i in r if types[i] != "linear_attention") for r in ranks)

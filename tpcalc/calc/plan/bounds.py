@@ -94,7 +94,7 @@ from tpcalc.calc.time.step import (
     scores_of,
     stage_layers,
 )
-from tpcalc.calc.tp.comm import tp_blocks
+from tpcalc.calc.tp.blocks import tp_blocks
 from tpcalc.calc.tp.rules import padded_vocab
 from tpcalc.choices import Recompute, RouterDtype, Schedule
 from tpcalc.specs import HardwareSpec, ModelSpec

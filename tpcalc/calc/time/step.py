@@ -103,7 +103,7 @@ from tpcalc.calc.time.roofline import (
     op_time_s,
     rates,
 )
-from tpcalc.calc.tp.comm import tp_blocks
+from tpcalc.calc.tp.blocks import tp_blocks
 from tpcalc.calc.tp.rules import padded_vocab
 from tpcalc.choices import (
     DEFAULT_VOCAB_PAD_MULTIPLE,

@@ -18,24 +18,9 @@ from msgspec import Struct
 from tpcalc.calc.links.breakdown import LinkTime, link_time
 from tpcalc.calc.links.collectives import Collective, ring_factor
 from tpcalc.calc.links.link import Link, link_for_group, link_nodes, ring_steps
+from tpcalc.calc.tp.blocks import BWD_COLLECTIVES_PER_LAYER, FWD_COLLECTIVES_PER_LAYER
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.units import Dtype
-
-FWD_COLLECTIVES_PER_LAYER = 2  # g after attention and after the MLP (Shoeybi et al. 2019 §3)
-BWD_COLLECTIVES_PER_LAYER = 2  # f before attention and before the MLP
-
-
-def tp_blocks(spec: ModelSpec, moe: bool) -> int:
-    """TP collective blocks of one layer per pass (each an all-reduce, or SP's all-gather +
-    reduce-scatter pair): attention and MLP, 2; a MoE layer with no shared expert, 1. Its routed
-    experts take the rank's sequence-parallel tokens through the token dispatcher (all-to-all
-    over EP) and return them there, with no TP collective; a shared expert is a TP-split MLP
-    (Megatron-Core MoELayer, SharedExpertMLP)."""
-    from tpcalc.calc.params.counts import shared_expert_intermediate
-
-    if moe and not shared_expert_intermediate(spec):
-        return FWD_COLLECTIVES_PER_LAYER - 1
-    return FWD_COLLECTIVES_PER_LAYER
 
 
 def message_bytes(spec: ModelSpec, *, seq: int, micro_batch: int, dtype: Dtype) -> int:
