@@ -12,7 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tpcalc.calc.activations.exact.layer import (
+    head_tensors,
     layer_kind,
+    mtp_input_tensors,
     recompute_working_bytes,
     saved_tensors,
     shared_tensors,
@@ -215,6 +217,23 @@ def test_a_recompute_never_rebuilds_more_than_the_plain_layer_saves(name, opts):
         working = recompute_working_bytes(spec, i, 1024, 2, options)
         assert 0 <= working <= whole - kept, (kind, working)
         assert (working > 0) == (kept < whole), kind
+
+
+@pytest.mark.parametrize(
+    ("t", "sp", "divisor"), [(1, False, 1), (8, True, 8), (8, False, 1)]
+)  # fmt: skip
+def test_last_stage_extras_by_hand(t, sp, divisor):
+    # DeepSeek-V3 (h = 7168, RMSNorm), s = 4096, b = 1, BF16, TE's fused norm (input + FP32
+    # 1/rms per token). Loss head: final norm input and 1/rms, output layer input (2sbh + 4sb
+    # + 2sbh). MTP input side: enorm and hnorm (input and 1/rms each), eh_proj's [s, b, 2h]
+    # input (2·(2sbh + 4sb) + 2·s·b·2h). SP keeps the s/t shard of every one; without SP
+    # every TP rank keeps all s tokens.
+    spec, s, h = load_model("deepseek-v3"), 4096, 7168
+    opts = ActivationOptions(t=t, sequence_parallel=sp)
+    head = sum(r.bytes for r in head_tensors(spec, s, 1, opts))
+    mtp = sum(r.bytes for r in mtp_input_tensors(spec, s, 1, opts))
+    assert head == (2 * s * h + 4 * s + 2 * s * h) // divisor
+    assert mtp == (2 * (2 * s * h + 4 * s) + 2 * s * 2 * h) // divisor
 
 
 def test_layer_kinds_follow_the_config():

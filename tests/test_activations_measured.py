@@ -15,6 +15,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tpcalc.calc.activations.exact.layer import (  # noqa: E402
+    head_tensors,
+    mtp_input_tensors,
     recompute_working_bytes,
     saved_tensors,
     shared_tensors,
@@ -135,6 +137,23 @@ def test_full_recompute_rebuilds_what_autograd_saves_less_the_input(tool, spec, 
     full = ActivationOptions(**{**opts, "recompute": "full"})
     working = recompute_working_bytes(spec, 0, seq, b, full)
     assert abs(working / rebuilt - 1) <= TOLERANCE, (working, rebuilt)
+
+
+@pytest.mark.parametrize(
+    ("spec", "opts"),
+    [(LLAMA, {}), (LLAMA, {"t": 2}), (LLAMA, {"t": 2, "sequence_parallel": False}),
+     (LLAMA, {"fused_norm": False}), (GPT, {"t": 2}), (LLAMA_WIDE, {"t": 4})],
+    ids=["llama-t1", "llama-t2-sp", "llama-t2-nosp", "llama-unfused", "gpt-t2-sp", "wide-t4"],
+)  # fmt: skip
+def test_last_stage_extras_match_autograd(tool, spec, opts):
+    """The last stage's final norm and output layer (``head_tensors``) and an MTP module's
+    input side (``mtp_input_tensors``) against what autograd saves for them."""
+    options = ActivationOptions(**opts)
+    for measure, model in ((tool.measure_head, head_tensors),
+                           (tool.measure_mtp_input, mtp_input_tensors)):  # fmt: skip
+        measured = measure(spec, 64, 2, options)["bytes"]
+        modelled = sum(r.bytes for r in model(spec, 64, 2, options))
+        assert abs(modelled / measured - 1) <= TOLERANCE, (model.__name__, modelled, measured)
 
 
 def test_enough_shapes_and_every_mode_is_covered():

@@ -44,6 +44,11 @@ def test_cli_echoes_the_activation_model(cli):
     assert exact["activation_bytes"] != paper["activation_bytes"]
 
 
+# Llama 3 8B at TP1, s = 8192, b = 1: what the last stage keeps after its last layer (the
+# final RMSNorm's BF16 input and FP32 1/rms, the output layer's BF16 input), outside any block
+HEAD_8K = 8192 * 4096 * 2 + 8192 * 4 + 8192 * 4096 * 2
+
+
 def _block_memory(block, *, pp=1, vpp=1, recompute=Recompute.none):
     """Llama 3 8B, TP1, 8k, micro-batch 1 under 1F1B (interleaved with vpp > 1): every rank."""
     from tpcalc.calc.layout.memory import rank_memory
@@ -68,7 +73,7 @@ def test_block_recompute_keeps_the_first_n_layers_input_only():
     plain = layer_activation_bytes(spec, layout, seq=8192, micro_batch=1, sp=False,
                                    recompute=Recompute.none)[0]  # fmt: skip
     (rank,) = _block_memory(5)
-    assert rank.activation_bytes == 27 * plain + 5 * 8192 * 4096 * 2
+    assert rank.activation_bytes == 27 * plain + 5 * 8192 * 4096 * 2 + HEAD_8K
     assert rank.block_recompute_layers == 5
     (full,) = _block_memory(None, recompute=Recompute.full)
     assert rank.recompute_working_bytes == full.recompute_working_bytes > 0
@@ -86,9 +91,11 @@ def test_block_recompute_counts_per_virtual_stage():
                                    recompute=Recompute.none)[0]  # fmt: skip
     kept = 8192 * 4096 * 2
     none, block = _block_memory(None, pp=2, vpp=2), _block_memory(3, pp=2, vpp=2)
-    for n, b in zip(none, block, strict=True):
-        per_chunk = n.activation_bytes / 16  # the rank's two chunks, each at n.in_flight / 2
-        assert b.activation_bytes == pytest.approx(per_chunk / plain * (10 * plain + 6 * kept))
+    for r, (n, b) in enumerate(zip(none, block, strict=True)):
+        head = n.in_flight / 2 * HEAD_8K if r == 1 else 0  # rank 1 runs the last chunk
+        per_chunk = (n.activation_bytes - head) / 16  # two chunks, each at n.in_flight / 2
+        expected = per_chunk / plain * (10 * plain + 6 * kept) + head
+        assert b.activation_bytes == pytest.approx(expected)
 
 
 @pytest.mark.parametrize("recompute", [Recompute.none, Recompute.selective])

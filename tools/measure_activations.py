@@ -12,6 +12,8 @@ unfused RMSNorm, softmax, ``torch.native_dropout`` (1-byte mask as on GPU), SDPA
 math kernel), reentrant ``torch.utils.checkpoint`` (as Megatron's). Custom autograd Functions that
 save what a GPU kernel saves: TE fused RMSNorm (input, fp32 1/rms), Megatron ``bias_swiglu_impl``
 (input), TE fused RoPE (the fp32 table), the SP gather-linear. Flash with dropout is not measured.
+``measure_head`` does the same for the last stage's loss head (final norm + output layer), and
+``measure_mtp_input`` for an MTP module's two norms and eh_proj.
 
 Usage (needs torch==2.13.0): python tools/measure_activations.py [--model M --opt t=8 ...]
 """
@@ -224,6 +226,75 @@ class Layer(torch.nn.Module):
         return self.body(x, freqs)
 
 
+class Head(Layer):
+    """One rank's loss head after the last layer (Megatron-Core GPTModel): the final norm, then
+    the output layer's V/t vocabulary columns, column-parallel (with SP the local shard is
+    gathered inside and kept). The final norm has the input norm's width and dtype, so it
+    reuses that weight; the layer's other weights are parameters, never saved tensors."""
+
+    def __init__(self, spec: ModelSpec, opts: ActivationOptions, dtype: torch.dtype):
+        super().__init__(spec, opts, dtype)
+        w = torch.randn(spec.vocab_size // opts.t, spec.hidden_size) * INIT_STD
+        self.register_parameter("wout", torch.nn.Parameter(w.to(dtype)))
+
+    def forward(self, x, freqs=None):
+        return self.col(self.norm(x, "n1"), self.wout)
+
+
+class MtpInput(Layer):
+    """One rank's MTP module up to its transformer layer (Megatron-Core
+    ``MultiTokenPredictionLayer._concat_embeddings``): enorm over the shifted tokens'
+    embeddings, hnorm over the hidden states, both [b, s (s/t with SP), h], concatenated and
+    projected by the column-parallel eh_proj (2h -> h/t). The two norms have the layer's norm
+    widths and dtype, so they reuse its two norm weights."""
+
+    def __init__(self, spec: ModelSpec, opts: ActivationOptions, dtype: torch.dtype):
+        super().__init__(spec, opts, dtype)
+        w = torch.randn(spec.hidden_size // opts.t, 2 * spec.hidden_size) * INIT_STD
+        self.register_parameter("weh", torch.nn.Parameter(w.to(dtype)))
+
+    def forward(self, embedded, hidden):
+        both = torch.cat((self.norm(embedded, "n1"), self.norm(hidden, "n2")), dim=-1)
+        return self.col(both, self.weh)
+
+
+def _dtype(options: ActivationOptions) -> torch.dtype:
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(options.dtype.value, torch.float32)
+
+
+def _input(spec: ModelSpec, seq: int, micro_batch: int, options: ActivationOptions):
+    """One rank's layer input [b, s (s/t with SP), h], requiring grad."""
+    tokens = seq // options.t if options.sp() else seq
+    return torch.randn(
+        micro_batch, tokens, spec.hidden_size, dtype=_dtype(options), requires_grad=True
+    )
+
+
+def measure_head(
+    spec: ModelSpec, seq: int, micro_batch: int, options: ActivationOptions, seed: int = 0
+) -> dict:
+    """``measure_layer`` for the loss head (``Head``): what the final norm and the output
+    layer save; the logits the loss keeps are not saved tensors of these two."""
+    if options.cp > 1:
+        raise ValueError("measured heads: cp = 1")
+    torch.manual_seed(seed)
+    head = Head(spec, options, _dtype(options))
+    return _saved(head, _input(spec, seq, micro_batch, options))
+
+
+def measure_mtp_input(
+    spec: ModelSpec, seq: int, micro_batch: int, options: ActivationOptions, seed: int = 0
+) -> dict:
+    """``measure_layer`` for an MTP module's input side (``MtpInput``): its two norms and
+    eh_proj; the embedding lookup keeps only token ids, which are not counted."""
+    if options.cp > 1:
+        raise ValueError("measured MTP inputs: cp = 1")
+    torch.manual_seed(seed)
+    module = MtpInput(spec, options, _dtype(options))
+    embedded, hidden = (_input(spec, seq, micro_batch, options) for _ in range(2))
+    return _saved(module, embedded, hidden)
+
+
 def measure_layer(
     spec: ModelSpec, seq: int, micro_batch: int, options: ActivationOptions, seed: int = 0
 ) -> dict:
@@ -235,15 +306,19 @@ def measure_layer(
     if options.resolved_dropout(spec) and options.attention is AttentionKernel.flash:
         raise ValueError("flash attention with dropout is not measured (CPU falls back to math)")
     torch.manual_seed(seed)
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(options.dtype.value, torch.float32)
-    layer = Layer(spec, options, dtype)
-    tokens = seq // options.t if options.sp() else seq
-    x = torch.randn(micro_batch, tokens, spec.hidden_size, dtype=dtype, requires_grad=True)
+    layer = Layer(spec, options, _dtype(options))
+    x = _input(spec, seq, micro_batch, options)
     freqs, width = None, rope_dim(spec)
     if width:  # [s, d] fp32, as TE keeps it
         angles = torch.outer(torch.arange(seq).float(), 1e-4 ** (torch.arange(0, width, 2) / width))
         freqs = torch.cat([angles, angles], dim=-1)
-    params = {p.untyped_storage().data_ptr() for p in layer.parameters()}
+    return _saved(layer, x, freqs)
+
+
+def _saved(module: torch.nn.Module, *inputs) -> dict:
+    """Every tensor ``module`` saves for backward in one forward of ``inputs`` (its storage
+    once, parameters left out), then backward to prove the graph is whole."""
+    params = {p.untyped_storage().data_ptr() for p in module.parameters()}
     seen: dict[int, tuple] = {}
 
     def pack(tensor):
@@ -253,7 +328,7 @@ def measure_layer(
         return tensor
 
     with saved_tensors_hooks(pack, lambda tensor: tensor):
-        out = layer(x, freqs)
+        out = module(*inputs)
     out.float().square().mean().backward()
     return {"bytes": sum(n for *_, n in seen.values()), "tensors": list(seen.values())}
 

@@ -18,6 +18,7 @@ from functools import cache
 from msgspec import Struct
 from msgspec.structs import replace
 
+from tpcalc.calc.activations.exact.layer import SRC_HEAD, SRC_MTP_INPUT
 from tpcalc.calc.activations.exact.options import ActivationOptions
 from tpcalc.calc.activations.paper import paper_layer
 from tpcalc.calc.dp.zero import zero_states_bytes
@@ -85,8 +86,9 @@ SRC_INFLIGHT = (
 SRC_ACT = {
     ActivationModel.paper: f"Korthikanti et al. 2022 Table 2 with s/cp tokens; {SRC_INFLIGHT}",
     ActivationModel.exact: (
-        "exact model: tensors autograd saves per layer kind (tpcalc.calc.activations.exact, "
-        f"validated against PyTorch) with s/cp tokens; {SRC_INFLIGHT}"
+        "exact model: tensors autograd saves per layer kind, in the loss heads and MTP inputs "
+        f"(tpcalc.calc.activations.exact, validated against PyTorch) with s/cp tokens; "
+        f"{SRC_INFLIGHT}; loss head: {SRC_HEAD}; MTP module inputs: {SRC_MTP_INPUT}"
     ),
 }
 
@@ -98,7 +100,8 @@ def rank_activation_bytes(
     """Activations each pipeline rank holds at its peak: in-flight chunks / v × the sum of its
     layers' per-layer bytes (``layer_activation_bytes``; in-flight chunks per schedule from
     ``pipeline.in_flight_chunks``: GPipe m, 1F1B p − rank, ...). ``last_extra`` is one
-    micro-batch's activations of what the last chunk runs after the layers (MTP). ``counts``:
+    micro-batch's activations of what the last chunk runs after the layers (MTP modules, loss
+    heads). ``counts``:
     the layers of each chunk when set by hand (``pipeline.stage_split``), else even.
 
     DualPipe: rank r runs stage r for the micro-batches fed from rank 0 and stage p−1−r for
@@ -232,6 +235,29 @@ def layer_activation_bytes(
         layout, sp=sp, recompute=recompute, techniques=techniques or MemoryTechniques()
     )
     return exact_activations(spec, seq, micro_batch, options).bytes_per_layer(spec)
+
+
+def last_stage_extra_bytes(
+    spec: ModelSpec, layout: ParallelLayout, *, seq: int, micro_batch: int, sp: bool,
+    mtp_layers: int, model: ActivationModel = ActivationModel.exact,
+    techniques: MemoryTechniques | None = None,
+) -> float:  # fmt: skip
+    """What the last chunk keeps for one micro-batch beyond its decoder layers' and the MTP
+    transformer layers' activations: (1 + MTP modules) loss heads
+    (``activations.exact.layer.head_tensors``: the final norm's input and statistics, the
+    output layer's input) and each MTP module's input side (``mtp_input_tensors``: its two
+    norms and eh_proj's input). ``paper``: 0 (Korthikanti et al. 2022 Table 2 counts the
+    decoder layers only)."""
+    if model is ActivationModel.paper:
+        return 0.0
+    from tpcalc.calc.activations.exact.layer import head_tensors, mtp_input_tensors
+
+    options = activation_options(
+        layout, sp=sp, recompute=Recompute.none, techniques=techniques or MemoryTechniques()
+    )
+    head = sum(r.bytes for r in head_tensors(spec, seq, micro_batch, options))
+    mtp_input = sum(r.bytes for r in mtp_input_tensors(spec, seq, micro_batch, options))
+    return float((1 + mtp_layers) * head + mtp_layers * mtp_input)
 
 
 def layer_working_bytes(
@@ -380,9 +406,13 @@ def rank_memory(
         split = counts or chunk_layer_counts(spec.num_hidden_layers, layout.pp * vpp)
         per_layer = block_recompute_layers(per_layer, full, block, split)
         per_working = block_recompute_layers(per_working, full_working, block, split)
+    extra = last_stage_extra_bytes(
+        spec, layout, seq=seq, micro_batch=micro_batch, sp=sp, mtp_layers=mtp_layers,
+        model=activations, techniques=tech,
+    )  # fmt: skip
     act = rank_activation_bytes(
-        schedule, layout.pp, microbatches, vpp, per_layer, last_extra=mtp_layers * mtp_bytes,
-        counts=counts,
+        schedule, layout.pp, microbatches, vpp, per_layer,
+        last_extra=mtp_layers * mtp_bytes + extra, counts=counts,
     )  # fmt: skip
     working = rank_working_bytes(
         schedule, layout.pp, vpp, per_working, mtp_layers=mtp_layers, counts=counts,

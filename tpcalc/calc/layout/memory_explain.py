@@ -80,7 +80,8 @@ def explanations(
         ),
         "activation_bytes": Explanation(
             "activations in flight", Unit.bytes,
-            "in_flight · layers/v · per-layer bytes (+ MTP on the last stage) − offloaded"
+            "in_flight · layers/v · per-layer bytes (+ on the last stage: MTP modules with "
+            "their inputs, and (1 + MTP) loss heads) − offloaded"
             + ("; the first N layers of each chunk at full recompute" if block else ""),
             f"{SRC_ACT[activations]}; {SRC_BLOCK_RECOMPUTE}" if block else SRC_ACT[activations],
             TOTAL,

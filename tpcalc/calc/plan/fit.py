@@ -28,7 +28,13 @@ import numpy as np
 from msgspec import Struct
 from msgspec.structs import replace
 
-from tpcalc.calc.activations.exact.layer import ONE_SITE_PER_TENSOR, layer_kind, saved_tensors
+from tpcalc.calc.activations.exact.layer import (
+    ONE_SITE_PER_TENSOR,
+    head_tensors,
+    layer_kind,
+    mtp_input_tensors,
+    saved_tensors,
+)
 from tpcalc.calc.activations.exact.techniques import apply_techniques
 from tpcalc.calc.dp.zero import ZeroStage, state_divisors
 from tpcalc.calc.layout.groups import MemoryTechniques, ParallelLayout
@@ -55,6 +61,9 @@ from tpcalc.units import Dtype
 # groups a child dropped (``search._Search.restore``) in the order of their bounds, jumping
 # between units (DeepSeek-V3 on 2,048 H800: 639 restores over 30 units, 3-10 MB each).
 ACT_CACHE_BYTES = 64e6
+# the last stage's loss heads and MTP modules' inputs, kinds of their own (``head_tensors``,
+# ``mtp_input_tensors``)
+HEAD_KIND, MTP_INPUT_KIND = "head", "mtp_input"
 AFFINE_POINTS = (1, 2)  # micro-batch sizes the inventory is built at (affine in b)
 
 
@@ -104,6 +113,17 @@ class MemoryScreen:
         self.kind_of = [self.kinds.index(k) for k in names]
         self.first = [self.kind_of.index(k) for k in range(len(self.kinds))]
         self.mtp = spec.mtp_layers if techniques.mtp else 0
+        # the exact model's loss heads (``head_tensors``) and MTP modules' inputs
+        # (``mtp_input_tensors``) as kinds of their own on the last chunk, (1 + MTP modules)
+        # and MTP modules of them, as ``rank_memory`` adds them (the paper model has none)
+        self.head: int | None = None
+        self.mtp_input: int | None = None
+        if activations is ActivationModel.exact:
+            self.head = len(self.kinds)
+            self.kinds.append(HEAD_KIND)
+            if self.mtp:
+                self.mtp_input = len(self.kinds)
+                self.kinds.append(MTP_INPUT_KIND)
         self._inventory: dict[tuple, tuple[np.ndarray, np.ndarray, tuple[str, ...]]] = {}
         self._kind_bytes: dict[tuple, np.ndarray] = {}
         self._mode_bytes: dict[tuple, np.ndarray] = {}
@@ -139,7 +159,13 @@ class MemoryScreen:
         # every technique of the run but its recompute modules (the inventory's masks apply them)
         tech = replace(self.tech, recompute_modules=())
         opts = activation_options(layout, sp=sp, recompute=grain, techniques=tech)
-        return [saved_tensors(self.spec, i, self.seq, b, opts) for i in self.first]
+        out = [saved_tensors(self.spec, i, self.seq, b, opts) for i in self.first]
+        # no recompute mode or module reaches the heads or the MTP inputs
+        if self.head is not None:
+            out.append(head_tensors(self.spec, self.seq, b, opts))
+        if self.mtp_input is not None:
+            out.append(mtp_input_tensors(self.spec, self.seq, b, opts))
+        return out
 
     def _module_inventory(
         self, tp: int, cp: int, sp: bool, grain: Recompute
@@ -155,7 +181,8 @@ class MemoryScreen:
                 for j, r in enumerate(records):
                     rows.append((k, r.bytes, at[1][k][j].bytes))
                     mask = 0
-                    for bit, m in enumerate(modules):
+                    layer = k not in (self.head, self.mtp_input)
+                    for bit, m in enumerate(modules if layer else ()):
                         kept = apply_techniques(
                             [r], modules=frozenset((m,)), fp8_cache=False, probs_in_act=False,
                             mla=mla,
@@ -382,6 +409,10 @@ class MemoryScreen:
                 per_chunk[c, self.kind_of[i]] += 1
             start += size
         per_chunk[-1, self.kind_of[n - 1]] += self.mtp
+        if self.head is not None:
+            per_chunk[-1, self.head] += 1 + self.mtp
+        if self.mtp_input is not None:
+            per_chunk[-1, self.mtp_input] += self.mtp
         counts: tuple[np.ndarray, ...]
         if v.schedule is Schedule.dualpipe:
             counts = (per_chunk[:pp], per_chunk[::-1][:pp])

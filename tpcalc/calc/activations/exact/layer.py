@@ -14,7 +14,7 @@ from msgspec.structs import replace
 from tpcalc.calc.activations.exact.attention import full_attention_records, mla_records
 from tpcalc.calc.activations.exact.linear_attention import gated_deltanet_records
 from tpcalc.calc.activations.exact.mlp import dense_mlp_records, moe_records
-from tpcalc.calc.activations.exact.norms import layer_norm_records
+from tpcalc.calc.activations.exact.norms import layer_norm_records, norm_records
 from tpcalc.calc.activations.exact.options import ActivationOptions
 from tpcalc.calc.activations.exact.records import Layout, SavedDtype, TensorRecord, rec
 from tpcalc.calc.activations.exact.techniques import apply_techniques, recomputed_by
@@ -96,6 +96,71 @@ SRC_RECOMPUTE_WORKING = (
 # Each norm the layernorm module discards is rebuilt on its own (one CheckpointWithoutOutput per
 # norm), so its sites are single tensors; every other module rebuilds its tensors together.
 ONE_SITE_PER_TENSOR = ("layernorm",)
+
+
+# Megatron-Core GPTModel: the decoder's ``final_layernorm`` (TransformerBlock, post_process) and
+# ``output_layer``, a ``tensor_parallel.ColumnParallelLinear`` that keeps its local input with
+# SP and all-gathers it again in backward (Korthikanti et al. 2022 §4.2.2); each MTP depth runs
+# its own final norm and the shared output layer (multi_token_prediction.py).
+SRC_HEAD = (
+    "Megatron-Core gpt_model.py (decoder final_layernorm; output_layer = ColumnParallelLinear, "
+    "local input kept with SP, Korthikanti et al. 2022 §4.2.2); multi_token_prediction.py"
+)
+
+
+def head_tensors(
+    spec: ModelSpec, seq: int, micro_batch: int, options: ActivationOptions | None = None
+) -> list[TensorRecord]:
+    """What the last pipeline stage keeps for backward after its last decoder layer, one
+    micro-batch (``SRC_HEAD``): the final norm's input and statistics, and the output layer's
+    input (the norm's output, [s/(cp·t) with SP, b, h]). Recompute never reaches them: full
+    and selective recompute checkpoint decoder layers, and no recompute module names the
+    final norm. The output layer is Megatron's own linear, not a Transformer Engine FP8 one,
+    so its input stays 16-bit. The logits its loss keeps are a buffer
+    (``layout.memory.buffer_bytes``)."""
+    opts = options or ActivationOptions()
+    lay = layout(spec, seq, micro_batch, opts)
+    shape = (lay.norm_tokens, lay.b, spec.hidden_size)
+    out = norm_records(
+        "final_norm", "head", shape, lay.norm_split, lay.act, layernorm=spec.uses_layernorm,
+        fused=opts.fused_norm,
+    )  # fmt: skip
+    note = "input of the output layer"
+    out.append(rec("output_layer.input", "head", shape, lay.act, lay.norm_split, note=note))
+    return out
+
+
+# Megatron-Core multi_token_prediction.py, MultiTokenPredictionLayer._concat_embeddings: enorm
+# over the shifted tokens' embeddings and hnorm over the previous depth's hidden states, their
+# outputs concatenated and projected by eh_proj (a column-parallel linear) before the module's
+# transformer layer (DeepSeek-V3 report §2.2: M_k [RMSNorm(h); RMSNorm(Emb(t))]).
+SRC_MTP_INPUT = (
+    "Megatron-Core multi_token_prediction.py _concat_embeddings (enorm, hnorm, eh_proj); "
+    "DeepSeek-V3 report §2.2 (the projection M_k of two RMSNorm outputs)"
+)
+
+
+def mtp_input_tensors(
+    spec: ModelSpec, seq: int, micro_batch: int, options: ActivationOptions | None = None
+) -> list[TensorRecord]:
+    """What one MTP module keeps for backward before its transformer layer, one micro-batch
+    (``SRC_MTP_INPUT``): the inputs and statistics of its two norms, and eh_proj's input, the
+    [.., 2h] concatenation of their outputs (column-parallel: with SP the local s/t shard).
+    The concatenation itself keeps nothing; eh_proj's input is counted at 16 bits."""
+    opts = options or ActivationOptions()
+    lay = layout(spec, seq, micro_batch, opts)
+    h = spec.hidden_size
+    shape = (lay.norm_tokens, lay.b, h)
+    out = []
+    for name in ("mtp.enorm", "mtp.hnorm"):
+        out += norm_records(
+            name, "mtp", shape, lay.norm_split, lay.act, layernorm=spec.uses_layernorm,
+            fused=opts.fused_norm,
+        )  # fmt: skip
+    wide = (lay.norm_tokens, lay.b, 2 * h)
+    note = "[embedding, hidden] normed and concatenated"
+    out.append(rec("mtp.eh_proj.input", "mtp", wide, lay.act, lay.norm_split, note=note))
+    return out
 
 
 def recompute_working_bytes(
