@@ -117,9 +117,11 @@ def memory_row(
                           Unit.bytes, formula="exact_activation_bytes − activation_bytes",
                           source="what Table 2's GPT-3 layer misses for this model",
                           exact=exact_total, paper=paper_total))  # fmt: skip
-        if activations is ActivationModel.exact:
-            source = exact_table(exact_act.rope_table)[EXACT_TOTAL].source
-            chosen = (EXACT_TOTAL, exact_act.exact_activation_bytes, source)
+        if activations is ActivationModel.exact:  # one rank runs every layer and the head
+            table = exact_table(exact_act.rope_table)
+            source = f"{table[EXACT_TOTAL].source}; {table['exact_head_bytes'].source}"
+            rank_bytes = exact_act.exact_activation_bytes + exact_act.exact_head_bytes
+            chosen = (f"{EXACT_TOTAL} + exact_head_bytes", rank_bytes, source)
     chosen_key, chosen_bytes, chosen_source = chosen
     lg = logits(spec, seq=seq, micro_batch=micro_batch, t=t)
     logits_rows = logits_row_terms(lg)

@@ -2,8 +2,9 @@
 
 Each layer kind (``attention+dense``, ``linear_attention+dense``, ``mla+moe``, ...) gets a
 per-layer total with its parts (norm / attention / mlp ...); ``layers`` x per-layer is one part
-of ``exact_activation_bytes``, the RoPE table all layers share is another. Labels, formulas and
-the row keys (``exact_...``): ``summary_explain``.
+of ``exact_activation_bytes``, the RoPE table all layers share is another; the loss head of the
+last stage is counted apart. Labels, formulas and the row keys (``exact_...``):
+``summary_explain``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections import Counter
 from msgspec import Struct
 
 from tpcalc.calc.activations.exact.layer import (
+    head_tensors,
     layer_kind,
     recompute_working_bytes,
     saved_tensors,
@@ -53,6 +55,9 @@ class ExactActivations(Struct, frozen=True):
     exact_shared_bytes: int
     exact_activation_bytes: int
     exact_not_in_paper_bytes: int
+    # the loss head a rank with the last stage keeps beside its layers (``head_tensors``): not
+    # a layer, so outside ``exact_activation_bytes``; a TP-only rank holds both
+    exact_head_bytes: int
     exact_recompute_working_bytes: int | None  # its largest recompute site, rebuilt in backward
 
     def bytes_per_layer(self, spec: ModelSpec) -> list[float]:
@@ -114,5 +119,6 @@ def exact_activations(
         exact_shared_bytes=shared_bytes,
         exact_activation_bytes=total,
         exact_not_in_paper_bytes=beyond + shared_bytes,
+        exact_head_bytes=sum(r.bytes for r in head_tensors(spec, seq, micro_batch, opts)),
         exact_recompute_working_bytes=recompute,
     )

@@ -3,12 +3,13 @@
 
 Keys start with ``exact_`` so they sit next to the paper model's keys in one row. Each layer
 kind gets a per-layer total with its parts, and ``layers`` x per-layer is one part of
-``exact_activation_bytes``; the RoPE table all layers share is another.
+``exact_activation_bytes``; the RoPE table all layers share is another. The last stage's loss
+head is a row of its own.
 """
 
 from __future__ import annotations
 
-from tpcalc.calc.activations.exact.layer import SRC_RECOMPUTE_WORKING
+from tpcalc.calc.activations.exact.layer import SRC_HEAD, SRC_RECOMPUTE_WORKING
 from tpcalc.calc.activations.exact.options import ActivationOptions
 from tpcalc.calc.activations.exact.records import TensorRecord
 from tpcalc.calc.activations.exact.summary import ExactActivations, KindBytes, exact_activations
@@ -42,6 +43,11 @@ def explanations(rope_table: bool) -> dict[str, Explanation]:
         "exact_not_in_paper_bytes": Explanation(
             "of which outside Table 2's tensors", Unit.bytes,
             "norm statistics, softmax LSE, fp32 copies, RoPE table, router, ...", SRC,
+        ),
+        "exact_head_bytes": Explanation(
+            "loss head (last stage, beside the layers)", Unit.bytes,
+            "the final norm's input and statistics + the output layer's input, [s/cp (/t with "
+            "SP), b, h] each", SRC_HEAD,
         ),
         "exact_recompute_working_bytes": Explanation(
             "+ one layer's recompute rebuilt in backward", Unit.bytes,
@@ -82,7 +88,7 @@ def activation_terms(a: ExactActivations) -> tuple[Term, ...]:
     Table 2, and with recompute its largest site rebuilt in backward."""
     run: dict[str, Scalar] = {"s": a.seq, "b": a.micro_batch, "t": a.t, "cp": a.cp}
     table = explanations(a.rope_table)
-    rows = ["exact_shared_bytes", TOTAL, "exact_not_in_paper_bytes"]
+    rows = ["exact_shared_bytes", TOTAL, "exact_not_in_paper_bytes", "exact_head_bytes"]
     if a.exact_recompute_working_bytes is not None:
         rows.append("exact_recompute_working_bytes")
     totals = terms(a, {k: table[k] for k in rows})
