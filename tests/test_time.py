@@ -121,6 +121,18 @@ def test_mla_attention_times_v_uses_v_head_dim():
     assert fwd.flop == 2 * 128 * 4096**2 * 0.5 * (192 + 128)
 
 
+@pytest.mark.parametrize("tp", [1, 2, 8])
+def test_mtp_projection_is_split_like_its_weight(tp):
+    # Megatron-LM MultiTokenPredictionLayer.eh_proj is a ColumnParallelLinear(2h -> h): each TP
+    # rank holds and computes h/t of its outputs. DeepSeek-V3: h = 7168, 4,096 tokens.
+    from tpcalc.calc.time.ops import mtp_ops
+
+    ds = load_model("deepseek-v3")
+    shard = Shard(seq=4096, micro_batch=1, tp=tp, sp=tp > 1)
+    fwd = next(o for o in mtp_ops(ds, shard, 129280) if o.name == "mtp_proj")
+    assert fwd.flop == 2 * 4096 * (7168 // tp) * (2 * 7168)
+
+
 def test_layer_gemm_flop_adds_up_to_6_n_per_token():
     # Kaplan et al. 2020: forward + backward GEMMs = 6 · matmul params per token
     shard = Shard(seq=8192, micro_batch=1)

@@ -483,13 +483,14 @@ def embedding_ops(spec: ModelSpec, shard: Shard) -> tuple[Op, ...]:
 def mtp_ops(spec: ModelSpec, shard: Shard, padded_vocab: int) -> tuple[Op, ...]:
     """One multi-token-prediction module on the last stage (DeepSeek-V3 report §2.2): the two
     pre-norms, the 2h→h projection, one full-attention layer with the last layer's FFN, and
-    the shared LM head and loss once more."""
+    the shared LM head and loss once more. The projection is Megatron-LM's eh_proj, a
+    ColumnParallelLinear: each TP rank computes h/t of its outputs (``tp.weights``)."""
     h, dt = spec.hidden_size, shard.dtype
     last = spec.num_hidden_layers - 1
     ffn = moe_ops(spec, shard) if spec.is_moe_layer(last) else dense_mlp_ops(spec, shard)
     return (
         *elementwise("mtp_norms", MTP_PRE_NORM_INPUTS * shard.sp_tokens * h, NORM_RW, dt),
-        *gemm("mtp_proj", shard.tokens, h, MTP_PRE_NORM_INPUTS * h, shard.gemm_dtype),
+        *gemm("mtp_proj", shard.tokens, h // shard.tp, MTP_PRE_NORM_INPUTS * h, shard.gemm_dtype),
         *attention_ops(spec, shard),
         *ffn,
         *head_ops(spec, shard, padded_vocab),
