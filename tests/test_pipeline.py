@@ -89,8 +89,29 @@ def test_dualpipe_holds_two_parameter_copies(qwen38):
 
 @pytest.mark.parametrize(("p", "v"), [(1, 1), (8, 1), (4, 4), (16, 2), (5, 3)])
 def test_stage_params_add_up_to_the_model(qwen38, p, v):
+    # With p > 1 the last stage builds its own copy of the embedding for the MTP module
+    # (Megatron-Core GPTModel: LanguageModelEmbedding where pre_process or mtp_process): Qwen3.8
+    # has one MTP module, V·h = 248,320 x 5,120 parameters
     schedule = Schedule.interleaved if v > 1 else Schedule.one_f_one_b
-    assert sum(stage_params(qwen38, p, v, schedule)) == total_params(qwen38)
+    copy = qwen38.vocab_size * qwen38.hidden_size if p > 1 else 0
+    assert sum(stage_params(qwen38, p, v, schedule)) == total_params(qwen38) + copy
+
+
+def test_a_tied_output_layer_is_a_copy_on_the_last_stage():
+    # Megatron-Core LanguageModule.setup_embeddings_and_output_layer: with pp > 1 the last
+    # stage allocates the tied output weight, zeroed, and all-reduces its gradient with the
+    # first stage's embedding; on one rank (pp = 1, DualPipe's ends) the two share one weight.
+    # GPT-3 175B ties them: V·h = 50,257 x 12,288 (config.json).
+    from tpcalc.catalog import load_model
+
+    gpt = load_model("gpt3-175b")
+    assert gpt.tie_word_embeddings
+    one = sum(stage_params(gpt, 1, 1, Schedule.one_f_one_b))
+    assert one == total_params(gpt)
+    for p in (2, 8):
+        split = stage_params(gpt, p, 1, Schedule.one_f_one_b)
+        assert sum(split) == total_params(gpt) + gpt.vocab_size * gpt.hidden_size
+    assert sum(stage_params(gpt, 8, 1, Schedule.dualpipe)) == 2 * total_params(gpt)
 
 
 def test_stage_compute_params_add_up_to_seed_000_matmul_params(qwen38):

@@ -754,11 +754,12 @@ def test_step_cache_deep_pipelines_and_layer_kinds(h100, schedule, pp, vpp, mtp)
         assert cache.step_time(layout, run) == step_time(spec, h100, layout, run, opts)
 
 
-@pytest.mark.parametrize("model", ["deepseek-v3", "llama3-405b"])
+@pytest.mark.parametrize("model", ["deepseek-v3", "llama3-405b", "gpt3-175b"])
 def test_pp_rank_params_add_up_to_the_model(model):
     """``pp_rank_params`` (the per-layer counts taken once per model, ``layer_param_counts``,
     and shared by the planner's screen) puts every parameter on exactly one rank in every
-    split: summed over the ranks, the model's total (``params.counts.total_params``, the MTP
+    split, and the last stage's copy of the embedding beside it where the ends are apart:
+    summed over the ranks, the model's total (``params.counts.total_params``, the MTP
     module only when asked), and routed experts as ``routed_expert_params`` counts them;
     twice under DualPipe, whose ranks each hold two stages (DeepSeek-V3 report §3.2.1, Table 2:
     "2×" parameters)."""
@@ -771,9 +772,14 @@ def test_pp_rank_params_add_up_to_the_model(model):
         for p, v, sched in [(1, 1, Schedule.one_f_one_b), (4, 2, Schedule.interleaved),
                             (8, 1, Schedule.dualpipe), (16, 3, Schedule.interleaved)]:  # fmt: skip
             copies = 2 if sched is Schedule.dualpipe else 1
+            # ends on different ranks: the last stage builds its own V·h embedding for MTP, or
+            # for an output layer tied to it (Megatron-Core GPTModel, LanguageModule)
+            apart = p > 1 and sched is not Schedule.dualpipe
+            copy = spec.vocab_size * spec.hidden_size
+            extra = copy if apart and ((mtp and spec.mtp_layers) or spec.tie_word_embeddings) else 0
             ranks = pp_rank_params(spec, p, v, sched, mtp=mtp)
             assert len(ranks) == p
-            assert sum(d + r + e for d, r, e in ranks) == copies * want, (mtp, p, v, sched)
+            assert sum(d + r + e for d, r, e in ranks) == copies * want + extra, (mtp, p, v, sched)
             experts = sum(e for _, _, e in ranks)
             assert experts >= copies * routed_expert_params(spec)
             if not mtp:

@@ -25,8 +25,10 @@ from tpcalc.calc.dp.zero import zero_states_bytes
 from tpcalc.calc.ep.all_to_all import routed_copies
 from tpcalc.calc.layout.groups import LayoutRun, MemoryTechniques, ParallelLayout
 from tpcalc.calc.params.counts import (
+    declared_params,
     embedding_params,
     final_norm_params,
+    last_stage_embedding_copy,
     layer_params,
     lm_head_params,
     mtp_params,
@@ -143,22 +145,30 @@ def pp_rank_params(
     counts: Sequence[int] | None = None,
 ) -> list[tuple[int, int, int]]:  # fmt: skip
     """(TP-split dense, TP-replicated, routed-expert) parameters of each pipeline rank before
-    any TP/EP split; MTP (last stage, DeepSeek-V3 §3.2) only when ``mtp``; ``counts``: the
-    layers of each chunk when set by hand, else even."""
+    any TP/EP split; MTP (last stage, DeepSeek-V3 §3.2) only when ``mtp``; the last stage's
+    copy of the embedding where the ends are on different ranks
+    (``params.counts.last_stage_embedding_copy``); the config's declared parts (a learned
+    position table, a vision tower) on the first stage, whole on every TP rank (Megatron-Core
+    LanguageModelEmbedding.position_embeddings is a plain torch Embedding; the declared parts
+    are not sharded); ``counts``: the layers of each chunk when set by hand, else even."""
     routed, replicated, total = layer_param_counts(spec)
     n_mtp = spec.mtp_layers if mtp else 0
+    copy = last_stage_embedding_copy(spec, apart=p > 1 and schedule is not Schedule.dualpipe,
+                                     mtp=mtp)  # fmt: skip
     experts = rank_params(
         routed, p, v, embedding_params=0, lm_head_params=0, other_params=n_mtp * routed[-1],
         schedule=schedule, counts=counts,
     )  # fmt: skip
+    declared = declared_params(spec)
     whole = rank_params(
-        replicated, p, v, embedding_params=0, lm_head_params=0,
+        replicated, p, v, embedding_params=declared, lm_head_params=0,
         other_params=final_norm_params(spec) + (tp_replicated_mtp_params(spec) if mtp else 0),
         schedule=schedule, counts=counts,
     )  # fmt: skip
     everything = rank_params(
-        total, p, v, embedding_params=embedding_params(spec), lm_head_params=lm_head_params(spec),
-        other_params=final_norm_params(spec) + (mtp_params(spec) if mtp else 0),
+        total, p, v, embedding_params=embedding_params(spec) + declared,
+        lm_head_params=lm_head_params(spec),
+        other_params=final_norm_params(spec) + (mtp_params(spec) if mtp else 0) + copy,
         schedule=schedule, counts=counts,
     )  # fmt: skip
     return [(a - e - r, r, e) for a, r, e in zip(everything, whole, experts, strict=True)]

@@ -217,6 +217,24 @@ def lm_head_params(spec: ModelSpec) -> int:
     return 0 if spec.tie_word_embeddings else spec.vocab_size * spec.hidden_size
 
 
+SRC_EMBEDDING_COPY = (
+    "Megatron-Core language_module.py setup_embeddings_and_output_layer (a tied output layer "
+    "on a last stage without pre_process is allocated, zeroed, and its gradient all-reduced "
+    "with the first stage's over the embedding group); gpt_model.py (LanguageModelEmbedding "
+    "built where pre_process or mtp_process)"
+)
+
+
+def last_stage_embedding_copy(spec: ModelSpec, *, apart: bool, mtp: bool) -> int:
+    """V·h that the last pipeline stage allocates beside the first stage's embedding when the
+    two ends are on different ranks (``apart``; ``SRC_EMBEDDING_COPY``): the output layer's
+    own weight when it is tied to the embedding, or the MTP modules' embedding (which the MTP
+    stage builds). One copy when both apply: the output layer then reads the embedding's
+    weight. 0 when one rank holds both ends (pp = 1, DualPipe), which share one weight."""
+    needed = spec.tie_word_embeddings or (mtp and spec.mtp_layers > 0)
+    return embedding_params(spec) if apart and needed else 0
+
+
 def final_norm_params(spec: ModelSpec) -> int:
     """The norm after the last layer (model.norm / final_layer_norm)."""
     return _norm(spec, spec.hidden_size)

@@ -24,6 +24,7 @@ from tpcalc.calc.params.counts import (
     declared_params,
     embedding_params,
     final_norm_params,
+    last_stage_embedding_copy,
     layer_params,
     lm_head_matmul_params,
     lm_head_params,
@@ -44,14 +45,18 @@ def stage_params(
     spec: ModelSpec, p: int, v: int, schedule: Schedule, counts: Sequence[int] | None = None
 ) -> tuple[int, ...]:
     """Parameters each rank stores: its layers; embedding and declared parts (vision tower) on
-    the first stage; final norm, LM head and MTP on the last (DeepSeek-V3 §3.2 puts MTP there).
+    the first stage; final norm, LM head and MTP on the last (DeepSeek-V3 §3.2 puts MTP there),
+    with the last stage's copy of the embedding where the two ends are on different ranks
+    (``params.counts.last_stage_embedding_copy``: a tied output layer, or MTP's embedding).
     ``counts``: the layers of each virtual stage when set by hand (``pipeline.stage_split``)."""
     layers = [layer_params(spec, i) for i in range(spec.num_hidden_layers)]
+    apart = p > 1 and schedule is not Schedule.dualpipe
     return pp.rank_params(
         layers, p, v,
         embedding_params=embedding_params(spec) + declared_params(spec),
         lm_head_params=lm_head_params(spec),
-        other_params=final_norm_params(spec) + mtp_params(spec),
+        other_params=final_norm_params(spec) + mtp_params(spec)
+        + last_stage_embedding_copy(spec, apart=apart, mtp=True),
         schedule=schedule, counts=counts,
     )  # fmt: skip
 
