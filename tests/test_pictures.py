@@ -36,7 +36,7 @@ def test_memory_bar_segments_sum_to_the_printed_total(qwen_memory):
         ]  # fmt: skip
         assert math.isclose(bar.segment_sum_bytes, total, rel_tol=1e-12)
         assert bar.total_bytes == total
-        # overflow marked iff total > card (qwen3.8: 511.1 GB at t = 1, 63.94 GB at t = 8)
+        # overflow marked iff total > card (qwen3.8: 511.2 GB at t = 1, 63.95 GB at t = 8)
         assert bar.overflow is (total > row.value("card_bytes"))
     assert [b.overflow for b in memory_bars(qwen_memory)] == [True, False]
 
@@ -54,7 +54,7 @@ def test_memory_bars_cli(cli):
     lines = {ln.split()[0]: ln for ln in r.out.splitlines() if ln.strip().startswith("t=")}
     assert lines["t=1"].rstrip().endswith("OVER") and "▒" in lines["t=1"]
     assert lines["t=8"].rstrip().endswith("fits") and "▒" not in lines["t=8"]
-    assert "511.1 GB / 80.00 GB" in lines["t=1"]  # the table's total, its printed precision
+    assert "511.2 GB / 80.00 GB" in lines["t=1"]  # the table's total, its printed precision
 
 
 def test_layout_bars_sum_to_the_summary_row():
