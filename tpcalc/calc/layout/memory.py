@@ -18,7 +18,6 @@ from functools import cache
 from msgspec import Struct
 from msgspec.structs import replace
 
-from tpcalc.calc.activations.exact.layer import SRC_HEAD, SRC_MTP_INPUT
 from tpcalc.calc.activations.exact.options import ActivationOptions
 from tpcalc.calc.activations.paper import paper_layer
 from tpcalc.calc.dp.zero import zero_states_bytes
@@ -88,9 +87,8 @@ SRC_INFLIGHT = (
 SRC_ACT = {
     ActivationModel.paper: f"Korthikanti et al. 2022 Table 2 with s/cp tokens; {SRC_INFLIGHT}",
     ActivationModel.exact: (
-        "exact model: tensors autograd saves per layer kind, in the loss heads and MTP inputs "
-        f"(tpcalc.calc.activations.exact, validated against PyTorch) with s/cp tokens; "
-        f"{SRC_INFLIGHT}; loss head: {SRC_HEAD}; MTP module inputs: {SRC_MTP_INPUT}"
+        "exact model: tensors autograd saves per layer kind (tpcalc.calc.activations.exact, "
+        f"validated against PyTorch) with s/cp tokens; {SRC_INFLIGHT}"
     ),
 }
 
@@ -153,8 +151,7 @@ def pp_rank_params(
     are not sharded); ``counts``: the layers of each chunk when set by hand, else even."""
     routed, replicated, total = layer_param_counts(spec)
     n_mtp = spec.mtp_layers if mtp else 0
-    copy = last_stage_embedding_copy(spec, apart=p > 1 and schedule is not Schedule.dualpipe,
-                                     mtp=mtp)  # fmt: skip
+    copy = last_stage_embedding_copy(spec, p, schedule, mtp=mtp)
     experts = rank_params(
         routed, p, v, embedding_params=0, lm_head_params=0, other_params=n_mtp * routed[-1],
         schedule=schedule, counts=counts,

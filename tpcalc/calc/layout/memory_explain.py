@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from tpcalc.calc.activations.exact.layer import SRC_RECOMPUTE_WORKING
+from tpcalc.calc.activations.exact.layer import SRC_HEAD, SRC_MTP_INPUT, SRC_RECOMPUTE_WORKING
 from tpcalc.calc.layout.memory import (
     RANK_TOTAL_FORMULA,
     SRC_ACT,
@@ -48,6 +48,14 @@ INPUTS: dict[str, Explanation] = {
 }  # fmt: skip
 
 
+def _activation_source(activations: ActivationModel) -> str:
+    """``SRC_ACT``, and under the exact model the last stage's loss heads and MTP inputs."""
+    if activations is ActivationModel.exact:
+        heads = f"loss heads: {SRC_HEAD}; MTP module inputs: {SRC_MTP_INPUT}"
+        return f"{SRC_ACT[activations]}; {heads}"
+    return SRC_ACT[activations]
+
+
 def explanations(
     hw: HardwareSpec, activations: ActivationModel, block: bool = False
 ) -> dict[str, Explanation]:
@@ -83,7 +91,9 @@ def explanations(
             "in_flight · layers/v · per-layer bytes (+ on the last stage: MTP modules with "
             "their inputs, and (1 + MTP) loss heads) − offloaded"
             + ("; the first N layers of each chunk at full recompute" if block else ""),
-            f"{SRC_ACT[activations]}; {SRC_BLOCK_RECOMPUTE}" if block else SRC_ACT[activations],
+            f"{_activation_source(activations)}; {SRC_BLOCK_RECOMPUTE}"
+            if block
+            else _activation_source(activations),
             TOTAL,
         ),
         "recompute_working_bytes": Explanation(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from msgspec import Struct
 
-from tpcalc.choices import ParamConvention
+from tpcalc.choices import ParamConvention, Schedule
 from tpcalc.errors import InputError
 from tpcalc.specs import ModelSpec
 
@@ -225,12 +225,14 @@ SRC_EMBEDDING_COPY = (
 )
 
 
-def last_stage_embedding_copy(spec: ModelSpec, *, apart: bool, mtp: bool) -> int:
-    """V·h that the last pipeline stage allocates beside the first stage's embedding when the
-    two ends are on different ranks (``apart``; ``SRC_EMBEDDING_COPY``): the output layer's
-    own weight when it is tied to the embedding, or the MTP modules' embedding (which the MTP
-    stage builds). One copy when both apply: the output layer then reads the embedding's
-    weight. 0 when one rank holds both ends (pp = 1, DualPipe), which share one weight."""
+def last_stage_embedding_copy(spec: ModelSpec, p: int, schedule: Schedule, *, mtp: bool) -> int:
+    """V·h that the last of p pipeline stages allocates beside the first stage's embedding when
+    the two ends are on different ranks (``SRC_EMBEDDING_COPY``): the output layer's own weight
+    when it is tied to the embedding, or the MTP modules' embedding (which the MTP stage
+    builds). One copy when both apply: the output layer then reads the embedding's weight. 0
+    when one rank holds both ends (p = 1; DualPipe, whose end ranks each run the first and the
+    last stage), which share one weight."""
+    apart = p > 1 and schedule is not Schedule.dualpipe
     needed = spec.tie_word_embeddings or (mtp and spec.mtp_layers > 0)
     return embedding_params(spec) if apart and needed else 0
 

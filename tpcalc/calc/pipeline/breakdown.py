@@ -50,13 +50,12 @@ def stage_params(
     (``params.counts.last_stage_embedding_copy``: a tied output layer, or MTP's embedding).
     ``counts``: the layers of each virtual stage when set by hand (``pipeline.stage_split``)."""
     layers = [layer_params(spec, i) for i in range(spec.num_hidden_layers)]
-    apart = p > 1 and schedule is not Schedule.dualpipe
     return pp.rank_params(
         layers, p, v,
         embedding_params=embedding_params(spec) + declared_params(spec),
         lm_head_params=lm_head_params(spec),
         other_params=final_norm_params(spec) + mtp_params(spec)
-        + last_stage_embedding_copy(spec, apart=apart, mtp=True),
+        + last_stage_embedding_copy(spec, p, schedule, mtp=True),
         schedule=schedule, counts=counts,
     )  # fmt: skip
 

@@ -14,10 +14,11 @@ from msgspec.structs import replace
 from tpcalc.calc.activations.exact.attention import full_attention_records, mla_records
 from tpcalc.calc.activations.exact.linear_attention import gated_deltanet_records
 from tpcalc.calc.activations.exact.mlp import dense_mlp_records, moe_records
-from tpcalc.calc.activations.exact.norms import layer_norm_records, norm_records
+from tpcalc.calc.activations.exact.norms import layer_norm_records, norm_output
 from tpcalc.calc.activations.exact.options import ActivationOptions
 from tpcalc.calc.activations.exact.records import Layout, SavedDtype, TensorRecord, rec
 from tpcalc.calc.activations.exact.techniques import apply_techniques, recomputed_by
+from tpcalc.calc.params.counts import MTP_FC_INPUTS
 from tpcalc.choices import Recompute
 from tpcalc.errors import InputError
 from tpcalc.specs import ModelSpec
@@ -119,15 +120,12 @@ def head_tensors(
     so its input stays 16-bit. The logits its loss keeps are a buffer
     (``layout.memory.buffer_bytes``)."""
     opts = options or ActivationOptions()
-    lay = layout(spec, seq, micro_batch, opts)
-    shape = (lay.norm_tokens, lay.b, spec.hidden_size)
-    out = norm_records(
-        "final_norm", "head", shape, lay.norm_split, lay.act, layernorm=spec.uses_layernorm,
-        fused=opts.fused_norm,
-    )  # fmt: skip
-    note = "input of the output layer"
-    out.append(rec("output_layer.input", "head", shape, lay.act, lay.norm_split, note=note))
-    return out
+    lay, h, ln = layout(spec, seq, micro_batch, opts), spec.hidden_size, spec.uses_layernorm
+    return [
+        *layer_norm_records("final_norm", "head", lay, h, layernorm=ln, fused=opts.fused_norm,
+                            paper=False),
+        norm_output("output_layer.input", "head", lay, h, paper=False),
+    ]  # fmt: skip
 
 
 # Megatron-Core multi_token_prediction.py, MultiTokenPredictionLayer._concat_embeddings: enorm
@@ -148,19 +146,14 @@ def mtp_input_tensors(
     [.., 2h] concatenation of their outputs (column-parallel: with SP the local s/t shard).
     The concatenation itself keeps nothing; eh_proj's input is counted at 16 bits."""
     opts = options or ActivationOptions()
-    lay = layout(spec, seq, micro_batch, opts)
-    h = spec.hidden_size
-    shape = (lay.norm_tokens, lay.b, h)
-    out = []
-    for name in ("mtp.enorm", "mtp.hnorm"):
-        out += norm_records(
-            name, "mtp", shape, lay.norm_split, lay.act, layernorm=spec.uses_layernorm,
-            fused=opts.fused_norm,
-        )  # fmt: skip
-    wide = (lay.norm_tokens, lay.b, 2 * h)
-    note = "[embedding, hidden] normed and concatenated"
-    out.append(rec("mtp.eh_proj.input", "mtp", wide, lay.act, lay.norm_split, note=note))
-    return out
+    lay, h, ln = layout(spec, seq, micro_batch, opts), spec.hidden_size, spec.uses_layernorm
+    norms = [
+        r for name in ("mtp.enorm", "mtp.hnorm")
+        for r in layer_norm_records(name, "mtp", lay, h, layernorm=ln, fused=opts.fused_norm,
+                                    paper=False)
+    ]  # fmt: skip
+    return [*norms, norm_output("mtp.eh_proj.input", "mtp", lay, MTP_FC_INPUTS * h,
+                                paper=False)]  # fmt: skip
 
 
 def recompute_working_bytes(

@@ -46,23 +46,28 @@ def norm_records(
 
 
 def layer_norm_records(
-    name: str, part: str, lay: Layout, width: int, *, layernorm: bool, fused: bool
-) -> list[TensorRecord]:
-    """A pre-attention / pre-MLP norm over the hidden size, on the SP region's tokens."""
+    name: str, part: str, lay: Layout, width: int, *, layernorm: bool, fused: bool,
+    paper: bool = True,
+) -> list[TensorRecord]:  # fmt: skip
+    """A norm over ``width`` on the SP region's tokens: a layer's pre-attention / pre-MLP norm
+    (Table 2 counts its input), or with ``paper=False`` one outside the layers."""
     shape = (lay.norm_tokens, lay.b, width)
     return norm_records(
-        name, part, shape, lay.norm_split, lay.act, layernorm=layernorm, fused=fused, paper=True
+        name, part, shape, lay.norm_split, lay.act, layernorm=layernorm, fused=fused, paper=paper
     )
 
 
-def norm_output(name: str, part: str, lay: Layout, width: int) -> TensorRecord:
-    """The norm output kept by the linear layer(s) that read it (QKV, fc1, router, ...).
+def norm_output(
+    name: str, part: str, lay: Layout, width: int, *, paper: bool = True
+) -> TensorRecord:
+    """The norm output kept by the linear layer(s) that read it (QKV, fc1, router, the output
+    layer, ...; ``paper=False`` for a linear outside the layers, which Table 2 does not count).
 
     With SP, Megatron keeps the local [s/t, b, h] shard and all-gathers it again in backward
     (Korthikanti et al. 2022 §4.2.2); without SP every TP rank keeps the whole [s, b, h].
     """
     shape = (lay.norm_tokens, lay.b, width)
-    return rec(name, part, shape, lay.act, lay.norm_split, paper=True, note="input of the linear")
+    return rec(name, part, shape, lay.act, lay.norm_split, paper=paper, note="input of the linear")
 
 
 def dropout_mask(name: str, part: str, lay: Layout, width: int) -> TensorRecord:
