@@ -10,6 +10,7 @@ from tpcalc.calc.dp.zero import ZeroStage
 from tpcalc.calc.layout.examples import DEEPSEEK_V3, LLAMA3_405B, matching_example
 from tpcalc.calc.layout.groups import (
     LayoutRun,
+    MemoryTechniques,
     ParallelLayout,
     expert_dp_group,
     group_link,
@@ -233,6 +234,26 @@ def test_dp_bytes_repeat_per_micro_batch_as_the_step_times_them(llama70b, h100, 
     assert sent == pytest.approx(bytes_ratio)
     timed = four["total"].value("dp_comm_time_s") / one["total"].value("dp_comm_time_s")
     assert timed == pytest.approx(bytes_ratio)
+
+
+def test_pp_row_sends_the_embedding_gradient_where_the_last_stage_has_a_copy(h800):
+    # Megatron-Core finalize_model_grads all-reduces the shared word embedding's gradient over
+    # the first and last pipeline ranks (MTP's embedding on DeepSeek-V3's last stage): the PP
+    # row adds 2(n−1)/n = 1 times V·h/t BF16 gradients to its sends, and prints them apart.
+    ds = load_model("deepseek-v3")
+    lay = ParallelLayout(pp=4, dp=64, ep=64, gpus_per_node=8)
+
+    def pp_row(mtp: bool):
+        run = LayoutRun(seq=4096, microbatches=8, memory=MemoryTechniques(mtp=mtp))
+        return rows_by_dim(layout_report(ds, h800, lay, run))["pp"]
+
+    on, off = pp_row(True), pp_row(False)
+    grad = 129_280 * 7_168 * 2
+    assert on.value("pp_embedding_grad_bytes") == grad
+    assert off.value("pp_embedding_grad_bytes") == 0
+    sends = on.value("pp_sends_per_step") * on.value("pp_p2p_bytes")
+    assert on.value("send_bytes_per_step") == sends + grad
+    assert off.value("send_bytes_per_step") == sends
 
 
 def test_tp_bytes_count_one_block_per_moe_layer_without_a_shared_expert(h100):

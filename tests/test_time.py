@@ -567,7 +567,9 @@ def test_dualpipe_ranks_run_two_stages_half_the_micro_batches_each():
     # DeepSeek-V3 report §3.2.1 (Figure 5, Table 2): DualPipe feeds micro-batches from both
     # ends, so rank r runs stage r for half of them and stage p-1-r for the other half, and
     # holds both stages' parameters. The stages are those 1F1B prices one by one (both with
-    # the all-to-all exposed: DualPipe hides it by default, 1F1B at pp > 1 cannot).
+    # the all-to-all exposed: DualPipe hides it by default, 1F1B at pp > 1 cannot). Under 1F1B
+    # the last stage holds its own V·h copy of the embedding for MTP; DualPipe's end ranks hold
+    # both ends and share the first stage's (DeepSeek-V3: 129,280 × 7,168 at TP1).
     ds = load_model("deepseek-v3")
     h800 = load_hardware("h800")
     lay = ParallelLayout(pp=16, dp=128, ep=64, zero=ZeroStage.optimizer, gpus_per_node=8)
@@ -579,7 +581,8 @@ def test_dualpipe_ranks_run_two_stages_half_the_micro_batches_each():
     for r, rank in enumerate(st.stages):
         a, b = one_by_one[r], one_by_one[p - 1 - r]
         assert rank.total_s == pytest.approx((a.total_s + b.total_s) / 2, rel=1e-12)
-        assert rank.dense_params == a.dense_params + b.dense_params
+        shared = 129_280 * 7_168 if r in (0, p - 1) else 0
+        assert rank.dense_params == a.dense_params + b.dense_params - shared
         assert rank.expert_params == a.expert_params + b.expert_params
     # the last stage (3 layers, the MTP module, two LM heads and losses) is the slowest of
     # 1F1B; DualPipe shares it with stage 0 (embedding, 3 dense layers and 1 MoE layer), and
@@ -633,3 +636,75 @@ def test_ops_give_shapes_and_flop_rates_only_to_gemms_and_attention(cli):
     for r in memory:
         assert r["m"] is r["n"] is r["k"] is r["groups"] is r["achieved_flop_per_s"] is None
         assert r["achieved_bytes_per_s"] == pytest.approx(r["bytes"] / r["time_s"], rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("model", "lay"),
+    [
+        # MTP on the last stage, its routed experts over EP, and the last stage's embedding copy
+        ("deepseek-v3", ParallelLayout(tp=2, pp=4, dp=32, ep=8, gpus_per_node=8)),
+        ("deepseek-v3", ParallelLayout(pp=1, dp=8, ep=8, gpus_per_node=8)),
+        # a tied head (its own copy on the last stage) and a learned position table (declared)
+        ("gpt3-175b", ParallelLayout(tp=8, pp=8, dp=2, gpus_per_node=8)),
+        ("llama3-70b", ParallelLayout(tp=8, pp=4, dp=2, gpus_per_node=8)),
+    ],
+)
+def test_stage_params_are_the_ones_memory_counts(model: str, lay: ParallelLayout):
+    # The DP tail reduces and the optimizer updates what each pipeline rank holds: the step's
+    # per-stage parameters (dense over TP, experts over EP·ETP) are layout.memory's
+    # pp_rank_params (TP-split + TP-replicated dense, routed experts), a separate count.
+    from tpcalc.calc.layout.groups import MemoryTechniques
+    from tpcalc.calc.layout.memory import pp_rank_params
+
+    spec = load_model(model)
+    seq = 4096 if spec.is_moe else 2048
+    for mtp in (True, False):
+        run = LayoutRun(seq=seq, microbatches=8, memory=MemoryTechniques(mtp=mtp))
+        stages = step_time(spec, H100, lay, run).stages
+        ranks = pp_rank_params(spec, lay.pp, 1, Schedule.one_f_one_b, mtp=mtp)
+        assert len(stages) == len(ranks) == lay.pp
+        for stage, (split, replicated, experts) in zip(stages, ranks, strict=True):
+            where = (model, mtp, stage.stage)
+            assert stage.dense_params == (split + replicated) // lay.tp, where
+            assert stage.expert_params == experts // (lay.ep * lay.etp), where
+
+
+def test_the_embedding_group_all_reduces_the_last_stages_copy_once_a_step():
+    # Megatron-Core finalize_model_grads: after the DP reduction the first and last pipeline
+    # ranks all-reduce the shared word embedding's gradient (MTP's embedding on the last stage,
+    # or a tied output layer), exposed whole. DeepSeek-V3 at TP1: 129,280 × 7,168 BF16
+    # gradients over 2 ranks on 2 nodes (PP4 with DP64 places stages 64 ranks apart).
+    from tpcalc.calc.layout.groups import MemoryTechniques
+
+    ds, h800 = load_model("deepseek-v3"), load_hardware("h800")
+    lay = ParallelLayout(pp=4, dp=64, ep=64, gpus_per_node=8)
+
+    def step(mtp: bool, schedule: Schedule = Schedule.one_f_one_b) -> StepTime:
+        run = LayoutRun(
+            seq=4096, microbatches=8, schedule=schedule, memory=MemoryTechniques(mtp=mtp)
+        )
+        return step_time(ds, h800, lay, run)
+
+    on, off = step(True), step(False)
+    want = collective_time_s(
+        rates(h800, Dtype.bf16), Collective.all_reduce, 129_280 * 7_168 * 2, 2, 2
+    )
+    assert 0.01 < want < 0.1  # 1.85 GB through one NIC: tens of milliseconds
+    assert on.pp_comm_time_s - off.pp_comm_time_s == pytest.approx(want, rel=1e-12)
+    assert on.pp_exposed_time_s - off.pp_exposed_time_s == pytest.approx(want, rel=1e-12)
+    # DualPipe's end ranks hold both ends: one embedding, nothing to all-reduce
+    dual_on, dual_off = step(True, Schedule.dualpipe), step(False, Schedule.dualpipe)
+    assert dual_on.pp_comm_time_s == dual_off.pp_comm_time_s
+    # a tied head keeps a copy on the last stage (GPT-3 175B at TP8: V·h/8 gradients), an
+    # untied one none; PP4 with DP2 and TP8 places the stages on 4 nodes
+    gpt3 = load_model("gpt3-175b")
+    untied = gpt3.model_copy(update={"tie_word_embeddings": False})
+    lay3 = ParallelLayout(tp=8, pp=4, dp=2, gpus_per_node=8)
+    tied_s, untied_s = (
+        step_time(spec, H100, lay3, LayoutRun(seq=2048, microbatches=8)).pp_comm_time_s
+        for spec in (gpt3, untied)
+    )
+    want3 = collective_time_s(
+        rates(H100, Dtype.bf16), Collective.all_reduce, 50_257 * 12_288 // 8 * 2, 2, 2
+    )
+    assert tied_s - untied_s == pytest.approx(want3, rel=1e-12)

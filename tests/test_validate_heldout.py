@@ -506,10 +506,11 @@ def test_one_prediction_is_pinned(rows):
     # Qwen3-30B-A3B on 8 GB200 (card pretrain_performance.GB200, recipe
     # qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_config @ 6e1b478): TP1 PP1 CP1 EP8 DP8, MXFP8,
     # seq 4096, GBS 512 / MBS 4 (16 micro-batches), EP all-to-all overlapped, HybridEP (flex),
-    # no recompute, gb200 config as shipped. Printed as 37,860 tokens/s/GPU (±0.5).
+    # no recompute, gb200 config as shipped (MoE constant 0.45 ms). Printed as 38,284
+    # tokens/s/GPU (±0.5).
     row = next(r for r in rows if r["id"] == "mbcard-qwen3-30b-a3b-gb200-8-mxfp8")
     (o,), _ = outcomes([row])
-    assert o.step.tokens_per_s_per_gpu == pytest.approx(37860, abs=0.5)
+    assert o.step.tokens_per_s_per_gpu == pytest.approx(38284, abs=0.5)
 
 
 def test_cli_validates_the_held_out_file(cli):

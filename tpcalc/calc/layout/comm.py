@@ -34,6 +34,8 @@ from tpcalc.calc.ep.all_to_all import A2A_KINDS, EpComm, ep_comm
 from tpcalc.calc.layout.groups import Group, LayoutRun, ParallelLayout, expert_tp_group
 from tpcalc.calc.links.collectives import Collective, ring_factor
 from tpcalc.calc.links.link import LatencySteps, Link, ring_steps, steps_time_s
+from tpcalc.calc.params.counts import EMBEDDING_GROUP_RANKS, last_stage_embedding_copy
+from tpcalc.calc.params.states import recipe_bytes
 from tpcalc.calc.pipeline.schedule import p2p_bytes, p2p_sends_per_rank
 from tpcalc.calc.tp.comm import FWD_COLLECTIVES_PER_LAYER, collectives_per_layer, message_bytes
 from tpcalc.choices import MoeDispatcher, Recompute, RouterDtype, Schedule
@@ -78,13 +80,15 @@ class CpDetail(Struct, frozen=True):
 
 
 class PpDetail(Struct, frozen=True):
-    """One stage-to-stage send and the sends of the middle rank per step."""
+    """One stage-to-stage send and the sends of the middle rank per step; what an end rank
+    sends in the embedding group's gradient all-reduce (``pp_cost``)."""
 
     pp_p2p_bytes: float
     pp_sends_per_step: int
     tp: int
     microbatches: int
     vpp: int
+    pp_embedding_grad_bytes: float = 0.0
 
 
 class DpShare(Struct, frozen=True):
@@ -199,7 +203,9 @@ def cp_cost(
 def pp_cost(
     spec: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, run: LayoutRun, group: Group
 ) -> DimCost:
-    """Activations forward and gradients backward between stages, for every micro-batch."""
+    """Activations forward and gradients backward between stages, for every micro-batch; where
+    the last stage holds its own copy of the embedding (a tied head, or MTP), the all-reduce of
+    its V/t × h gradient with the first stage's once per step (``SRC_EMBEDDING_SYNC``)."""
     if layout.pp == 1:
         return DimCost()
     per_send = p2p_bytes(
@@ -207,10 +213,19 @@ def pp_cost(
         scatter_gather=layout.tp > 1,
     )  # fmt: skip
     sends = p2p_sends_per_rank(run.schedule, layout.pp, run.microbatches, run.vpp)
-    total = per_send * sends
+    copy = last_stage_embedding_copy(spec, layout.pp, run.schedule, mtp=run.memory.mtp)
+    ends = EMBEDDING_GROUP_RANKS
+    embedding_grad = (
+        ring_factor(Collective.all_reduce, ends)
+        * (copy // layout.tp)
+        * recipe_bytes(run.recipe).grad_bytes
+    )
+    total = per_send * sends + embedding_grad
     steps = ring_steps(Collective.p2p, layout.pp, group.nodes, sends)
+    if embedding_grad:
+        steps += ring_steps(Collective.all_reduce, ends, min(ends, group.nodes))
     time = steps_time_s(total, steps, hw, group.link, with_latency=run.with_latency)
-    detail = PpDetail(per_send, sends, layout.tp, run.microbatches, run.vpp)
+    detail = PpDetail(per_send, sends, layout.tp, run.microbatches, run.vpp, embedding_grad)
     return DimCost(total, time, time, OVERLAP["pp"], steps, detail)
 
 

@@ -10,6 +10,7 @@ from tpcalc.calc.layout import comm
 from tpcalc.calc.layout.comm import CpDetail, DimCost, DpDetail, EpDetail, PpDetail, TpDetail
 from tpcalc.calc.layout.groups import SRC_ORDER, Group
 from tpcalc.calc.links.link import LATENCY_FORMULA, latency_inputs, latency_source
+from tpcalc.calc.params.counts import SRC_EMBEDDING_SYNC
 from tpcalc.explain import Explanation, terms
 from tpcalc.specs import HardwareSpec, ModelSpec
 from tpcalc.terms import Scalar, Term, Unit, term
@@ -35,7 +36,7 @@ STRIDE_FORMULA = {"tp": "1", "cp": "tp", "pp": "tp·cp·dp", "dp": "tp", "ep": "
 SEND_FORMULA = {
     "tp": "m · (blocks/2) · collectives/layer · 2(t-1)/t · M",
     "cp": "m · full-attention layers · send_bytes_per_layer (cp row)",
-    "pp": "sends per step · p2p bytes",
+    "pp": "sends per step · p2p bytes + embedding gradient all-reduce",
     "dp": "Σ ZeRO collectives of the dense (dp·cp) and expert (dp·cp·tp/(ep·etp)) parameters",
     "ep": "m · MoE layers · all-to-all bytes per layer (ep row)",
 }
@@ -76,6 +77,11 @@ PP_EXPLANATIONS = {
     ),
     "pp_sends_per_step": Explanation(
         "sends per step (middle rank)", Unit.count, "2·m (·v interleaved)", SRC_PP
+    ),
+    "pp_embedding_grad_bytes": Explanation(
+        "embedding gradient all-reduce (end ranks)", Unit.bytes,
+        "2(n−1)/n · V·h/t · grad bytes, n = 2, where the last stage holds a copy of the "
+        "embedding (tied head or MTP)", SRC_EMBEDDING_SYNC,
     ),
 }  # fmt: skip
 PP_INPUTS = {

@@ -225,6 +225,15 @@ SRC_EMBEDDING_COPY = (
 )
 
 
+EMBEDDING_GROUP_RANKS = 2  # Megatron-Core embedding group: the first and last pipeline ranks
+SRC_EMBEDDING_SYNC = (
+    "Megatron-Core distributed/finalize_model_grads.py: finalize_model_grads runs "
+    "_allreduce_word_embedding_grads after finish_grad_sync, an all-reduce of the shared word "
+    "embedding's gradient over the embedding group (the first and last pipeline ranks) when "
+    "the output layer is tied to it or MTP runs"
+)
+
+
 def last_stage_embedding_copy(spec: ModelSpec, p: int, schedule: Schedule, *, mtp: bool) -> int:
     """V·h that the last of p pipeline stages allocates beside the first stage's embedding when
     the two ends are on different ranks (``SRC_EMBEDDING_COPY``): the output layer's own weight
@@ -253,6 +262,19 @@ def mtp_params(spec: ModelSpec) -> int:
         + _norm(spec, h)
     )
     return spec.mtp_layers * module
+
+
+def last_stage_extra_params(
+    spec: ModelSpec, p: int, schedule: Schedule, *, mtp: bool
+) -> tuple[int, int]:
+    """(dense, routed-expert) parameters the last of p pipeline stages holds beyond its layers,
+    final norm and head: the MTP modules when they run (DeepSeek-V3 §2.2; their FFN's routed
+    experts are the last layer's) and the embedding's copy (``last_stage_embedding_copy``)."""
+    routed = dense = 0
+    if mtp and spec.mtp_layers:
+        routed = spec.mtp_layers * routed_layer_params(spec, spec.num_hidden_layers - 1)
+        dense = mtp_params(spec) - routed
+    return dense + last_stage_embedding_copy(spec, p, schedule, mtp=mtp), routed
 
 
 def declared_params(spec: ModelSpec) -> int:

@@ -53,8 +53,10 @@ from tpcalc.calc.layout.groups import (
 from tpcalc.calc.links.collectives import Collective
 from tpcalc.calc.links.link import nodes_spanned
 from tpcalc.calc.params.counts import (
+    declared_params,
     embedding_params,
     final_norm_params,
+    last_stage_extra_params,
     layer_params,
     lm_head_params,
     routed_layer_params,
@@ -558,9 +560,10 @@ class StepBounds:
 
     def stage_dense(self, shape: Shape, v: Variant, stage: int = 0) -> int:
         """Dense parameters one rank of ``stage`` holds, as ``step._stage_params`` counts them:
-        its layers' over TP, the embedding on the first stage, the final norm and head on
-        the last."""
-        key = (shape.pp, v.vpp, shape.tp, stage)
+        its layers' over TP, the embedding and declared parts on the first stage, the final
+        norm and head on the last, and there the MTP modules' dense part and the embedding's
+        copy."""
+        key = (shape.pp, v.vpp, shape.tp, stage, v.schedule is Schedule.dualpipe)
         if key not in self._stage_dense_of:
             spec = self.spec
             layers = stage_layers(spec.num_hidden_layers, shape.pp, v.vpp)[stage]
@@ -571,9 +574,10 @@ class StepBounds:
                 ]
             dense = sum(self._layer_dense[i] for i in layers)
             if stage == 0:
-                dense += embedding_params(spec)
+                dense += embedding_params(spec) + declared_params(spec)
             if stage == shape.pp - 1:
                 dense += lm_head_params(spec) + final_norm_params(spec)
+                dense += last_stage_extra_params(spec, shape.pp, v.schedule, mtp=self.tech.mtp)[0]
             self._stage_dense_of[key] = dense // shape.tp
         return self._stage_dense_of[key]
 
@@ -637,6 +641,10 @@ class StepBounds:
         if key not in self._stage_experts_of:
             layers = stage_layers(self.spec.num_hidden_layers, shape.pp, v.vpp)[stage]
             routed = sum(routed_layer_params(self.spec, i) for i in layers)
+            if stage == shape.pp - 1:
+                routed += last_stage_extra_params(
+                    self.spec, shape.pp, v.schedule, mtp=self.tech.mtp
+                )[1]
             self._stage_experts_of[key] = routed // (shape.ep * shape.etp)
         return self._stage_experts_of[key]
 

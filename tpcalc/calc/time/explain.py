@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tpcalc.calc.params.counts import SRC_EMBEDDING_SYNC
 from tpcalc.calc.pipeline.schedule import SRC_EXPOSED_SENDS
 from tpcalc.explain import Explanation
 from tpcalc.terms import Unit
@@ -104,8 +105,11 @@ STEP_EXPLANATIONS: dict[str, Explanation] = {
         "PP p2p, exposed", Unit.seconds,
         "sends of [s/t, b, h] the schedule's order waits for: 2(p−1) fill and drain "
         "(2(p·v−1) interleaved) + 2⌊(m−1)(p−1)/p⌋ in 1F1B's steady state (ZB-H1: at most "
-        "2(p−1)); every send without overlap",
-        f"Narayanan et al. 2021 §2.2; Megatron overlap_p2p_comm; {SRC_EXPOSED_SENDS}", STEP,
+        "2(p−1)); every send without overlap; + the embedding group's all-reduce of the "
+        "V/t × h gradient where the last stage holds a copy of the embedding (tied head or MTP)",
+        f"Narayanan et al. 2021 §2.2; Megatron overlap_p2p_comm; {SRC_EXPOSED_SENDS}; "
+        f"{SRC_EMBEDDING_SYNC}",
+        STEP,
     ),
     "dp_exposed_time_s": Explanation(
         "DP comm, exposed", Unit.seconds,
@@ -168,8 +172,10 @@ STEP_EXPLANATIONS: dict[str, Explanation] = {
         "EP comm, total", Unit.seconds, "m · Σ MoE layers dispatch + combine, F and B", SRC_EP,
     ),
     "pp_comm_time_s": Explanation(
-        "PP comm, total", Unit.seconds, "2 · (m · chunks + p − 1) sends of [s/t, b, h]",
-        "Narayanan et al. 2021 §2.2",
+        "PP comm, total", Unit.seconds,
+        "2 · (m · chunks + p − 1) sends of [s/t, b, h] + the embedding group's gradient "
+        "all-reduce (tied head or MTP on a last stage of its own)",
+        f"Narayanan et al. 2021 §2.2; {SRC_EMBEDDING_SYNC}",
     ),
     "dp_comm_time_s": Explanation(
         "DP comm, total", Unit.seconds,

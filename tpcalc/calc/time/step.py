@@ -34,7 +34,10 @@ What real frameworks overlap, each an explicit ``Overlap`` flag with its source:
 - PP: sends run beside compute (Megatron overlap_p2p_comm); exposed are those the schedule's
   order puts on the critical path (``pipeline.schedule.exposed_sends``, from the simulated
   order: the fill and drain, 2(p−1), or 2(p·v−1) interleaved, and in 1F1B the steady state's
-  round trips, each pass waiting on a neighbour's pass that has just ended).
+  round trips, each pass waiting on a neighbour's pass that has just ended). Where the last
+  stage holds its own copy of the embedding (a tied head, or MTP), the first and last ranks
+  all-reduce its gradient after the data-parallel reduction, exposed whole (Megatron-Core
+  finalize_model_grads, ``_embedding_sync_s``).
 - DP: gradient reduce-scatter (all-reduce without a distributed optimizer) runs in buckets
   under the backward of the last micro-batch, parameter all-gather under the first forward
   (Megatron DDP overlap_grad_reduce / overlap_param_gather; Li et al. 2020, PyTorch DDP §3.2.3):
@@ -70,8 +73,12 @@ from tpcalc.calc.layout.groups import (
 from tpcalc.calc.links.collectives import Collective
 from tpcalc.calc.links.link import Link
 from tpcalc.calc.params.counts import (
+    EMBEDDING_GROUP_RANKS,
+    declared_params,
     embedding_params,
     final_norm_params,
+    last_stage_embedding_copy,
+    last_stage_extra_params,
     layer_params,
     lm_head_params,
     routed_layer_params,
@@ -619,7 +626,9 @@ def _stage_work(
             fwd, bwd = fwd + over, bwd + over
         wgt = wgt + _pass_work(ends, Pass.backward_weight, ctx.r, 1)
         detail += _op_times(ends, ctx.r, 1)
-    dense, experts = _stage_params(spec, layout, stage, params, routed)
+    dense, experts = _stage_params(
+        spec, layout, stage, params, routed, schedule=run.schedule, mtp=run.memory.mtp
+    )
     return StageWork(stage, len(layers), fwd, bwd, wgt, rec, dense, experts), detail
 
 
@@ -634,16 +643,23 @@ def _op_times(ops: Iterable[Op], r: Rates, count: int) -> list[OpTime]:
 
 
 def _stage_params(
-    spec: ModelSpec, layout: ParallelLayout, stage: int, params: int, routed: int
-) -> tuple[int, int]:
+    spec: ModelSpec, layout: ParallelLayout, stage: int, params: int, routed: int, *,
+    schedule: Schedule, mtp: bool,
+) -> tuple[int, int]:  # fmt: skip
     """(dense, routed-expert) parameters one rank of ``stage`` holds, from its layers' ``params``
     of which ``routed`` are routed experts: dense split over TP, experts over EP·ETP; the
-    embedding on the first stage, final norm and head on the last."""
+    embedding and the config's declared parts (a learned position table, a vision tower) on
+    the first stage; on the last, the final norm and head and what it holds
+    beyond them (``last_stage_extra_params``: the MTP modules when they run, the embedding's
+    copy), as ``layout.memory.pp_rank_params`` counts them: their gradients are reduced and
+    their Adam step taken with the stage's own."""
     dense = params - routed
     if stage == 0:
-        dense += embedding_params(spec)
+        dense += embedding_params(spec) + declared_params(spec)
     if stage == layout.pp - 1:
-        dense += lm_head_params(spec) + final_norm_params(spec)
+        extra_dense, extra_routed = last_stage_extra_params(spec, layout.pp, schedule, mtp=mtp)
+        dense += lm_head_params(spec) + final_norm_params(spec) + extra_dense
+        routed += extra_routed
     return dense // layout.tp, routed // (layout.ep * layout.etp)
 
 
@@ -925,7 +941,10 @@ def _step_of_stages(
         first.setdefault(t, i)
     totals = {t: stages[i].total_s for t, i in first.items()}
     neck = stages[max(range(len(stages)), key=lambda i: totals[of[i]])]
-    pp_s, pp_total = _pp_exposed(ctx, m, run.vpp, run.schedule)
+    pp_s, sends_total = _pp_exposed(ctx, m, run.vpp, run.schedule)
+    sync_s = _embedding_sync_s(ctx, run)
+    pp_s, pp_total = pp_s + sync_s, sends_total + sync_s
+    ends = (0, len(stages) - 1)  # the ranks of the embedding group
     if costs is None:
         costs = [_stage_tail(ctx, st, run.vpp) for st in stages]
     dp_s, opt_s, dp_total = _tail(ctx, stages, neck, run.vpp, costs)
@@ -942,7 +961,10 @@ def _step_of_stages(
     }  # fmt: skip
     busiest = max(
         _busiest_link_s(
-            ctx, stages[i].work.scaled(m) + stages[i].recompute.scaled(m), pp_total, costs[i]
+            ctx,
+            stages[i].work.scaled(m) + stages[i].recompute.scaled(m),
+            pp_total if i in ends else sends_total,
+            costs[i],
         )
         for i in first.values()
     )
@@ -1032,6 +1054,23 @@ def _pp_exposed(ctx: _Ctx, m: int, v: int, schedule: Schedule) -> tuple[float, f
         one = collective_time_s(ctx.r, Collective.p2p, msg, 2, nodes)
     every = pp_send_count(schedule, p, m, v, overlap=False)
     return pp_send_count(schedule, p, m, v, overlap=ctx.opts.overlap.pp_p2p) * one, every * one
+
+
+def _embedding_sync_s(ctx: _Ctx, run: LayoutRun) -> float:
+    """Seconds of the embedding group's gradient all-reduce (``params.counts``'
+    ``SRC_EMBEDDING_SYNC``): where the last stage holds its own copy of the embedding
+    (``last_stage_embedding_copy``), it and the first stage all-reduce their V/t × h gradients,
+    synchronously, after the data-parallel reduction and before the optimizer: exposed whole.
+    The two ranks are the pipeline's ends, on two nodes when the pipeline group spans nodes."""
+    spec, layout, opts = ctx.spec, ctx.layout, ctx.opts
+    copy = last_stage_embedding_copy(spec, layout.pp, run.schedule, mtp=run.memory.mtp)
+    if not copy:
+        return 0.0
+    grad = copy // layout.tp * opts.grad_reduce_dtype.bytes * opts.comm_scale
+    ends = EMBEDDING_GROUP_RANKS
+    return collective_time_s(
+        ctx.r, Collective.all_reduce, grad, ends, min(ends, ctx.links["pp"].nodes)
+    )
 
 
 class MicroBatchCompute(Struct, frozen=True):
