@@ -1226,7 +1226,9 @@ def test_nic_floor_takes_the_stage_with_the_most_moe_layers():
     )  # fmt: skip
     s, picks, _, lbs = _search(req)
     stages = s.bounds.nic_stages(16, 1)
-    assert stages[0] == 0 and len(stages) == 2
+    # stage 0, the stage of most MoE layers, and the last (its MTP module: 11.6B parameters
+    # more, gathered for every micro-batch under ZeRO-3)
+    assert stages[0] == 0 and stages[-1] == 15 and len(stages) == 3
     moe = [req.spec.is_moe_layer(i) for i in range(req.spec.num_hidden_layers)]
     split = stage_layers(req.spec.num_hidden_layers, 16, 1)
     counts = [sum(moe[i] for i in layers) for layers in split]
@@ -1402,3 +1404,41 @@ def test_pareto_within_is_checked(h100):
     for bad in (0.5, -1.0, math.nan):
         with pytest.raises(InputError, match="pareto_within"):
             _request("llama3-8b", h100, pareto_within=bad)
+
+
+COPY_CASES = {
+    # DeepSeek-V3 (MTP): 1,024 H800, PP16, TP1-2; GPT-3 5B (a tied head): 64 H800, PP2-4
+    "deepseek-v3": dict(gpus=1024, global_batch=2048, pins={"pp": (16,), "tp": (1, 2)}),
+    "gpt3-5b": dict(gpus=64, global_batch=256, pins={"pp": (2, 4), "sp": (True,)}),
+}
+
+
+@pytest.mark.parametrize("model", list(COPY_CASES))
+def test_bounds_take_the_last_stages_copy_and_dualpipe_ranks(model):
+    """Where the last stage holds its own copy of the embedding (DeepSeek-V3's MTP, GPT-3's tied
+    head) at PP > 1, the step reduces it and the MTP modules with the stage's parameters (under
+    DualPipe rank 0 holds stage 0 and the last) and all-reduces its gradient with the first
+    stage's (step.embedding_sync_s). The bounds add the same all-reduce where the schedule
+    keeps a copy and read each DualPipe rank's two stages: never above the exact step."""
+    case = COPY_CASES[model]
+    pins = {**case["pins"], "recompute": ("selective",), "zero": (1,)}
+    req = _request(
+        model, load_hardware("h800"), gpus=case["gpus"], global_batch=case["global_batch"],
+        pins=pins,
+    )  # fmt: skip
+    s, picks, _, lbs = _search(req)
+    rng = random.Random(5)
+    synced = dual = 0
+    for j in rng.sample(range(len(picks)), min(150, len(picks))):
+        p = _pick(picks[j])
+        blk, (layout, run) = s.blocks[p.block], s.layout_run(p)
+        step = s.exact(p).step_time_s
+        assert lbs[j] <= step, (layout, run, lbs[j], step)
+        sync = s.bounds._sync_s(blk.shape, run.schedule)
+        if run.schedule is Schedule.dualpipe:
+            dual += 1
+            assert sync == 0.0
+        elif layout.pp > 1:
+            synced += 1
+            assert sync > 0.0
+    assert synced and dual

@@ -19,7 +19,9 @@ F°, B°, W° ≤ the step's summed F, B, W (W° equal). Then
 ``pipeline.bubble_time_s`` grows with F and B at a fixed W, and ``rest`` is the least the other
 parts can be: the pipeline sends the schedule waits for, as many as the step counts
 (``schedule.pp_send_count``), each at its transfer time without the TP all-gather the scatter/gather
-trick adds (``step._pp_exposed``), and stage 0's data-parallel tail, which the step's tail (a
+trick adds (``step._pp_exposed``), the embedding group's gradient all-reduce where the last
+stage holds a copy of the embedding (``step.embedding_sync_s``, exposed whole; ``_sync_s``),
+and stage 0's data-parallel tail, which the step's tail (a
 maximum over stages, ``step._tail``) is at least: its first gradient bucket (and first parameter
 gather with a distributed optimizer), exposed whatever the overlap (``step._dp_exposed``), plus
 its Adam step over the dense shard (``step._optimizer_s``).
@@ -91,6 +93,7 @@ from tpcalc.calc.time.step import (
     TimeOptions,
     attention_pass_s,
     cp_ring_s,
+    embedding_sync_s,
     exposed_s,
     scatter_gather,
     scores_of,
@@ -171,6 +174,7 @@ class StepBounds:
         self._layer_ops: dict[tuple, tuple] = {}
         self._ends: dict[tuple, tuple] = {}
         self._end_parts: dict[tuple, tuple] = {}
+        self._syncs: dict[tuple, float] = {}
         self.r = rates(hw, dtype, efficiency_scale=opts.efficiency_scale)
         # the rates without the collectives' latency: bandwidth terms alone (``ring_floor``)
         self.r_bandwidth = replace(
@@ -562,24 +566,31 @@ class StepBounds:
         """Dense parameters one rank of ``stage`` holds, as ``step._stage_params`` counts them:
         its layers' over TP, the embedding and declared parts on the first stage, the final
         norm and head on the last, and there the MTP modules' dense part and the embedding's
-        copy."""
+        copy; under DualPipe, rank ``stage``'s two stages' (``step.dualpipe_ranks``)."""
         key = (shape.pp, v.vpp, shape.tp, stage, v.schedule is Schedule.dualpipe)
-        if key not in self._stage_dense_of:
-            spec = self.spec
-            layers = stage_layers(spec.num_hidden_layers, shape.pp, v.vpp)[stage]
-            if not self._layer_dense:  # each layer's dense parameters, counted once
-                self._layer_dense = [
-                    layer_params(spec, i) - routed_layer_params(spec, i)
-                    for i in range(spec.num_hidden_layers)
-                ]
-            dense = sum(self._layer_dense[i] for i in layers)
-            if stage == 0:
-                dense += embedding_params(spec) + declared_params(spec)
-            if stage == shape.pp - 1:
-                dense += lm_head_params(spec) + final_norm_params(spec)
-                dense += last_stage_extra_params(spec, shape.pp, v.schedule, mtp=self.tech.mtp)[0]
-            self._stage_dense_of[key] = dense // shape.tp
-        return self._stage_dense_of[key]
+        got = self._stage_dense_of.get(key)
+        if got is None:
+            got = self._stage_dense_of[key] = sum(
+                self._one_stage_dense(shape, v, s) for s in _rank_stages(shape.pp, v, stage)
+            )
+        return got
+
+    def _one_stage_dense(self, shape: Shape, v: Variant, stage: int) -> int:
+        """``stage_dense`` of the stage alone."""
+        spec = self.spec
+        layers = stage_layers(spec.num_hidden_layers, shape.pp, v.vpp)[stage]
+        if not self._layer_dense:  # each layer's dense parameters, counted once
+            self._layer_dense = [
+                layer_params(spec, i) - routed_layer_params(spec, i)
+                for i in range(spec.num_hidden_layers)
+            ]
+        dense = sum(self._layer_dense[i] for i in layers)
+        if stage == 0:
+            dense += embedding_params(spec) + declared_params(spec)
+        if stage == shape.pp - 1:
+            dense += lm_head_params(spec) + final_norm_params(spec)
+            dense += last_stage_extra_params(spec, shape.pp, v.schedule, mtp=self.tech.mtp)[0]
+        return dense // shape.tp
 
     def nic_stages(self, pp: int, vpp: int) -> tuple[int, ...]:
         """The pipeline stages whose NIC traffic the link floor takes (``_link_floor``; the
@@ -587,23 +598,28 @@ class StepBounds:
         for a MoE model the stage with the most MoE layers where that is another (the first
         of them). DeepSeek-V3's first three layers are dense, so at PP16 its stage 0 holds no
         expert and stage 1 four MoE layers: stage 0 alone left their all-to-alls and ZeRO-3's
-        per-micro-batch expert gathers out of the floor."""
+        per-micro-batch expert gathers out of the floor. And the last stage where it holds
+        parameters beyond its layers and head (``last_stage_extra_params``: MTP modules, a
+        copy of the embedding): DeepSeek-V3's MTP module makes it the stage whose ZeRO-3
+        gathers keep the NIC busiest."""
         key = (pp, vpp)
         got = self._nic_stages.get(key)
         if got is None:
-            got = (0,)
+            stages = {0}
             if self.spec.is_moe and pp > 1:
-                heaviest = int(np.argmax(self.stage_counts(pp, vpp) @ self.moe_kinds))
-                if heaviest:
-                    got = (0, heaviest)
-            self._nic_stages[key] = got
+                stages.add(int(np.argmax(self.stage_counts(pp, vpp) @ self.moe_kinds)))
+            if pp > 1 and any(
+                last_stage_extra_params(self.spec, pp, Schedule.one_f_one_b, mtp=self.tech.mtp)
+            ):
+                stages.add(pp - 1)
+            got = self._nic_stages[key] = tuple(sorted(stages))
         return got
 
     def dp_tail(self, shape: Shape, v: Variant, distributed: bool) -> tuple[float, float, float]:
         """(constant, A, C) of stage 0's dense parameters over the data-parallel group: the
         first bucket of the gradient reduction and parameter gather, exposed whatever the
         overlap, plus the Adam step (constant), and what is left of each to hide (``group``)."""
-        key = (shape.tp, shape.cp, shape.pp, shape.dp, v.vpp, distributed)
+        key = (shape.tp, shape.cp, shape.pp, shape.dp, v.vpp, _split_key(v)[1], distributed)
         if key in self._rest:
             return self._rest[key]
         params = self.stage_dense(shape, v)
@@ -623,7 +639,7 @@ class StepBounds:
         """``dp_tail`` of stage 0's routed-expert parameters over their own data-parallel group
         (``step._dp_exposed`` adds both groups' exposed time; the Adam step of the experts is
         left out, at least 0): (constant, A, C, the per-bucket collectives or None)."""
-        key = (shape, v.vpp, distributed)
+        key = (shape, _split_key(v), distributed)
         got = self._expert_rest.get(key)
         if got is None:
             params = self.stage_experts(shape, v)
@@ -636,17 +652,22 @@ class StepBounds:
         return got
 
     def stage_experts(self, shape: Shape, v: Variant, stage: int = 0) -> int:
-        """Routed-expert parameters one rank of ``stage`` holds (``step._stage_params``)."""
-        key = (shape.pp, v.vpp, shape.ep * shape.etp, stage)
-        if key not in self._stage_experts_of:
-            layers = stage_layers(self.spec.num_hidden_layers, shape.pp, v.vpp)[stage]
-            routed = sum(routed_layer_params(self.spec, i) for i in layers)
-            if stage == shape.pp - 1:
-                routed += last_stage_extra_params(
-                    self.spec, shape.pp, v.schedule, mtp=self.tech.mtp
-                )[1]
-            self._stage_experts_of[key] = routed // (shape.ep * shape.etp)
-        return self._stage_experts_of[key]
+        """Routed-expert parameters one rank of ``stage`` holds (``step._stage_params``;
+        under DualPipe its two stages', ``step.dualpipe_ranks``)."""
+        key = (shape.pp, v.vpp, shape.ep * shape.etp, stage, v.schedule is Schedule.dualpipe)
+        got = self._stage_experts_of.get(key)
+        if got is None:
+            got = 0
+            for s in _rank_stages(shape.pp, v, stage):
+                layers = stage_layers(self.spec.num_hidden_layers, shape.pp, v.vpp)[s]
+                routed = sum(routed_layer_params(self.spec, i) for i in layers)
+                if s == shape.pp - 1:
+                    routed += last_stage_extra_params(
+                        self.spec, shape.pp, v.schedule, mtp=self.tech.mtp
+                    )[1]
+                got += routed // (shape.ep * shape.etp)
+            self._stage_experts_of[key] = got
+        return got
 
     def _collectives(
         self, params: int, size: int, nodes: int, dp: int, distributed: bool
@@ -1068,9 +1089,23 @@ class StepBounds:
         nic = np.array(traffic(first))
         for s in more:
             np.maximum(nic, traffic(s), out=nic)
-        return GroupTerms(
-            m, self._send_counts(shape.pp, vs, m) * sends + bubble, const[inv], groups, nic[inv]
-        )
+        rest = self._send_counts(shape.pp, vs, m) * sends + bubble
+        syncs = np.array([self._sync_s(shape, v.schedule) for v in vs])
+        if syncs.any():  # the embedding group's all-reduce, exposed whole (step)
+            rest = rest + syncs[:, None, None, None]
+        return GroupTerms(m, rest, const[inv], groups, nic[inv])
+
+    def _sync_s(self, shape: Shape, schedule: Schedule) -> float:
+        """``step.embedding_sync_s`` of the shape under ``schedule`` (0 at pp = 1, under
+        DualPipe, or where the last stage holds no copy of the embedding)."""
+        key = (shape.tp, shape.cp, shape.pp, shape.dp, schedule)
+        got = self._syncs.get(key)
+        if got is None:
+            got = self._syncs[key] = embedding_sync_s(
+                self.spec, self.r, self.opts, tp=shape.tp, pp=shape.pp, schedule=schedule,
+                mtp=self.tech.mtp, pp_nodes=self.links(shape)["pp"].nodes,
+            )  # fmt: skip
+        return got
 
     def _send_counts(self, p: int, vs: list[Variant], m: np.ndarray) -> np.ndarray:
         """The sends each variant's schedule waits for at each micro-batch count of ``m``
@@ -1134,7 +1169,7 @@ class StepBounds:
         per_pass, one, gathers, gather = (np.zeros((n_u, n_z)) for _ in range(4))
         for i, v in enumerate(uniq):
             dv = 1 + (p - 1) / v.vpp
-            key = (shape.tp, shape.cp, shape.pp, shape.dp, v.vpp, True)
+            key = (shape.tp, shape.cp, shape.pp, shape.dp, v.vpp, _split_key(v)[1], True)
             tails: dict[bool, tuple] = {}  # the tails read the stage only as ZeRO >= 1
             for j, (z, dist) in enumerate(zip(zeros, distributed, strict=True)):
                 if dist not in tails:
@@ -1461,6 +1496,14 @@ def _split_key(v: Variant) -> tuple[int, bool]:
     """What a group's terms and splits read of a variant: its vpp, and whether DualPipe pairs
     its stages (``_dualpipe_split``); variants alike in both share their rows."""
     return v.vpp, v.schedule is Schedule.dualpipe
+
+
+def _rank_stages(p: int, v: Variant, rank: int) -> tuple[int, ...]:
+    """The pipeline stages whose parameters rank ``rank`` holds: its own, and under DualPipe
+    (p even, ``space.pipeline_rule``) also stage p−1−rank (``step.dualpipe_ranks``)."""
+    if v.schedule is Schedule.dualpipe and p > 1:
+        return (rank, p - 1 - rank)
+    return (rank,)
 
 
 def _dualpipe_split(

@@ -1057,20 +1057,30 @@ def _pp_exposed(ctx: _Ctx, m: int, v: int, schedule: Schedule) -> tuple[float, f
 
 
 def _embedding_sync_s(ctx: _Ctx, run: LayoutRun) -> float:
+    """``embedding_sync_s`` of this step's layout and run."""
+    lay = ctx.layout
+    return embedding_sync_s(
+        ctx.spec, ctx.r, ctx.opts, tp=lay.tp, pp=lay.pp, schedule=run.schedule,
+        mtp=run.memory.mtp, pp_nodes=ctx.links["pp"].nodes,
+    )  # fmt: skip
+
+
+def embedding_sync_s(
+    spec: ModelSpec, r: Rates, opts: TimeOptions, *, tp: int, pp: int, schedule: Schedule,
+    mtp: bool, pp_nodes: int,
+) -> float:  # fmt: skip
     """Seconds of the embedding group's gradient all-reduce (``params.counts``'
     ``SRC_EMBEDDING_SYNC``): where the last stage holds its own copy of the embedding
     (``last_stage_embedding_copy``), it and the first stage all-reduce their V/t × h gradients,
     synchronously, after the data-parallel reduction and before the optimizer: exposed whole.
-    The two ranks are the pipeline's ends, on two nodes when the pipeline group spans nodes."""
-    spec, layout, opts = ctx.spec, ctx.layout, ctx.opts
-    copy = last_stage_embedding_copy(spec, layout.pp, run.schedule, mtp=run.memory.mtp)
+    The two ranks are the pipeline's ends, on two nodes when the pipeline group spans nodes
+    (``pp_nodes``). The planner's bounds add the same seconds (``plan.bounds``)."""
+    copy = last_stage_embedding_copy(spec, pp, schedule, mtp=mtp)
     if not copy:
         return 0.0
-    grad = copy // layout.tp * opts.grad_reduce_dtype.bytes * opts.comm_scale
+    grad = copy // tp * opts.grad_reduce_dtype.bytes * opts.comm_scale
     ends = EMBEDDING_GROUP_RANKS
-    return collective_time_s(
-        ctx.r, Collective.all_reduce, grad, ends, min(ends, ctx.links["pp"].nodes)
-    )
+    return collective_time_s(r, Collective.all_reduce, grad, ends, min(ends, pp_nodes))
 
 
 class MicroBatchCompute(Struct, frozen=True):
