@@ -567,7 +567,7 @@ class StepBounds:
         its layers' over TP, the embedding and declared parts on the first stage, the final
         norm and head on the last, and there the MTP modules' dense part and the embedding's
         copy; under DualPipe, rank ``stage``'s two stages' (``step.dualpipe_ranks``)."""
-        key = (shape.pp, v.vpp, shape.tp, stage, v.schedule is Schedule.dualpipe)
+        key = (shape.pp, v.vpp, shape.tp, stage, _split_key(v)[1])
         got = self._stage_dense_of.get(key)
         if got is None:
             got = self._stage_dense_of[key] = sum(
@@ -608,9 +608,10 @@ class StepBounds:
             stages = {0}
             if self.spec.is_moe and pp > 1:
                 stages.add(int(np.argmax(self.stage_counts(pp, vpp) @ self.moe_kinds)))
-            if pp > 1 and any(
-                last_stage_extra_params(self.spec, pp, Schedule.one_f_one_b, mtp=self.tech.mtp)
-            ):
+            # asked of a schedule whose ends are on different ranks: under DualPipe the last
+            # rank holds less, and a stage's traffic is a floor either way
+            apart = Schedule.one_f_one_b
+            if pp > 1 and any(last_stage_extra_params(self.spec, pp, apart, mtp=self.tech.mtp)):
                 stages.add(pp - 1)
             got = self._nic_stages[key] = tuple(sorted(stages))
         return got
@@ -654,7 +655,7 @@ class StepBounds:
     def stage_experts(self, shape: Shape, v: Variant, stage: int = 0) -> int:
         """Routed-expert parameters one rank of ``stage`` holds (``step._stage_params``;
         under DualPipe its two stages', ``step.dualpipe_ranks``)."""
-        key = (shape.pp, v.vpp, shape.ep * shape.etp, stage, v.schedule is Schedule.dualpipe)
+        key = (shape.pp, v.vpp, shape.ep * shape.etp, stage, _split_key(v)[1])
         got = self._stage_experts_of.get(key)
         if got is None:
             got = 0

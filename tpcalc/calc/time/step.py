@@ -649,10 +649,10 @@ def _stage_params(
     """(dense, routed-expert) parameters one rank of ``stage`` holds, from its layers' ``params``
     of which ``routed`` are routed experts: dense split over TP, experts over EP·ETP; the
     embedding and the config's declared parts (a learned position table, a vision tower) on
-    the first stage; on the last, the final norm and head and what it holds
-    beyond them (``last_stage_extra_params``: the MTP modules when they run, the embedding's
-    copy), as ``layout.memory.pp_rank_params`` counts them: their gradients are reduced and
-    their Adam step taken with the stage's own."""
+    the first stage; on the last, the final norm and head and what it holds beyond them
+    (``last_stage_extra_params``: the MTP modules when they run, the embedding's copy), as
+    ``layout.memory.pp_rank_params`` counts them: their gradients are reduced and their Adam
+    step taken with the stage's own."""
     dense = params - routed
     if stage == 0:
         dense += embedding_params(spec) + declared_params(spec)
