@@ -367,15 +367,16 @@ def test_branch_and_bound_equals_exhaustive(model, h100, eager, monkeypatch):
     for j in front:
         assert not np.any((mems <= mems[j]) & (exact < exact[j] * (1 - REL)))
     # the same searches building blocks' bounds only where their floors allow, on a fresh
-    # search: the same top 10 and the same front
+    # search whose deferred groups are bounded as the searches need them: the same top 10
+    # and the same front
     lazy = S._Search(req, req.gpus)
     lazy.enumerate()
     lazy.prepare()
-    top = S._top_built(lazy, k)
+    top, built = S._settled(lazy, k)
     assert [t for t, _ in top] == pytest.approx(want, rel=REL)
     assert [p for _, p in top] == [_pick(picks[j]) for _, j in ranked]
     assert lazy.expanded.sum() < len(lazy.blocks)  # the floors skipped some blocks
-    assert S._pareto_built(lazy) == [_pick(picks[j]) for j in front]
+    assert built == [_pick(picks[j]) for j in front]
 
 
 def test_floors_never_exceed_bounds(small, moe):
@@ -1311,16 +1312,20 @@ def test_dp_link_floor_never_exceeds_the_step(h100):
     assert ratios and max(ratios) > 0.5
 
 
-def _deferred_then_settled(req, monkeypatch, ring: float, dp: float):
+def _deferred_then_settled(
+    req, monkeypatch, ring: float, dp: float, compute: float = math.inf
+):  # fmt: skip
     """The groups a search defers at these thresholds (in ideal steps), their floors, and
     those still deferred after the top k and the front (``_settled``), once the result, forked
     or not, is checked to be the one with every group bounded up front."""
     monkeypatch.setattr(S, "WORKERS", 1)
     monkeypatch.setattr(S, "DEFER_IDEAL_STEPS", math.inf)
     monkeypatch.setattr(S, "DEFER_DP_IDEAL_STEPS", math.inf)
+    monkeypatch.setattr(S, "DEFER_COMPUTE_IDEAL_STEPS", math.inf)
     upfront = S.plan(req)
     monkeypatch.setattr(S, "DEFER_IDEAL_STEPS", ring)
     monkeypatch.setattr(S, "DEFER_DP_IDEAL_STEPS", dp)
+    monkeypatch.setattr(S, "DEFER_COMPUTE_IDEAL_STEPS", compute)
     s = S._Search(req, req.gpus)
     s.enumerate()
     s.prepare()
@@ -1362,6 +1367,51 @@ def test_groups_deferred_on_their_dp_traffic_change_no_result(h100, monkeypatch)
     assert len(deferred) == 6
     assert all(floor > s.defer_dp_above * (1 - 1e-6) for floor in floors)
     assert len(left) == 1
+
+
+def _compute_floor(s, blk, p: S._Pick) -> float:
+    """``StepBounds.compute_floors`` of one candidate's cell: its block's splits at its
+    micro-batch, sp and recompute mode."""
+    b, sp, mode = blk.mbs[p.m], blk.sps[p.s], s.d.recompute[p.r]
+    splits = s.bounds.splits(blk.shape, [blk.variant], [b], [sp], [mode])
+    m = np.array([blk.per_dp // b], dtype=np.float64)
+    return float(S.StepBounds.compute_floors(splits, m)[0, 0, 0])
+
+
+def test_compute_floor_never_exceeds_the_bound_or_the_step(h100):
+    """``StepBounds.compute_floors`` (m · the slowest stage's F° + B° + W°) is at most the
+    bound of every candidate of its cell (``StepBounds.group``) and so its exact step, for
+    sampled Qwen3 30B-A3B candidates on 16 H100 (MoE layers, pipeline stages, recompute
+    modes), and close to the step where compute dominates, so it can defer."""
+    s, picks, _, lbs = _search(
+        _request("qwen3-30b-a3b", h100, pins={"recompute": ("none", "selective", "full")})
+    )
+    rng = random.Random(11)
+    ratios = []
+    for j in rng.sample(range(len(picks)), 300):
+        p = _pick(picks[j])
+        floor = _compute_floor(s, s.blocks[p.block], p)
+        step = s.exact(p).step_time_s
+        assert floor <= lbs[j] / (1 - S.BOUND_MARGIN) <= step * (1 + 1e-12), (p, floor, lbs[j])
+        ratios.append(floor / step)
+    assert min(ratios) > 0 and max(ratios) > 0.6
+
+
+@LINUX_ONLY
+def test_groups_deferred_on_their_compute_change_no_result(h100, monkeypatch):
+    """With the compute floor's threshold at 2 ideal steps (the others off), Llama 3 70B on
+    128 H100 (best step 1.8 ideal steps) defers 28 of its 99 groups on their slowest stage's
+    compute alone; the top 5 and the front (up to 3 times the best step, so its low-memory end
+    needs some again: cells under a budget whose floor does not pass its time) bound 13 of
+    them again and never the other 15, and the result, forked or not, is the one with every
+    group bounded up front."""
+    req = _request("llama3-70b", h100, gpus=128, global_batch=128, top_k=5)
+    s, deferred, floors, left = _deferred_then_settled(
+        req, monkeypatch, ring=math.inf, dp=math.inf, compute=2.0
+    )
+    assert len(deferred) == 28 and all(g.stair is not None for g in left)
+    assert all(floor > s.defer_compute_above * (1 - 1e-6) for floor in floors)
+    assert len(left) == 15
 
 
 def test_listing_every_pick_bounds_the_deferred_groups(h100):

@@ -988,12 +988,29 @@ class StepBounds:
     def group_parts(
         self, shape: Shape, vs: list[Variant], mbs: list[int], per_dp: int, sps: list[bool],
         modes: list[RecomputeMode], distributed: list[bool], zeros: list[int],
+        splits: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
     ) -> GroupParts:  # fmt: skip
-        """What ``group`` reads of the shape (its terms and the stage splits), taken once so
-        that the bounds of its candidates can be taken a few at a time (``group_at``)."""
+        """What ``group`` reads of the shape (its terms and the stage splits, or ``splits``
+        if already taken for the same inputs), taken once so that the bounds of its
+        candidates can be taken a few at a time (``group_at``)."""
         t = self.terms(shape, vs, mbs, per_dp, sps, modes, distributed, zeros)
-        splits = self.splits(shape, vs, mbs, sps, modes)
+        if splits is None:
+            splits = self.splits(shape, vs, mbs, sps, modes)
         return GroupParts(t, splits, len(zeros), len(mbs), len(sps) * len(modes))
+
+    @staticmethod
+    def compute_floors(
+        splits: tuple[np.ndarray, np.ndarray, np.ndarray], m: np.ndarray
+    ) -> np.ndarray:
+        """A floor on ``group``'s bound of every candidate of each (variant, micro-batch,
+        sp·mode) cell [V, M, S·R] whose stage splits are ``splits`` (``splits``,
+        [V, 1, M, S, R]) at ``m`` micro-batches per step [M] (the floats ``sums`` takes):
+        m · the slowest stage, whatever its ZeRO stage. ``_least_exposed`` is at least m·N
+        at N ≥ the slowest stage (every hinge adds max(floor ≥ 0, ·)) and the constant and
+        bubble + sends are ≥ 0, so every bound is at least this, float sums and products
+        being monotone (``floor_cuts`` drops the same terms)."""
+        slowest = splits[0][:, 0]
+        return (m[None, :, None, None] * slowest).reshape(slowest.shape[0], len(m), -1)
 
     def group_at(self, parts: GroupParts, at: np.ndarray) -> np.ndarray:
         """``group``'s bound of the candidates ``at`` from ``group_parts``: every step is

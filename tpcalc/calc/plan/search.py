@@ -13,10 +13,11 @@ exceeds the exact time); each point of the Pareto front likewise (``_top_built``
 
 A group (one shape) whose CP ring alone keeps its link busy longer than ``DEFER_IDEAL_STEPS``
 ideal steps, or whose data-parallel collectives alone keep its NIC busy longer than
-``DEFER_DP_IDEAL_STEPS`` (ZeRO-3 gathering over the network), is screened (its counts are exact)
-but bounded only when the top k or a Pareto budget could draw on it (``_defer``, ``_settled``):
-the same result, fewer bounds. The front reaches up
-to the request's ``pareto_within`` times the best step.
+``DEFER_DP_IDEAL_STEPS`` (ZeRO-3 gathering over the network), or whose slowest pipeline stage's
+compute alone, m times over, takes longer than ``DEFER_COMPUTE_IDEAL_STEPS`` in every cell
+(``_defer_compute``), is screened (its counts are exact) but bounded only when the top k or a
+Pareto budget could draw on it (``_defer``, ``_settled``): the same result, fewer bounds. The
+front reaches up to the request's ``pareto_within`` times the best step.
 
 The screen and the bounds go unit (tp, cp) by unit; a large search forks one child that runs
 part of the units and pipes back their cells and bounds (``_Search._chunks``, ``WORKERS``; the
@@ -119,6 +120,17 @@ class _Group(Struct):
     # any entry that fits; None once bounded
     deferred: float | None = None
     least: float = math.inf
+    # a group deferred on its cells' compute (``_Search._defer_compute``): the staircase of
+    # its cells' least memory and floors (``_front``) instead of (least, deferred)
+    stair: tuple[np.ndarray, np.ndarray] | None = None
+
+    def within(self, limit: float, t: float) -> bool:
+        """Whether a deferred group may hold a candidate with memory below ``limit`` and a
+        step at most ``t``."""
+        if self.stair is None:
+            return self.least < limit and self.deferred is not None and self.deferred <= t
+        mem, floor = self.stair
+        return bool((floor[mem < limit] <= t).any())
 
     def slabs(self) -> np.ndarray:
         """``values``, which a search restores (``_Search.restore``) before it reads them."""
@@ -301,6 +313,9 @@ class _Search:
         every = req.include_all or req.objective is Objective.memory
         self.defer_above = math.inf if every else DEFER_IDEAL_STEPS * self._ideal_step_s()
         self.defer_dp_above = math.inf if every else DEFER_DP_IDEAL_STEPS * self._ideal_step_s()
+        self.defer_compute_above = (
+            math.inf if every else DEFER_COMPUTE_IDEAL_STEPS * self._ideal_step_s()
+        )
         self._exact: dict[_Pick, tuple[StepTime, ParallelLayout, LayoutRun]] = {}
         # every allowed stage is timed (module docstring)
         self.zeros = self.d.zero
@@ -436,16 +451,17 @@ class _Search:
                 for etp in d.etp:
                     shape = Shape(tp, cp, pp, dp, ep, etp)
                     self._shape(shape, tp_reason, sps_tp, vs, per_dp, mbs, modes, inner)
-        self._bound([grp for grp in self.groups if not self._defer(grp)])
+        self._bound([grp for grp in self.groups if not self._defer(grp)], defer=True)
         return _Chunk(
             self.blocks, self.groups, self.rejections, self.enumerated, self.fitting,
             self.memory_floor,
         )  # fmt: skip
 
-    def _bound(self, groups: list[_Group]) -> None:
+    def _bound(self, groups: list[_Group], defer: bool = False) -> None:
         """The cells of ``groups`` (``_cells``), the shards their bounds read primed first,
         each (tp, cp, sp, micro-batch) for every (ep, etp) at once (``StepBounds.prime``: the
-        same sums as shard by shard)."""
+        same sums as shard by shard). With ``defer``, a group whose stage splits alone keep
+        it slow is left for later (``_defer_compute``)."""
         fits = [self._fits(grp) for grp in groups]
         want: dict[tuple[int, int, bool, int], list[tuple[int, int]]] = {}
         for grp, got in zip(groups, fits, strict=True):
@@ -458,8 +474,32 @@ class _Search:
         for (tp, cp, sp, b), pairs in want.items():
             self.bounds.prime(tp, cp, sp, b, pairs, self.d.recompute)
         for grp, got in zip(groups, fits, strict=True):
-            if got is not None:
-                self._cells(grp, got)
+            if got is None:
+                continue
+            mbs = [grp.mbs[i] for i in got.used]
+            splits = self.bounds.splits(grp.shape, grp.variants, mbs, grp.sps, self.d.recompute)
+            if defer and self._defer_compute(grp, got, splits):
+                continue
+            self._cells(grp, got, splits)
+
+    def _defer_compute(
+        self, grp: _Group, got: _Fits, splits: tuple[np.ndarray, np.ndarray, np.ndarray],
+    ) -> bool:  # fmt: skip
+        """Leave ``grp`` without bounds for now (as ``_defer``) when its slowest stage's
+        compute alone, m times over, keeps every candidate of it above ``defer_compute_above``
+        (``StepBounds.compute_floors``, at most every bound of its cell). It keeps the
+        staircase of its cells' least memory and floors (``_front``): a search needs the
+        group only where a cell under a memory budget has a floor within that budget's time
+        (``bound_deferred``)."""
+        m = np.array([grp.per_dp // grp.mbs[i] for i in got.used], dtype=np.float64)
+        cells = StepBounds.compute_floors(splits, m)  # [V, M', S·R]
+        floor = float(cells.min(initial=math.inf))
+        if floor <= self.defer_compute_above:
+            return False
+        mem, fl = _front(self._least_cells(grp, got).ravel(), cells.ravel())
+        grp.deferred = floor * (1 - 2 * BOUND_MARGIN)
+        grp.stair = (mem, fl * (1 - 2 * BOUND_MARGIN))
+        return True
 
     def _ideal_step_s(self) -> float:
         """The step at the card's peak: the model FLOP of the global batch spread over every
@@ -510,8 +550,7 @@ class _Search:
         exceeds an exact time; ties are bounded too)."""
         need = [
             grp for grp in self.groups if grp.deferred is not None and (
-                grp.deferred <= tau
-                or any(grp.least < limit and grp.deferred <= t for limit, t in budgets)
+                grp.deferred <= tau or any(grp.within(limit, t) for limit, t in budgets)
             )
         ]  # fmt: skip
         self._bound_now(need)
@@ -520,7 +559,7 @@ class _Search:
     def _bound_now(self, groups: list[_Group]) -> None:
         """Bound deferred ``groups`` now (their memory restored if a child dropped it)."""
         for grp in groups:
-            grp.deferred = None
+            grp.deferred, grp.stair = None, None
             self.restore(grp)
         self._bound(groups)
 
@@ -694,9 +733,12 @@ class _Search:
         mu = np.searchsorted(used, mi[some])
         return _Fits(vi[some], t[some], mu, fit[some], values[some], used)
 
-    def _cells(self, grp: _Group, got: _Fits) -> None:
+    def _cells(
+        self, grp: _Group, got: _Fits, splits: tuple[np.ndarray, np.ndarray, np.ndarray]
+    ) -> None:
         """Per (variant, micro-batch, sp, mode) cell of ``grp``: the least memory over its
-        ZeRO stages that fit, and a floor of their bounds (``grp.cells``), from ``_fits``. A
+        ZeRO stages that fit, and a floor of their bounds (``grp.cells``), from ``_fits`` and
+        the stage splits of its variants at the micro-batches where something fits. A
         group with at most ``EAGER_BOUNDS`` candidates that fit gets every bound now
         (``StepBounds.group``, kept with the group) and its floors are their least per cell;
         a larger one gets ``StepBounds.floors`` and each block's bounds when it is listed
@@ -709,25 +751,17 @@ class _Search:
         n_v, n_t, n_u = len(grp.variants), len(self.zi), len(used)
         n_s, n_r = len(grp.sps), len(self.d.recompute)
         n_sr = n_s * n_r
-        # the least over the timed stages that fit, [V, M', S·R] (a minimum is exact in any
-        # order): stage by stage, each (variant, micro-batch) at most once per stage
-        mine = np.where(got.fit, got.values, math.inf)
-        rows = np.full((n_v, n_u, n_sr), math.inf)
-        for t in range(n_t):
-            at_t = got.t == t
-            if at_t.any():
-                v, m = got.v[at_t], got.mu[at_t]
-                rows[v, m] = np.minimum(rows[v, m], mine[at_t])
-        least = rows.reshape(n_v, n_u, n_s, n_r)
+        least = self._least_cells(grp, got).reshape(n_v, n_u, n_s, n_r)
         if int(got.fit.sum()) <= EAGER_BOUNDS:  # every candidate's bound now, floors from them
             # the flat indices into [V, Z', M', S, R] of the candidates that fit, ascending
             base = ((got.v * n_t + got.t) * n_u + got.mu) * n_sr
             order = np.argsort(base)
             at = (base[order][:, None] + np.arange(n_sr))[got.fit[order]]
-            lb = self.bounds.group(
+            parts = self.bounds.group_parts(
                 grp.shape, grp.variants, mbs, grp.per_dp, grp.sps, self.d.recompute,
-                distributed, zeros, at,
+                distributed, zeros, splits,
             )  # fmt: skip
+            lb = self.bounds.group_at(parts, at)
             grp.bounds = (used, at, lb)
             full = np.full((n_v, n_t, n_u, n_s, n_r), math.inf)
             full.ravel()[at] = lb
@@ -735,7 +769,7 @@ class _Search:
         else:  # the floors without a term per ZeRO stage; the bounds when listed
             grp.parts = self.bounds.group_parts(
                 grp.shape, grp.variants, mbs, grp.per_dp, grp.sps, self.d.recompute,
-                distributed, zeros,
+                distributed, zeros, splits,
             )  # fmt: skip
             fit_z = np.zeros((n_v, n_t, n_u), dtype=bool)  # [V, Z', M']: something fits
             fit_z[got.v, got.t, got.mu] = True
@@ -744,6 +778,20 @@ class _Search:
         grp.cells = _staircase(
             least.reshape(n_v, -1), floor.reshape(n_v, -1) * (1 - 2 * BOUND_MARGIN)
         )
+
+    def _least_cells(self, grp: _Group, got: _Fits) -> np.ndarray:
+        """Per (variant, micro-batch where something fits, sp·mode) cell of ``grp``, the least
+        memory over the timed ZeRO stages that fit [V, M', S·R], inf where none does (a minimum
+        is exact in any order): stage by stage, each (variant, micro-batch) at most once per
+        stage."""
+        mine = np.where(got.fit, got.values, math.inf)
+        rows = np.full((len(grp.variants), len(got.used), got.fit.shape[1]), math.inf)
+        for t in range(len(self.zi)):
+            at_t = got.t == t
+            if at_t.any():
+                v, m = got.v[at_t], got.mu[at_t]
+                rows[v, m] = np.minimum(rows[v, m], mine[at_t])
+        return rows
 
     def _cut_staircase(
         self, parts: GroupParts, least: np.ndarray, fit_z: np.ndarray
@@ -971,6 +1019,17 @@ DEFER_IDEAL_STEPS = 4.0
 # 2.8 -> 5.0 s CPU); at 8 they defer 94 and 3,693 and bound none again.
 DEFER_DP_IDEAL_STEPS = 8.0
 
+# The same for a group whose slowest pipeline stage's compute alone, over its micro-batches,
+# takes that long in every (variant, micro-batch, sp, mode) cell (``_Search._defer_compute``,
+# ``StepBounds.compute_floors``); its cells' (memory, floor) staircase is kept, so the front
+# draws only on groups with a cell under a budget whose floor is within its time. It needs
+# the stage splits (``StepBounds.splits``) but not the terms, the costlier part of a bound.
+# Measured (2026-12-05, DeepSeek-V3 on 2,048 H800, best step 2.6 ideal steps): at 5 it defers
+# 1,303 more of the 5,988 groups (5,013) and bounds none again, 975 groups bounded up front
+# instead of 2,278; at 4, 1,535 more, 27 bounded again; at 3, 1,908, 337 bounded again (top 10
+# and front 1.5 -> 5.1 s CPU). Llama 3 405B on 16,384 H100: 12 more at 5, none again.
+DEFER_COMPUTE_IDEAL_STEPS = 5.0
+
 # A pick's order key: block index above this many bits, its flat index in the block below.
 KEY_SHIFT = 32
 
@@ -999,6 +1058,18 @@ def _staircase(mem: np.ndarray, floor: np.ndarray) -> tuple[np.ndarray, np.ndarr
     keep &= np.isfinite(mem)
     vi, ci = np.nonzero(keep)
     return vi, mem[vi, ci], floor[vi, ci]
+
+
+def _front(mem: np.ndarray, floor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The cells of least floor for their memory: by memory ascending (ties in order), each
+    cell whose floor is below every floor before it, and cells that fit only (finite memory).
+    For any budget, the least floor of the cells below it is that of the last such cell below
+    it (``_Group.within``)."""
+    order = np.argsort(mem, kind="stable")
+    mem, floor = mem[order], floor[order]
+    keep = np.isfinite(mem)
+    keep[1:] &= floor[1:] < np.minimum.accumulate(floor)[:-1]
+    return mem[keep], floor[keep]
 
 
 def _least_per_block(out: np.ndarray, blocks: np.ndarray, values: np.ndarray) -> None:
