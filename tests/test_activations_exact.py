@@ -236,6 +236,23 @@ def test_last_stage_extras_by_hand(t, sp, divisor):
     assert mtp == (2 * (2 * s * h + 4 * s) + 2 * s * 2 * h) // divisor
 
 
+@pytest.mark.parametrize("fp8", ["fp8_linear_inputs", "fp8_cache"])
+def test_mtp_projection_keeps_its_input_in_fp8_in_an_fp8_run(fp8):
+    # Megatron-LM multi_token_prediction.py runs _concat_embeddings (eh_proj, a TE column-
+    # parallel linear) under the run's FP8 context, so TE keeps its quantized input; DeepSeek-V3's
+    # FP8 caching keeps every Linear's input in FP8. DeepSeek-V3, s = 4096, b = 1, TP1: eh_proj's
+    # [s, b, 2h] input at one byte (58.7 MB, from 117.4 MB); the norms' inputs and statistics
+    # and the loss head (Megatron's own output layer) are as in BF16.
+    spec, s, h = load_model("deepseek-v3"), 4096, 7168
+    plain, opts = ActivationOptions(), ActivationOptions(**{fp8: True})
+    mtp = {r.name: r for r in mtp_input_tensors(spec, s, 1, opts)}
+    assert mtp["mtp.eh_proj.input"].bytes == s * 2 * h * 1 == 58_720_256
+    assert sum(r.bytes for r in mtp.values()) == 2 * (2 * s * h + 4 * s) + s * 2 * h
+    assert sum(r.bytes for r in head_tensors(spec, s, 1, opts)) == sum(
+        r.bytes for r in head_tensors(spec, s, 1, plain)
+    )
+
+
 def test_layer_kinds_follow_the_config():
     qwen = load_model("qwen3.8")
     kinds = [layer_kind(qwen, i) for i in range(qwen.num_hidden_layers)]

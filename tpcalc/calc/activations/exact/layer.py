@@ -134,8 +134,15 @@ def head_tensors(
 # transformer layer (DeepSeek-V3 report §2.2: M_k [RMSNorm(h); RMSNorm(Emb(t))]).
 SRC_MTP_INPUT = (
     "Megatron-Core multi_token_prediction.py _concat_embeddings (enorm, hnorm, eh_proj); "
-    "DeepSeek-V3 report §2.2 (the projection M_k of two RMSNorm outputs)"
+    "DeepSeek-V3 report §2.2 (the projection M_k of two RMSNorm outputs); eh_proj's input in "
+    "FP8 in an FP8 run: _proj_and_transformer_layer runs _concat_embeddings under "
+    "get_fp8_context (Megatron-LM 00611e6), DeepSeek-V3 report §3.3"
 )
+# eh_proj is the backend's column-parallel linear (Transformer Engine's with TE specs) and runs
+# inside the run's FP8 context, so an FP8 run keeps its quantized input
+# (``techniques.SRC_FP8_LINEAR_INPUTS``); DeepSeek-V3's FP8 caching keeps every Linear's input
+# in FP8, the MTP projection's too (report §3.3: only the embedding, output head, gating,
+# norms and attention stay in BF16).
 
 
 def mtp_input_tensors(
@@ -144,7 +151,8 @@ def mtp_input_tensors(
     """What one MTP module keeps for backward before its transformer layer, one micro-batch
     (``SRC_MTP_INPUT``): the inputs and statistics of its two norms, and eh_proj's input, the
     [.., 2h] concatenation of their outputs (column-parallel: with SP the local s/t shard).
-    The concatenation itself keeps nothing; eh_proj's input is counted at 16 bits."""
+    The concatenation itself keeps nothing; eh_proj's input is kept in FP8 where the run keeps
+    Linear inputs in FP8 (TE FP8 or DeepSeek-V3's FP8 caching)."""
     opts = options or ActivationOptions()
     lay, h, ln = layout(spec, seq, micro_batch, opts), spec.hidden_size, spec.uses_layernorm
     norms = [
@@ -152,8 +160,13 @@ def mtp_input_tensors(
         for r in layer_norm_records(name, "mtp", lay, h, layernorm=ln, fused=opts.fused_norm,
                                     paper=False)
     ]  # fmt: skip
-    return [*norms, norm_output("mtp.eh_proj.input", "mtp", lay, MTP_FC_INPUTS * h,
-                                paper=False)]  # fmt: skip
+    out = [*norms, norm_output("mtp.eh_proj.input", "mtp", lay, MTP_FC_INPUTS * h, paper=False)]
+    if not (opts.fp8_cache or opts.fp8_linear_inputs):
+        return out
+    return apply_techniques(
+        out, modules=frozenset(), fp8_cache=opts.fp8_cache, probs_in_act=False, mla=False,
+        fp8_linear_inputs=opts.fp8_linear_inputs,
+    )  # fmt: skip
 
 
 def recompute_working_bytes(

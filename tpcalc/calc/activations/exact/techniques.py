@@ -65,7 +65,8 @@ _CORE_ATTN_DROPPED = (".softmax_lse", ".rng_state", ".softmax_out", ".softmax_dr
                       ".softmax_dropout_out", ".probs_cast")  # fmt: skip
 _MLA_UP_OUTPUTS = ("attention.q", "attention.k", "attention.v")
 _LINEAR_INPUTS = (".qkv_input", "_up_input", "fc1_input", ".permuted_tokens", ".fc1_output",
-                  ".fc2_input", ".gelu_input", ".in_proj_input", ".out_proj_input")  # fmt: skip
+                  ".fc2_input", ".gelu_input", ".in_proj_input", ".out_proj_input",
+                  ".eh_proj.input")  # fmt: skip
 # The inputs an activation function keeps at 16 bits beside the Linear that reads its output.
 _ACTIVATION_INPUTS = (".fc1_output", ".gelu_input")
 # FlashAttention's output O, which the out-projection reads and quantizes for itself; with a
