@@ -1064,7 +1064,9 @@ def _front(mem: np.ndarray, floor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The cells of least floor for their memory: by memory ascending (ties in order), each
     cell whose floor is below every floor before it, and cells that fit only (finite memory).
     For any budget, the least floor of the cells below it is that of the last such cell below
-    it (``_Group.within``)."""
+    it (``_Group.within``). ``_staircase`` of one row keeps the same cells; this 1-D form, in
+    memory order, is what a deferred group keeps (measured: ``_staircase`` over 1,303 DeepSeek-V3
+    groups' cells made the 2,048-H800 search 0.3-1.8 s slower)."""
     order = np.argsort(mem, kind="stable")
     mem, floor = mem[order], floor[order]
     keep = np.isfinite(mem)

@@ -160,12 +160,10 @@ def mtp_input_tensors(
         for r in layer_norm_records(name, "mtp", lay, h, layernorm=ln, fused=opts.fused_norm,
                                     paper=False)
     ]  # fmt: skip
-    out = [*norms, norm_output("mtp.eh_proj.input", "mtp", lay, MTP_FC_INPUTS * h, paper=False)]
-    if not (opts.fp8_cache or opts.fp8_linear_inputs):
-        return out
+    proj = norm_output("mtp.eh_proj.input", "mtp", lay, MTP_FC_INPUTS * h, paper=False)
     return apply_techniques(
-        out, modules=frozenset(), fp8_cache=opts.fp8_cache, probs_in_act=False, mla=False,
-        fp8_linear_inputs=opts.fp8_linear_inputs,
+        [*norms, proj], modules=frozenset(), fp8_cache=opts.fp8_cache, probs_in_act=False,
+        mla=False, fp8_linear_inputs=opts.fp8_linear_inputs,
     )  # fmt: skip
 
 
