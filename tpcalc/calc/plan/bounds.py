@@ -966,7 +966,7 @@ class StepBounds:
     def group(
         self, shape: Shape, vs: list[Variant], mbs: list[int], per_dp: int, sps: list[bool],
         modes: list[RecomputeMode], distributed: list[bool], zeros: list[int],
-        at: np.ndarray,
+        at: np.ndarray, splits: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
     ) -> np.ndarray:  # fmt: skip
         """The bound (module docstring) of the candidates ``at`` (flat indices into
         [V, Z, M, S, R]) of every variant of ``vs`` at once, taken only where asked (the
@@ -980,10 +980,10 @@ class StepBounds:
         backward and ZeRO-3 also gathers before every forward and backward
         (``step._dp_exposed``): m·buckets·(collective) − the first bucket, under m passes.
         The terms read the variant through its vpp and schedule only, so each is taken once
-        per vpp (or schedule) and shared."""
-        return self.group_at(
-            self.group_parts(shape, vs, mbs, per_dp, sps, modes, distributed, zeros), at
-        )
+        per vpp (or schedule) and shared; ``splits``, if given, are the stage splits already
+        taken for the same inputs (``group_parts``)."""
+        parts = self.group_parts(shape, vs, mbs, per_dp, sps, modes, distributed, zeros, splits)
+        return self.group_at(parts, at)
 
     def group_parts(
         self, shape: Shape, vs: list[Variant], mbs: list[int], per_dp: int, sps: list[bool],

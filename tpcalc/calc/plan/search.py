@@ -757,11 +757,10 @@ class _Search:
             base = ((got.v * n_t + got.t) * n_u + got.mu) * n_sr
             order = np.argsort(base)
             at = (base[order][:, None] + np.arange(n_sr))[got.fit[order]]
-            parts = self.bounds.group_parts(
+            lb = self.bounds.group(
                 grp.shape, grp.variants, mbs, grp.per_dp, grp.sps, self.d.recompute,
-                distributed, zeros, splits,
+                distributed, zeros, at, splits,
             )  # fmt: skip
-            lb = self.bounds.group_at(parts, at)
             grp.bounds = (used, at, lb)
             full = np.full((n_v, n_t, n_u, n_s, n_r), math.inf)
             full.ravel()[at] = lb
