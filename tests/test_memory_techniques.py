@@ -233,3 +233,33 @@ def test_cli_layout_fp8_echoes_and_prices_fp8_linear_inputs(cli):
     assert off["activation_bytes"] - on["activation_bytes"] == layers * per_layer
     bf16 = json.loads(cli(*base[:-4], "-f", "json").out)[-1]
     assert bf16["fp8_linear_inputs"] is False
+
+
+@pytest.mark.parametrize("offloaded", [30, 61])
+def test_offload_leaves_the_mtp_module_and_loss_heads_on_the_gpu(ds, offloaded):
+    # Megatron-Core enters the CPU-offload context around TransformerBlock's layers only
+    # (transformer_block.py, cpu_offloading_num_layers); the MTP module and the two loss heads
+    # (DeepSeek-V3 §2.2) run after the block, so none of their activations leave the GPU.
+    from tpcalc.calc.layout.groups import MemoryTechniques
+    from tpcalc.calc.layout.memory import layer_activation_bytes, rank_memory
+    from tpcalc.choices import Recompute
+
+    layout = ParallelLayout(
+        gpus_per_node=8, tp=1, pp=1, dp=8, ep=8
+    )  # one stage: the decoder and the last chunk
+    run = dict(
+        seq=S, micro_batch=1, microbatches=4, vpp=1, schedule=Schedule.one_f_one_b,
+        recipe=StateRecipe.megatron18, sp=False, recompute=Recompute.none,
+    )  # fmt: skip
+    (plain,) = rank_memory(ds, layout, **run, techniques=MemoryTechniques())
+    (off,) = rank_memory(ds, layout, **run, techniques=MemoryTechniques(offload_layers=offloaded))
+    per_layer = layer_activation_bytes(
+        ds, layout, seq=S, micro_batch=1, sp=False, recompute=Recompute.none
+    )
+    decoder = sum(per_layer)  # 1F1B at pp 1: one micro-batch in flight
+    assert off.offload_bytes == decoder * offloaded / 61
+    assert off.activation_bytes == plain.activation_bytes - off.offload_bytes
+    # what stays with every layer offloaded: the MTP layer (as the last decoder layer) and more
+    if offloaded == 61:
+        assert off.activation_bytes == plain.activation_bytes - decoder
+        assert off.activation_bytes > per_layer[-1]

@@ -70,8 +70,9 @@ SRC_BUFFERS = (
     "gathered tokens of the tp·ep group"
 )
 SRC_OFFLOAD = (
-    "Megatron-Core --cpu-offloading-num-layers: the activations of that many layers per rank "
-    "wait in host memory between forward and backward"
+    "Megatron-Core --cpu-offloading-num-layers: the activations of that many decoder layers per "
+    "rank wait in host memory between forward and backward (the offload context wraps "
+    "TransformerBlock's layers, transformer_block.py; the MTP modules and loss heads stay)"
 )
 # What a rank's memory adds up to (``RankMemory.total_bytes``), for every report that prints it.
 RANK_TOTAL_FORMULA = "states + activations + recompute working set + buffers"
@@ -421,6 +422,14 @@ def rank_memory(
         schedule, layout.pp, microbatches, vpp, per_layer,
         last_extra=mtp_layers * mtp_bytes + extra, counts=counts,
     )  # fmt: skip
+    # Offloading covers the decoder layers alone: Megatron-Core enters its CPU-offload context
+    # around each TransformerBlock layer (transformer_block.py, cpu_offloading_num_layers), and
+    # the MTP modules and the loss heads run outside that block (Megatron Bridge docs, "CPU
+    # Offloading": "offloading at the transformer layer level").
+    layer_act = (
+        rank_activation_bytes(schedule, layout.pp, microbatches, vpp, per_layer, counts=counts)
+        if tech.offload_layers else act
+    )  # fmt: skip
     working = rank_working_bytes(
         schedule, layout.pp, vpp, per_working, mtp_layers=mtp_layers, counts=counts,
         mtp_working=mtp_working,
@@ -437,7 +446,7 @@ def rank_memory(
         offload = transfer = 0.0
         if tech.offload_layers and layers[r]:
             share = min(tech.offload_layers, len(layers[r])) / len(layers[r])
-            offload = rank_act * share
+            offload = layer_act[r] * share
             one_mb = sum(per_layer[i] for i in layers[r])
             transfer = OFFLOAD_DIRECTIONS * microbatches * share * one_mb
         out.append(

@@ -117,7 +117,8 @@ def explanations(
             "whole on every TP rank", SRC_TP_REPLICATED,
         ),
         "offloaded_activation_bytes": Explanation(
-            "activations offloaded to host", Unit.bytes, "activations of the offloaded layers",
+            "activations offloaded to host", Unit.bytes,
+            "offloaded share · the decoder layers' activations (no MTP module or loss head)",
             SRC_OFFLOAD,
         ),
         "offload_transfer_bytes_per_step": Explanation(

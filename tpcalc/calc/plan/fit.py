@@ -74,20 +74,26 @@ class Pipe(Struct, frozen=True):
     counts: tuple[np.ndarray, ...]  # each [ranks, kinds]: layer counts (MTP on the last chunk)
     factors: tuple[np.ndarray, ...]  # each [ranks]: in-flight chunks / v (DualPipe: p−r, r+1)
     last: np.ndarray  # [ranks] bool: holds the last chunk (logits buffer)
-    offload_share: np.ndarray  # [ranks]: share of the rank's activations offloaded
+    offload_share: np.ndarray  # [ranks]: share of the rank's decoder layers offloaded
+    layer_counts: tuple[np.ndarray, ...]  # as counts, the decoder layers alone (what offloads)
 
 
 class _PipeRows(NamedTuple):
     """``pipe`` of many variants over many micro-batch counts: the one-direction variants
     stacked (their indices, layer counts per rank transposed [V1, K, ranks], in-flight factors
-    [V1, M, ranks], offloaded shares [V1, ranks]), the DualPipe ones apart (index, counts and
-    factors per direction, share), and which ranks hold the last chunk [V, ranks]."""
+    [V1, M, ranks], offloaded shares [V1, ranks], the decoder layers' counts alone transposed
+    [V1, K, ranks]), the DualPipe ones apart (index, counts and factors per direction, share,
+    the decoder layers' counts per direction), and which ranks hold the last chunk [V, ranks]."""
 
     one: np.ndarray
     counts_t: np.ndarray
     factors: np.ndarray
     share: np.ndarray
-    dual: list[tuple[int, tuple[np.ndarray, ...], tuple[np.ndarray, ...], np.ndarray]]
+    layer_counts_t: np.ndarray
+    dual: list[
+        tuple[int, tuple[np.ndarray, ...], tuple[np.ndarray, ...], np.ndarray,
+              tuple[np.ndarray, ...]]
+    ]  # fmt: skip
     last: np.ndarray
     present: np.ndarray  # [V, K, ranks] 1.0 where the rank runs a layer of the kind, else 0.0
 
@@ -368,8 +374,8 @@ class MemoryScreen:
         key = (pp, v, m)
         if key in self._pipes:
             return self._pipes[key]
-        counts, last, share = self._ranks(pp, v)
-        out = Pipe(counts, self._factors_of(pp, v, m), last, share)
+        counts, last, share, layers = self._ranks(pp, v)
+        out = Pipe(counts, self._factors_of(pp, v, m), last, share, layers)
         self._pipes[key] = out
         return out
 
@@ -393,41 +399,48 @@ class MemoryScreen:
         self._factors[key] = got
         return got
 
-    def _ranks(self, pp: int, v: Variant) -> tuple[tuple[np.ndarray, ...], np.ndarray, np.ndarray]:
+    def _ranks(self, pp: int, v: Variant) -> tuple[
+        tuple[np.ndarray, ...], np.ndarray, np.ndarray, tuple[np.ndarray, ...]
+    ]:  # fmt: skip
         """``pipe``'s parts that do not depend on the micro-batch count: the layers of each
-        kind per rank (per direction), which ranks hold the last chunk, the offloaded share."""
+        kind per rank (per direction), which ranks hold the last chunk, the offloaded share of
+        the decoder layers, and those layers' counts alone (no MTP module, loss head or MTP
+        input: ``rank_memory`` offloads none of them)."""
         key = (pp, v)
         got = self._rank_rows.get(key)
         if got is not None:
             return got
         n, k = self.spec.num_hidden_layers, len(self.kinds)
         chunks = chunk_layer_counts(n, pp * v.vpp)
-        per_chunk = np.zeros((len(chunks), k), dtype=np.int64)
+        layer_chunk = np.zeros((len(chunks), k), dtype=np.int64)
         start = 0
         for c, size in enumerate(chunks):
             for i in range(start, start + size):
-                per_chunk[c, self.kind_of[i]] += 1
+                layer_chunk[c, self.kind_of[i]] += 1
             start += size
+        per_chunk = layer_chunk.copy()
         per_chunk[-1, self.kind_of[n - 1]] += self.mtp
         if self.head is not None:
             per_chunk[-1, self.head] += 1 + self.mtp
         if self.mtp_input is not None:
             per_chunk[-1, self.mtp_input] += self.mtp
-        counts: tuple[np.ndarray, ...]
+
+        def per_rank(chunk: np.ndarray) -> tuple[np.ndarray, ...]:
+            if v.schedule is Schedule.dualpipe:
+                return (chunk[:pp], chunk[::-1][:pp])
+            return (np.array([chunk[rank_chunks(pp, v.vpp, r)].sum(axis=0) for r in range(pp)]),)
+
+        counts, layers = per_rank(per_chunk), per_rank(layer_chunk)
         if v.schedule is Schedule.dualpipe:
-            counts = (per_chunk[:pp], per_chunk[::-1][:pp])
             last = np.array([r in (0, pp - 1) for r in range(pp)])
         else:
-            counts = (
-                np.array([per_chunk[rank_chunks(pp, v.vpp, r)].sum(axis=0) for r in range(pp)]),
-            )
             last = np.array([(pp * v.vpp - 1) in rank_chunks(pp, v.vpp, r) for r in range(pp)])
         share = np.zeros(pp)
         if self.tech.offload_layers:
-            for r, layers in enumerate(rank_layers(n, pp, v.vpp)):
-                if layers:
-                    share[r] = min(self.tech.offload_layers, len(layers)) / len(layers)
-        got = self._rank_rows[key] = (counts, last, share)
+            for r, held in enumerate(rank_layers(n, pp, v.vpp)):
+                if held:
+                    share[r] = min(self.tech.offload_layers, len(held)) / len(held)
+        got = self._rank_rows[key] = (counts, last, share, layers)
         return got
 
     def _pipes_of(self, pp: int, vs: list[Variant], ms: tuple[int, ...]) -> _PipeRows:
@@ -436,10 +449,10 @@ class MemoryScreen:
         key = (pp, tuple(vs), ms)
         got = self._pipe_rows.get(key)
         if got is None:
-            one, dual, counts_t, factors, shares = [], [], [], [], []
+            one, dual, counts_t, factors, shares, layers_t = [], [], [], [], [], []
             last = np.empty((len(vs), pp), dtype=bool)
             for i, v in enumerate(vs):
-                counts, last[i], share = self._ranks(pp, v)
+                counts, last[i], share, layers = self._ranks(pp, v)
                 row = [self._factors_of(pp, v, m) for m in ms]
                 f = tuple(np.array([x[t] for x in row]) for t in range(len(row[0])))
                 if len(counts) == 1:
@@ -447,8 +460,9 @@ class MemoryScreen:
                     counts_t.append(counts[0].T.astype(np.float64))
                     factors.append(f[0])
                     shares.append(share)
+                    layers_t.append(layers[0].T.astype(np.float64))
                 else:
-                    dual.append((i, counts, f, share))
+                    dual.append((i, counts, f, share, layers))
             n_k, n_m = len(self.kinds), len(ms)
             present = np.zeros((len(vs), n_k, pp))
             for i, v in enumerate(vs):
@@ -457,7 +471,8 @@ class MemoryScreen:
                 np.array(one, dtype=np.int64),
                 np.array(counts_t).reshape(len(one), n_k, pp),
                 np.array(factors).reshape(len(one), n_m, pp),
-                np.array(shares).reshape(len(one), pp), dual, last, present,
+                np.array(shares).reshape(len(one), pp),
+                np.array(layers_t).reshape(len(one), n_k, pp), dual, last, present,
             )  # fmt: skip
             self._pipe_rows[key] = got
         return got
@@ -536,11 +551,9 @@ class MemoryScreen:
         for i, b in enumerate(mbs):
             pipe = self.pipe(shape.pp, v, per_dp // b)
             kb = self.mode_bytes(shape.tp, shape.cp, stuple, ctuple, b)  # [S, R', K]
-            act = pipe.factors[0] * (kb @ pipe.counts[0].T)  # [S, R', ranks]
-            for counts, factor in zip(pipe.counts[1:], pipe.factors[1:], strict=True):
-                act = act + factor * (kb @ counts.T)  # DualPipe's second direction
-            if self.tech.offload_layers:
-                act = act - act * pipe.offload_share
+            act = _held(kb, pipe.counts, pipe.factors)  # [S, R', ranks]
+            if self.tech.offload_layers:  # the decoder layers' share (rank_memory)
+                act = act - _held(kb, pipe.layer_counts, pipe.factors) * pipe.offload_share
             present = (np.stack(pipe.counts).sum(axis=0) > 0).T.astype(np.float64)  # [K, ranks]
             wk = self.mode_working(shape.tp, shape.cp, stuple, ctuple, b)  # [S, R', K]
             act = act + self.rank_working(wk, present)
@@ -701,15 +714,17 @@ class MemoryScreen:
         last = rows.last
         if len(rows.one):  # every one-direction variant in one product (whole bytes: exact)
             a = rows.factors[:, :, None, :] * np.matmul(kb[None], rows.counts_t[:, None])
-            if self.tech.offload_layers:
-                a = a - a * rows.share[:, None, None, :]
+            if self.tech.offload_layers:  # the decoder layers' share (rank_memory)
+                held = rows.factors[:, :, None, :] * np.matmul(
+                    kb[None], rows.layer_counts_t[:, None]
+                )
+                a = a - held * rows.share[:, None, None, :]
             act[rows.one] = a
-        for i, counts, factors, share in rows.dual:
-            a = factors[0][:, None, :] * (kb @ counts[0].T)
-            for t in range(1, len(counts)):  # DualPipe's second direction
-                a = a + factors[t][:, None, :] * (kb @ counts[t].T)
+        for i, counts, factors, share, layers in rows.dual:
+            m_factors = tuple(f[:, None, :] for f in factors)  # [M, 1, ranks] per direction
+            a = _held(kb, counts, m_factors)
             if self.tech.offload_layers:
-                a = a - a * share
+                a = a - _held(kb, layers, m_factors) * share
             act[i] = a
         # one layer's recompute rebuilt in backward, on every rank (``rank_working``)
         wk = np.array([self.mode_working(shape.tp, shape.cp, stuple, ctuple, b) for b in mbs])
@@ -734,6 +749,18 @@ class MemoryScreen:
         while self._acts_bytes > ACT_CACHE_BYTES and len(self._acts) > 1:
             _, old = self._acts.popitem(last=False)
             self._acts_bytes -= _nbytes(old)
+
+
+def _held(
+    kb: np.ndarray, counts: tuple[np.ndarray, ...], factors: tuple[np.ndarray, ...]
+) -> np.ndarray:
+    """In-flight activations of every rank, [..., ranks]: each direction's per-kind bytes
+    ``kb`` [..., K] times its layer counts [ranks, K], by its in-flight factors, summed
+    (DualPipe's second direction after the first: ``rank_activation_bytes``' order)."""
+    act = factors[0] * (kb @ counts[0].T)
+    for c, f in zip(counts[1:], factors[1:], strict=True):
+        act = act + f * (kb @ c.T)
+    return act
 
 
 def _nbytes(entry: tuple) -> int:
