@@ -585,24 +585,29 @@ def test_help_shows_the_dispatcher():
 
 
 # The fitted MoE overhead is a per-layer constant measured at the fit rows' micro-batches
-# (configs/hardware/h100-sxm.yaml: 4,096 tokens per rank). Qwen3-30B-A3B on 16 H100 with a global
-# batch of 1,024: the best takes micro-batch 8 (32,768 tokens) and full recompute, and the plan
-# says that its MoE overhead is extrapolated; held to micro-batch 1 it says nothing.
-def test_the_plan_cautions_where_the_best_extrapolates_the_moe_constant():
+# (configs/hardware/h100-sxm.yaml: 4,096 tokens per rank). Qwen3-30B-A3B on 16 H100 with a
+# global batch of 1,024, held to CP 1: at micro-batch 8 (32,768 tokens) the plan says the
+# overhead was taken to grow with the tokens, at sequence 2,048 (2,048 tokens) that it was
+# extrapolated as the constant; at micro-batch 1 (4,096 tokens, as fitted) it says nothing.
+def test_the_plan_cautions_where_the_best_leaves_the_moe_constants_fitted_range():
     from tpcalc.reports.plan import plan
     from tpcalc.reports.plan_view import moe_extrapolation
 
-    free = plan("qwen3-30b-a3b", "h100-sxm", gpus=16, seq=4096, global_batch=1024, top_k=2)
-    text = moe_extrapolation(free)
-    assert free.best is not None and free.best.run.micro_batch > 1
-    tokens = 4096 * free.best.run.micro_batch
-    assert text is not None and f"runs {tokens:,} tokens per micro-batch" in text
-    assert "fitted on runs of 4,096" in text
-    held = plan(
-        "qwen3-30b-a3b", "h100-sxm", gpus=16, seq=4096, global_batch=1024, top_k=2,
-        pins={"micro_batch": [1]},
-    )  # fmt: skip
-    assert moe_extrapolation(held) is None
+    def best_note(seq: int, mb: int) -> str | None:
+        got = plan(
+            "qwen3-30b-a3b", "h100-sxm", gpus=16, seq=seq, global_batch=1024, top_k=2,
+            pins={"micro_batch": [mb], "cp": [1]},
+        )  # fmt: skip
+        assert got.best is not None and got.best.run.micro_batch == mb
+        return moe_extrapolation(got)
+
+    above = best_note(4096, 8)
+    assert above is not None and "runs 32,768 tokens per micro-batch" in above
+    assert "fitted on runs of 4,096" in above and "grow with the tokens beyond 4,096" in above
+    below = best_note(2048, 1)
+    assert below is not None and "runs 2,048 tokens per micro-batch" in below
+    assert "extrapolated as the fitted per-layer constant" in below
+    assert best_note(4096, 1) is None
     dense = plan("llama3-8b", "h100-sxm", gpus=8, seq=4096, global_batch=64, top_k=2)
     assert moe_extrapolation(dense) is None
 

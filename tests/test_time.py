@@ -430,6 +430,30 @@ def test_the_mtp_modules_moe_layer_pays_the_moe_layer_cost():
         assert added == pytest.approx(ds.mtp_layers * per_layer, rel=1e-12)
 
 
+# configs/hardware/h100-sxm.yaml: the MoE constant c was fitted on runs of 4,096 tokens per
+# rank (moe_fit_tokens). Past them it grows with the tokens (roofline.moe_layer_overhead), so a
+# larger micro-batch pays it at the fitted rate per token, never less: Qwen3-30B-A3B (48 MoE
+# layers) on 8 H100, one global batch of 16 sequences of 4,096 split 16 x 1, 8 x 2 and 4 x 4.
+def test_the_moe_constant_grows_with_the_tokens_beyond_its_fitted_runs():
+    from tpcalc.calc.time.roofline import moe_layer_overhead
+
+    h100 = load_hardware("h100-sxm")
+    fitted = h100.performance.fitted
+    c, fit = fitted.moe_layer_overhead_s.value, fitted.moe_fit_tokens.high
+    r = rates(h100, Dtype.bf16)
+    assert moe_layer_overhead(r, fit // 2) == moe_layer_overhead(r, fit) == c
+    assert moe_layer_overhead(r, 2 * fit) == 2 * c and moe_layer_overhead(r, 8 * fit) == 8 * c
+    qwen = load_model("qwen3-30b-a3b")
+    lay = ParallelLayout(dp=8, ep=8, gpus_per_node=8)
+    over = [
+        step_time(qwen, h100, lay, LayoutRun(seq=fit, micro_batch=b, microbatches=16 // b))
+        .moe_overhead_time_s for b in (1, 2, 4)
+    ]  # fmt: skip
+    assert over[0] == pytest.approx(16 * 48 * 2 * c, rel=1e-12)
+    assert over[1] == pytest.approx(over[0], rel=1e-12)
+    assert over[2] == pytest.approx(over[0], rel=1e-12)
+
+
 def test_zero_2_and_3_repeat_their_collectives_every_micro_batch():
     # Rajbhandari et al. 2020 §5.2, §7.2.2: ZeRO-2 reduce-scatters each micro-batch's
     # gradients; ZeRO-3 also gathers the parameters before each forward and each backward.

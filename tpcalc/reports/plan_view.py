@@ -146,8 +146,9 @@ def top_report(result: PlanResult, *, compact: bool = True) -> Report:
 def moe_extrapolation(result: PlanResult) -> str | None:
     """A caution where the best layout's MoE overhead comes from the card's fitted per-layer
     constant (``fitted.moe_layer_overhead_s``) at a micro-batch outside the tokens per rank of
-    the runs it was fitted on (``fitted.moe_fit_tokens``): the constant was measured per layer
-    and pass at those sizes only, so the best's saving on it elsewhere is an extrapolation."""
+    the runs it was fitted on (``fitted.moe_fit_tokens``): below them the constant is taken per
+    pass as fitted, above them it grows with the tokens (``roofline.moe_layer_overhead``);
+    either is an assumption the fitted runs do not test."""
     best, req = result.best, result.request
     perf = req.hw.performance
     if best is None or perf is None or perf.fitted.moe_fit_tokens is None:
@@ -157,10 +158,14 @@ def moe_extrapolation(result: PlanResult) -> str | None:
     if not over or fit.low <= tokens <= fit.high:
         return None
     seen = f"{fit.low:,}" if fit.low == fit.high else f"{fit.low:,}-{fit.high:,}"
+    how = (
+        f"taken to grow with the tokens beyond {fit.high:,}" if tokens > fit.high
+        else "extrapolated as the fitted per-layer constant"
+    )  # fmt: skip
     return (
         f"the best runs {tokens:,} tokens per micro-batch per rank; {req.hw.name}'s MoE overhead "
         f"constant was fitted on runs of {seen}, so its {over:.2f} s of MoE overhead "
-        f"({over / best.step_time_s:.0%} of the step) is extrapolated"
+        f"({over / best.step_time_s:.0%} of the step) is {how}"
     )
 
 

@@ -55,13 +55,14 @@ class FittedConstants(BaseModel):
     # what single-kernel benchmarks do not see (kernel gaps, SMs lent to overlapped
     # communication, FP8 scaling bookkeeping).
     compute_scale: SourcedShare
-    # Fixed seconds per MoE layer, forward and backward pass: what a dropless MoE layer costs
-    # beyond its kernels' roofline (router top-k, the host sync on tokens per expert before the
-    # grouped GEMM and the all-to-all splits, kernel launch gaps between many small kernels).
+    # Seconds per MoE layer, forward and backward pass, at the fitted runs' micro-batches: what
+    # a dropless MoE layer costs beyond its kernels' roofline (router top-k, the host sync on
+    # tokens per expert before the grouped GEMM and the all-to-all splits, kernel launch gaps
+    # between many small kernels, and work that scales with the tokens).
     moe_layer_overhead_s: SourcedNonNegative | None = None
     # The tokens per micro-batch on one rank of the MoE runs moe_layer_overhead_s was fitted on:
-    # a per-layer constant says nothing of micro-batches outside them (``tpcalc plan`` says so
-    # when its best layout goes beyond).
+    # past the most of them the constant grows with the tokens (roofline.moe_layer_overhead),
+    # below them it stays per pass; ``tpcalc plan`` says when its best layout is outside them.
     moe_fit_tokens: TokenRange | None = None
 
 

@@ -79,6 +79,7 @@ from tpcalc.calc.time.roofline import (
     collective_time_s,
     dispatch_time_s,
     expert_tp_time_s,
+    moe_layer_overhead,
     op_time_s,
     rates,
 )
@@ -275,9 +276,10 @@ class StepBounds:
         if dense is not None:
             return dense
         kf, kb, kw, gemm_f, gemm_b, by_name = self._kind_ops(shard, first, moe)
-        if moe:  # the card's fitted fixed cost of a MoE layer, in F and in B (step)
-            kf += r.moe_layer_overhead_s
-            kb += r.moe_layer_overhead_s
+        if moe:  # the card's fitted cost of a MoE layer, in F and in B (step)
+            over = moe_layer_overhead(r, shard.tokens)
+            kf += over
+            kb += over
         # exposed TP and EP collectives, as step._layer_work exposes them
         tp_pass = self._tp_pass(shard, moe, links["tp"].nodes)
         first_chunk = tp_pass / shard.tp
@@ -854,8 +856,9 @@ class StepBounds:
         if any(tuple(o[5]) != keys for o in owns):
             return None
         own = np.array([o[:5] for o in owns])  # [P, 5]: F, B, W, TP GEMMs' F and B
-        f = rest[0] + own[:, 0] + r.moe_layer_overhead_s
-        bk = rest[1] + own[:, 1] + r.moe_layer_overhead_s
+        over = moe_layer_overhead(r, s0.tokens)  # the pairs' shards share s, b and cp
+        f = rest[0] + own[:, 0] + over
+        bk = rest[1] + own[:, 1] + over
         w = rest[2] + own[:, 2]
         gemm_f, gemm_b = rest[3] + own[:, 3], rest[4] + own[:, 4]
         tp_pass = self._tp_pass(s0, True, links[0]["tp"].nodes)  # reads tokens, tp and sp only
@@ -1371,7 +1374,7 @@ class StepBounds:
         key = (shape.tp, shape.cp, shape.ep, shape.etp, tuple(mbs), tuple(sps))
         got = self._ep_gaps.get(key)
         if got is None:
-            over, sms = self.r.moe_layer_overhead_s, self.r.comm_sm_share
+            sms = self.r.comm_sm_share
             links = self._shard_links_of(shape.tp, shape.cp, shape.ep, shape.etp)
             df = np.zeros((len(mbs), len(sps), len(self.kinds)))
             db = np.zeros_like(df)
@@ -1381,6 +1384,7 @@ class StepBounds:
                         shape.tp, shape.cp, shape.ep, shape.etp, sp and shape.tp > 1, b
                     )
                     a2a = self._dispatch(shard, links["ep"].nodes)
+                    over = moe_layer_overhead(self.r, shard.tokens)
                     for k, (first, _, moe) in enumerate(self.kinds):
                         if moe:
                             kf, kb, kw = self._moe_passes(shard, first)

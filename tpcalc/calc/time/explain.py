@@ -70,8 +70,11 @@ STEP_EXPLANATIONS: dict[str, Explanation] = {
     ),
     "moe_overhead_time_s": Explanation(
         "MoE layer overhead", Unit.seconds,
-        "m · MoE layers · 2 passes · moe_layer_overhead_s (fitted)",
-        "tools/fit_time.py (the rows it used are in the card's fitted source)", STEP,
+        "m · MoE layers · 2 passes · c · max(1, T / T_fit): c = moe_layer_overhead_s (fitted), "
+        "T = s·b/cp tokens per rank, T_fit the most of the runs c was fitted on",
+        "tools/fit_time.py (the rows it used are in the card's fitted source); beyond T_fit "
+        "growing with the tokens (roofline.moe_layer_overhead, docs/kernel-measurements.md §6)",
+        STEP,
     ),
     "recompute_time_s": Explanation(
         "recomputation", Unit.seconds,

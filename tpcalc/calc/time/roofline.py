@@ -55,6 +55,9 @@ class Rates(Struct, frozen=True):
     hbm_bytes_per_s: float
     compute_scale: float
     moe_layer_overhead_s: float
+    # the most tokens per rank (s·b/cp) of a micro-batch the MoE constant was fitted on; 0:
+    # no range recorded (``moe_layer_overhead``)
+    moe_fit_tokens_high: int
     intra_busbw_bytes_per_s: float
     inter_busbw_bytes_per_s: float
     collective_base_latency_s: float
@@ -108,6 +111,7 @@ def rates(hw: HardwareSpec, dtype: Dtype, *, efficiency_scale: float = 1.0) -> R
         moe_layer_overhead_s=(
             perf.fitted.moe_layer_overhead_s.value if perf.fitted.moe_layer_overhead_s else 0.0
         ),
+        moe_fit_tokens_high=(perf.fitted.moe_fit_tokens.high if perf.fitted.moe_fit_tokens else 0),
         intra_busbw_bytes_per_s=perf.intra_node_busbw_bytes_per_s.value,
         inter_busbw_bytes_per_s=perf.inter_node_busbw_bytes_per_s.value,
         collective_base_latency_s=perf.collective_base_latency_s.value,
@@ -115,6 +119,19 @@ def rates(hw: HardwareSpec, dtype: Dtype, *, efficiency_scale: float = 1.0) -> R
         inter_step_latency_s=hw.inter_node_latency_s.value,
         comm_sm_share=comm_sm_share(perf),
     )
+
+
+def moe_layer_overhead(r: Rates, tokens: int) -> float:
+    """The card's fitted MoE constant for one MoE layer and pass of a micro-batch of ``tokens``
+    per rank (s·b/cp): the constant c as fitted up to the most tokens of the runs it was fitted
+    on (T_fit, ``fitted.moe_fit_tokens.high``), and beyond them c · T / T_fit, so that a
+    larger micro-batch never pays less of it per token than the largest fitted run did. A per
+    pass constant past T_fit would shrink per token without limit, and the planner would take
+    ever larger micro-batches for it alone; what it stands for is not a per-pass cost alone
+    (docs/kernel-measurements.md §6: GPT-OSS-120B's missing time scales with all of its work,
+    +54-65% of the step on every card). Below the fitted runs it stays c per pass."""
+    c, fit = r.moe_layer_overhead_s, r.moe_fit_tokens_high
+    return c * tokens / fit if fit and tokens > fit else c
 
 
 def comm_sm_share(perf: PerformanceSpec) -> float:

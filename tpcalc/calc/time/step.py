@@ -107,6 +107,7 @@ from tpcalc.calc.time.roofline import (
     collective_time_s,
     dispatch_time_s,
     expert_tp_time_s,
+    moe_layer_overhead,
     op_time_s,
     rates,
 )
@@ -448,8 +449,8 @@ def _layer_work(ctx: _Ctx, i: int) -> tuple[Work, Work, Work, tuple[Op, ...]]:
     f = _pass_work(ops, Pass.forward, r, 1)
     b = _pass_work(ops, Pass.backward_input, r, 1)
     w = _pass_work(ops, Pass.backward_weight, r, 1)
-    if spec.is_moe_layer(i):  # the card's fitted fixed cost of a dropless MoE layer, per pass
-        over = Work(overhead_s=r.moe_layer_overhead_s)
+    if spec.is_moe_layer(i):  # the card's fitted cost of a dropless MoE layer, per pass
+        over = Work(overhead_s=moe_layer_overhead(r, shard.tokens))
         f, b = f + over, b + over
     scale = ctx.opts.comm_scale
     h_bytes = shard.tokens * spec.hidden_size * shard.dtype.bytes * scale
@@ -622,7 +623,8 @@ def _stage_work(
             and spec.is_moe_layer(spec.num_hidden_layers - 1)
         ):
             # each MTP module's FFN is an MoE layer (mtp_ops): it pays the MoE layer cost too
-            over = Work(overhead_s=ctx.r.moe_layer_overhead_s).scaled(spec.mtp_layers)
+            over = Work(overhead_s=moe_layer_overhead(ctx.r, ctx.shard.tokens))
+            over = over.scaled(spec.mtp_layers)
             fwd, bwd = fwd + over, bwd + over
         wgt = wgt + _pass_work(ends, Pass.backward_weight, ctx.r, 1)
         detail += _op_times(ends, ctx.r, 1)
