@@ -1091,14 +1091,11 @@ def test_cut_staircase_is_the_staircase(h100, monkeypatch, model, pins):
     """A large group's staircase taken with the floors of only the cells it may keep
     (``_Search._cut_staircase``) is ``_staircase`` over every cell's floor
     (``StepBounds.floors``): the same cells, memory and floors, bit for bit. Every group is
-    made large (``EAGER_BOUNDS`` 0) and bounded up front (no compute deferral: Qwen3-30B-A3B's
-    every group is slower than ``DEFER_COMPUTE_IDEAL_STEPS`` on 32 H100) so that each goes
-    through the cuts; the cuts never exceed the floors (``StepBounds.floor_cuts``), and some
-    cells are left out without a floor."""
+    made large (``EAGER_BOUNDS`` 0) so that each goes through the cuts; the cuts never exceed
+    the floors (``StepBounds.floor_cuts``), and some cells are left out without a floor."""
     from tpcalc.calc.plan.bounds import StepBounds
 
     monkeypatch.setattr(S, "EAGER_BOUNDS", 0)
-    monkeypatch.setattr(S, "DEFER_COMPUTE_IDEAL_STEPS", math.inf)
     seen, taken = [], []
     cut_staircase, floors = S._Search._cut_staircase, StepBounds.floors
 

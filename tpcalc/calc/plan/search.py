@@ -494,12 +494,22 @@ class _Search:
         return True
 
     def _ideal_step_s(self) -> float:
-        """The step at the card's peak: the model FLOP of the global batch spread over every
-        GPU (``time.flops.model_flop_per_token``), the scale ``DEFER_IDEAL_STEPS`` is given in."""
-        req = self.req
+        """The scale ``DEFER_IDEAL_STEPS`` is given in: the model FLOP of the global batch
+        spread over every GPU at the card's peak (``time.flops.model_flop_per_token``), plus
+        the least fitted MoE overhead any layout pays (``roofline.moe_layer_overhead`` is at
+        least c · T / T_fit per MoE layer and pass, so each GPU pays at least
+        2 · c · MoE layers · its share of the batch's tokens / T_fit). Without the overhead a
+        MoE model whose constant dwarfs its FLOP (Qwen3-30B-A3B on 16 H100: 2.6 s of FLOP,
+        8.9 s of overhead at the least) had every group deferred, then bounded anyway."""
+        req, r = self.req, self.bounds.r
         tokens = req.global_batch * req.seq
         flop = model_flop_per_token(req.spec, req.seq, self.opts.causal_model_flops) * tokens
-        return flop / self.gpus / self.bounds.r.peak_flop_per_s(req.dtype)
+        ideal = flop / self.gpus / r.peak_flop_per_s(req.dtype)
+        if r.moe_fit_tokens_high:
+            moe_layers = sum(map(req.spec.is_moe_layer, range(req.spec.num_hidden_layers)))
+            per_gpu = tokens / self.gpus / r.moe_fit_tokens_high
+            ideal += 2 * r.moe_layer_overhead_s * moe_layers * per_gpu
+        return ideal
 
     def _defer(self, grp: _Group) -> bool:
         """Leave ``grp`` without bounds for now when every candidate of it is slower by the
