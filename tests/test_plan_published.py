@@ -456,6 +456,17 @@ def test_a_newer_recipe_is_next_to_the_planners_pick_where_the_older_one_was_not
     assert new.best_step_s == pytest.approx(old.best_step_s, rel=1e-12)  # the same question
 
 
+# Megatron-Bridge model card, Qwen3-30B-A3B on 16 H100 (BF16): EP16 DP16, micro-batch 1 (4,096
+# tokens per rank, as the H100 MoE constant was fitted). The planner's best is that layout. Its
+# picks took EP 1, ZeRO-3, full recompute and micro-batch 16 (+60.4%) while the constant shrank
+# per token past its fitted runs; it now grows with the tokens (roofline.moe_layer_overhead).
+def test_the_planner_keeps_expert_parallelism_where_the_moe_constant_stops_shrinking():
+    (item,), _ = published_items({"mbcard-qwen3-30b-a3b-h100-sxm-16-bf16"}, HELDOUT)
+    ch = check(item, engine_planner())
+    assert ch.holds and ch.rank == 1, ch.why()
+    assert ch.pick.choices[0]["EP"] == 16 and ch.pick.choices[0]["mbs"] == 1
+
+
 # --- choices the source does not print -------------------------------------------------------
 # The Llama 3 paper (arXiv 2407.21783v1, Table 4 and section 3.3.2) prints TP 8, CP 1, PP 16 on
 # 8,192 and 16,384 H100 and says the schedule is an interleaved 1F1B variant, but not its virtual
