@@ -454,6 +454,20 @@ def test_the_moe_constant_grows_with_the_tokens_beyond_its_fitted_runs():
     assert over[2] == pytest.approx(over[0], rel=1e-12)
 
 
+def test_the_moe_constant_and_where_it_starts_to_grow_are_echoed():
+    # issue 9: every assumption of the step is echoed as a row input (table, JSON and CSV);
+    # configs/hardware/h100-sxm.yaml: c fitted on runs of 4,096 tokens per rank
+    from tpcalc.reports.layout import time_inputs
+
+    h100 = load_hardware("h100-sxm")
+    fitted = h100.performance.fitted
+    got = time_inputs(h100, TimeOptions())
+    assert got["moe_layer_overhead_s"] == fitted.moe_layer_overhead_s.value
+    assert got["moe_fit_tokens_high"] == fitted.moe_fit_tokens.high == 4096
+    bare = time_inputs(load_hardware("h800"), TimeOptions())  # no MoE constant fitted
+    assert bare["moe_layer_overhead_s"] is None and bare["moe_fit_tokens_high"] is None
+
+
 def test_zero_2_and_3_repeat_their_collectives_every_micro_batch():
     # Rajbhandari et al. 2020 §5.2, §7.2.2: ZeRO-2 reduce-scatters each micro-batch's
     # gradients; ZeRO-3 also gathers the parameters before each forward and each backward.

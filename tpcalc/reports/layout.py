@@ -135,6 +135,8 @@ def time_inputs(
     perf = hw.performance
     scale = perf.fitted.compute_scale.value if perf else None
     comm_sms = comm_sm_share(perf) if perf else None
+    moe_c = perf.fitted.moe_layer_overhead_s if perf else None
+    moe_fit = perf.fitted.moe_fit_tokens if perf else None
     return {
         "time_model": "roofline",
         "tp_comm_overlap": ov.tp_comm,
@@ -151,6 +153,10 @@ def time_inputs(
         "ep_dispatch": "node-aware" if opts.ep_node_dedup else "all-to-all",
         "compute_scale": scale,
         "comm_sm_share": comm_sms,  # the SMs an overlapped collective takes from compute
+        # the fitted MoE constant per layer and pass, and the tokens per rank past which it
+        # grows with the tokens (roofline.moe_layer_overhead)
+        "moe_layer_overhead_s": moe_c.value if moe_c else None,
+        "moe_fit_tokens_high": moe_fit.high if moe_fit else None,
     }
 
 
