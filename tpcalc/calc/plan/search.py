@@ -1003,7 +1003,8 @@ class _Search:
 EAGER_BOUNDS = 25_000
 
 # A group whose CP ring alone keeps a link busy for more than this many ideal steps (the
-# model FLOP of the step at the card's peak, ``_Search._ideal_step_s``) is bounded only when a
+# model FLOP of the step at the card's peak, plus the least fitted MoE overhead any layout pays,
+# ``_Search._ideal_step_s``) is bounded only when a
 # search may need it (``_Search._defer``). It decides what is computed, never the result.
 # Measured (2026-12-03, DeepSeek-V3 on 2,048 H800, best step 2.9 ideal steps): 4 defers 3,658
 # of 5,988 groups and the searches need none of them again; 3 and 2 defer 4,204, of which 546
