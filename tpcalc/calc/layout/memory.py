@@ -422,10 +422,7 @@ def rank_memory(
         schedule, layout.pp, microbatches, vpp, per_layer,
         last_extra=mtp_layers * mtp_bytes + extra, counts=counts,
     )  # fmt: skip
-    # Offloading covers the decoder layers alone: Megatron-Core enters its CPU-offload context
-    # around each TransformerBlock layer (transformer_block.py, cpu_offloading_num_layers), and
-    # the MTP modules and the loss heads run outside that block (Megatron Bridge docs, "CPU
-    # Offloading": "offloading at the transformer layer level").
+    # what offloading draws on: the decoder layers alone (``offloaded``)
     layer_act = (
         rank_activation_bytes(schedule, layout.pp, microbatches, vpp, per_layer, counts=counts)
         if tech.offload_layers else act
@@ -443,12 +440,9 @@ def rank_memory(
         chunks = in_flight_chunks(schedule, layout.pp, microbatches, vpp, r)
         holds_last = _holds_last_stage(schedule, layout.pp, vpp, r)
         rank_act = act[r]
-        offload = transfer = 0.0
-        if tech.offload_layers and layers[r]:
-            share = min(tech.offload_layers, len(layers[r])) / len(layers[r])
-            offload = layer_act[r] * share
-            one_mb = sum(per_layer[i] for i in layers[r])
-            transfer = OFFLOAD_DIRECTIONS * microbatches * share * one_mb
+        offload, transfer = offloaded(
+            tech.offload_layers, layers[r], layer_act[r], per_layer, microbatches
+        )
         out.append(
             RankMemory(
                 pp_rank=r,
@@ -475,6 +469,24 @@ def rank_memory(
             )
         )
     return out
+
+
+def offloaded(
+    offload_layers: int, held: Sequence[int], layer_act: float, per_layer: Sequence[float],
+    microbatches: int,
+) -> tuple[float, float]:  # fmt: skip
+    """A rank's activations offloaded to the host and the host traffic per step (``SRC_OFFLOAD``):
+    the share min(N, L)/L of its L decoder layers ``held`` times their in-flight activations
+    ``layer_act``, out after each forward and back before each backward, m times a step.
+    Offloading covers the decoder layers alone: Megatron-Core enters its CPU-offload context
+    around each TransformerBlock layer (transformer_block.py, cpu_offloading_num_layers), and
+    the MTP modules and the loss heads run outside that block (Megatron Bridge docs, "CPU
+    Offloading": "offloading at the transformer layer level")."""
+    if not offload_layers or not held:
+        return 0.0, 0.0
+    share = min(offload_layers, len(held)) / len(held)
+    one_mb = sum(per_layer[i] for i in held)
+    return layer_act * share, OFFLOAD_DIRECTIONS * microbatches * share * one_mb
 
 
 def run_memory(

@@ -424,17 +424,17 @@ class MemoryScreen:
             per_chunk[-1, self.head] += 1 + self.mtp
         if self.mtp_input is not None:
             per_chunk[-1, self.mtp_input] += self.mtp
-
-        def per_rank(chunk: np.ndarray) -> tuple[np.ndarray, ...]:
-            if v.schedule is Schedule.dualpipe:
-                return (chunk[:pp], chunk[::-1][:pp])
-            return (np.array([chunk[rank_chunks(pp, v.vpp, r)].sum(axis=0) for r in range(pp)]),)
-
-        counts, layers = per_rank(per_chunk), per_rank(layer_chunk)
-        if v.schedule is Schedule.dualpipe:
+        counts: tuple[np.ndarray, ...]
+        layers: tuple[np.ndarray, ...]
+        if v.schedule is Schedule.dualpipe:  # one stage per direction
+            counts = (per_chunk[:pp], per_chunk[::-1][:pp])
+            layers = (layer_chunk[:pp], layer_chunk[::-1][:pp])
             last = np.array([r in (0, pp - 1) for r in range(pp)])
         else:
-            last = np.array([(pp * v.vpp - 1) in rank_chunks(pp, v.vpp, r) for r in range(pp)])
+            held_chunks = [rank_chunks(pp, v.vpp, r) for r in range(pp)]
+            counts = (np.array([per_chunk[c].sum(axis=0) for c in held_chunks]),)
+            layers = (np.array([layer_chunk[c].sum(axis=0) for c in held_chunks]),)
+            last = np.array([(pp * v.vpp - 1) in c for c in held_chunks])
         share = np.zeros(pp)
         if self.tech.offload_layers:
             for r, held in enumerate(rank_layers(n, pp, v.vpp)):
@@ -713,12 +713,13 @@ class MemoryScreen:
         rows = self._pipes_of(pp, vs, tuple(per_dp // b for b in mbs))
         last = rows.last
         if len(rows.one):  # every one-direction variant in one product (whole bytes: exact)
-            a = rows.factors[:, :, None, :] * np.matmul(kb[None], rows.counts_t[:, None])
+
+            def one_way(counts_t: np.ndarray) -> np.ndarray:
+                return rows.factors[:, :, None, :] * np.matmul(kb[None], counts_t[:, None])
+
+            a = one_way(rows.counts_t)
             if self.tech.offload_layers:  # the decoder layers' share (rank_memory)
-                held = rows.factors[:, :, None, :] * np.matmul(
-                    kb[None], rows.layer_counts_t[:, None]
-                )
-                a = a - held * rows.share[:, None, None, :]
+                a = a - one_way(rows.layer_counts_t) * rows.share[:, None, None, :]
             act[rows.one] = a
         for i, counts, factors, share, layers in rows.dual:
             m_factors = tuple(f[:, None, :] for f in factors)  # [M, 1, ranks] per direction
