@@ -16,7 +16,14 @@ from tpcalc.calc.dp.zero import ZeroStage
 from tpcalc.calc.layout.groups import LayoutRun, ParallelLayout
 from tpcalc.calc.links.collectives import Collective
 from tpcalc.calc.time.explain import STEP_EXPLANATIONS
-from tpcalc.calc.time.ops import Pass, Shard, attention_core, gemm, layer_ops
+from tpcalc.calc.time.ops import (
+    Pass,
+    Shard,
+    attention_core,
+    gemm,
+    layer_ops,
+    linear_attention_ops,
+)
 from tpcalc.calc.time.roofline import (
     collective_time_s,
     dispatch_time_s,
@@ -166,6 +173,33 @@ def test_cross_node_ring_uses_one_nic_per_member():
     # ring's 48 NVLink and 15 network steps of latency take it down a little
     bandwidth_ratio = (15 / 16) / (63 / 64) * 4
     assert 0.9 * bandwidth_ratio < one / four < bandwidth_ratio
+
+
+def _delta_rule_s(hw_name: str, heads: int, phase: Pass) -> float:
+    """FLA's chunk_gated_delta_rule on one [1, 8192, heads, 128] BF16 call, as tpcalc times
+    it: Qwen3.8's Gated DeltaNet block with ``heads`` key and value heads, one rank."""
+    spec = load_model("qwen3.8").model_copy(
+        update={"linear_num_key_heads": heads, "linear_num_value_heads": heads}
+    )
+    ops = linear_attention_ops(spec, Shard(seq=8192, micro_batch=1))
+    (op,) = [o for o in ops if o.name == "delta_rule" and o.phase is phase]
+    return op_time_s(op, rates(load_hardware(hw_name), Dtype.bf16))
+
+
+def test_the_delta_rule_is_timed_by_the_traffic_fla_was_measured_to_move():
+    # MoonshotAI/FlashKDA BENCHMARK_GB200.md @ d2ff19a, "Fixed", fla_chunk_gdn mean: 1.2792 ms
+    # at H = 96 (the calibration) and 0.8857 ms at H = 64 (not used by it)
+    assert _delta_rule_s("gb200", 96, Pass.forward) * 1e3 == pytest.approx(1.2792, abs=5e-5)
+    assert _delta_rule_s("gb200", 64, Pass.forward) * 1e3 == pytest.approx(0.8857, rel=0.05)
+    # bound by HBM: H100's 3.35 TB/s against GB200's 8 TB/s, both at hbm_efficiency 0.90
+    ratio = _delta_rule_s("h100-sxm", 96, Pass.forward) / _delta_rule_s("gb200", 96, Pass.forward)
+    assert ratio == pytest.approx(8.0 / 3.35, rel=1e-9)
+    # FLA's chunked backward re-runs the forward's states (BENCHMARK_TRAIN_RTX5090.md @ 96c4273,
+    # fla_chunk_kda at H = 96: fwd+bwd 23.4677 ms, fwd 5.4185 ms)
+    bwd = _delta_rule_s("gb200", 96, Pass.backward_input)
+    assert bwd / _delta_rule_s("gb200", 96, Pass.forward) == pytest.approx(
+        (23.4677 - 5.4185) / 5.4185, abs=5e-4
+    )
 
 
 def test_gemm_time_is_a_roofline():

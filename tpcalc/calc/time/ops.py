@@ -38,6 +38,18 @@ CP_CHUNKS_PER_RANK = 2  # zig-zag: each CP rank holds chunks i and 2·cp−1−i
 # first; the backward accumulates dQ, dK, dV the same way.
 CP_MERGE_BYTES = 3 * 4
 GDN_CHUNK = 64  # chunk length of the chunked delta rule (Yang et al. 2024, Gated DeltaNet §3.3)
+# The chunked gated delta rule as Megatron-Core runs it (megatron/core/ssm/gated_delta_net.py:
+# flash-linear-attention's Triton chunk_gated_delta_rule) is bound by its HBM traffic, not by
+# its multiply-adds (docs/kernel-measurements.md §2.6). Its forward moves this many bytes per
+# token and value head at d_k = d_v = 128: FLA's forward of one [1, 8192, 96, 128] BF16 call took
+# 1.2792 ms on GB200 (MoonshotAI/FlashKDA BENCHMARK_GB200.md @ d2ff19a, "Fixed",
+# fla_chunk_gdn), 1.2792 ms × 7.2 TB/s (gb200.yaml: 8 TB/s × hbm_efficiency 0.90) / (8192 · 96).
+GDN_FWD_BYTES_PER_TOKEN_HEAD = 11_711.4
+GDN_MEASURED_HEAD_DIM = 128  # d_k = d_v of that measurement
+# Its backward against its forward, FLA's Triton chunked KDA (the same WY pipeline, per-channel
+# gates) on [1, 8192, 96, 128]: fwd+bwd 23.4677 ms, fwd 5.4185 ms (MoonshotAI/FlashKDA
+# BENCHMARK_TRAIN_RTX5090.md @ 96c4273, fla_chunk_kda); no public GDN backward timing was found
+GDN_BWD_OVER_FWD = (23.4677 - 5.4185) / 5.4185
 MTP_PRE_NORM_INPUTS = 2  # the embedding and the hidden state, normed and concatenated (2h)
 # Elements read + written per element, forward / backward (each backward reads the saved
 # input(s) and the output gradient and writes the input gradient(s)):
@@ -359,14 +371,34 @@ def mla_ops(spec: ModelSpec, shard: Shard) -> tuple[Op, ...]:
     return tuple(ops)
 
 
+def gdn_macs_per_token_head(dk: int, dv: int) -> int:
+    """Multiply-adds of the chunked delta rule per token and value head, chunk C (Gated
+    DeltaNet §3.3, the WY form): the intra-chunk Q·Kᵀ and its product with V and with the
+    state, C·(d_k + d_v), plus reading and updating the d_k×d_v state, 2·d_k·d_v."""
+    return GDN_CHUNK * (dk + dv) + 2 * dk * dv
+
+
+def gdn_fwd_bytes_per_token_head(dk: int, dv: int) -> float:
+    """HBM bytes the chunked gated delta rule's forward moves per token and value head:
+    ``GDN_FWD_BYTES_PER_TOKEN_HEAD`` at the measured d_k = d_v = 128, in proportion to
+    ``gdn_macs_per_token_head`` at other head sizes (the chunk's q, k, v, w, u rows grow with
+    d, its d_k×d_v states with d²: an assumption, no other head size was measured)."""
+    d = GDN_MEASURED_HEAD_DIM
+    return (
+        GDN_FWD_BYTES_PER_TOKEN_HEAD
+        * gdn_macs_per_token_head(dk, dv)
+        / gdn_macs_per_token_head(d, d)
+    )
+
+
 def linear_attention_ops(spec: ModelSpec, shard: Shard) -> tuple[Op, ...]:
     """A Gated DeltaNet block (Yang et al. 2024, arXiv 2412.06464; Qwen3.5): input projections,
     depthwise causal conv, the chunked delta rule, gated RMSNorm, out-proj.
 
-    Chunked delta rule per value head and token with chunk C (paper §3.3, the WY form): the
-    intra-chunk Q·Kᵀ and its product with V and with the state, 2·C·(d_k + d_v), plus reading
-    and updating the d_k×d_v state, 2·2·d_k·d_v, in multiply-adds; timed as attention-class
-    work (a fused chunked kernel)."""
+    The chunked delta rule's FLOP are 2 · ``gdn_macs_per_token_head`` per token and value head
+    forward, twice that backward; it is timed by the HBM traffic FLA's kernels were measured to
+    move (``gdn_fwd_bytes_per_token_head``, the backward ``GDN_BWD_OVER_FWD`` times it), far
+    above what its FLOP take on tensor cores."""
     t_all, t_sp, h, dt = shard.tokens, shard.sp_tokens, spec.hidden_size, shard.dtype
     nk = (spec.linear_num_key_heads or 0) // shard.tp
     nv = (spec.linear_num_value_heads or 0) // shard.tp
@@ -375,12 +407,13 @@ def linear_attention_ops(spec: ModelSpec, shard: Shard) -> tuple[Op, ...]:
     ops = [*elementwise("attn_norm", t_sp * h, NORM_RW, dt)]
     ops += gemm("in_proj", t_all, conv + nv * dv + 2 * nv, h, shard.gemm_dtype)
     ops += elementwise("conv1d", t_all * conv * (spec.linear_conv_kernel_dim or 1), NORM_RW, dt)
-    macs = t_all * nv * (GDN_CHUNK * (dk + dv) + 2 * dk * dv)
+    macs = t_all * nv * gdn_macs_per_token_head(dk, dv)
     fwd = GEMM_FLOP_PER_MAC * macs
-    io = t_all * conv * dt.bytes
+    io = t_all * nv * gdn_fwd_bytes_per_token_head(dk, dv)
     ops += [
         Op("delta_rule", OpKind.attention, Pass.forward, fwd, io, t_all, dv, dk, nv),
-        Op("delta_rule", OpKind.attention, Pass.backward_input, 2 * fwd, 2 * io, t_all, dv, dk, nv),
+        Op("delta_rule", OpKind.attention, Pass.backward_input, 2 * fwd, GDN_BWD_OVER_FWD * io,
+           t_all, dv, dk, nv),
     ]  # fmt: skip
     ops += elementwise("gated_norm", t_all * nv * dv, GATE_RW, dt)
     ops += gemm("out_proj", t_all, h, nv * dv, shard.gemm_dtype)
