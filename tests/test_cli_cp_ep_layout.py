@@ -32,7 +32,7 @@ COMMANDS = [
     LLAMA_405,
     DS_V3,
     ["layout", "-m", "llama3-70b", "--tp", "16", "--dp", "4"],
-    ["layout", "-m", "qwen3.8", "--tp", "8", "--cp", "4", "-s", "131072", "--pp", "4"],
+    ["layout", "-m", "qwen3.8", "--tp", "4", "--cp", "4", "-s", "131072", "--pp", "4"],
 ]
 
 
@@ -147,6 +147,8 @@ BAD = [
     (["layout", "--tp", "8", "--pp", "2", "--dp", "3", "--world-size", "64"],
      "world_size=64 is not tp·cp·pp·dp"),
     (["layout", "-m", "llama3-70b", "--cp", "3"], "seq=8192 is not divisible by cp=3"),
+    (["layout", "-m", "qwen3.8", "--tp", "8", "--cp", "4", "-s", "131072"],
+     "linear_num_key_heads/tp = 2 is not divisible by cp=4"),
     (["layout", "-m", "deepseek-v3", "--pp", "16", "--dp", "6", "--ep", "6"],
      "n_routed_experts=256 is not divisible by ep=6"),
     (["layout", "-m", "llama3-70b", "--pp", "7", "--no-uneven"],

@@ -159,3 +159,39 @@ def test_bad_inputs_raise_one_line(qwen38, h800, kwargs, error, message):
     with pytest.raises(error, match=message) as info:
         cp_row(qwen38, h800, **kwargs)
     assert "\n" not in str(info.value)
+
+
+# ---- Gated DeltaNet under CP (Megatron-Core's all-to-all to heads, tpcalc.calc.cp.linear) ----
+
+
+def test_gated_deltanet_cp_needs_whole_heads_per_rank():
+    """Megatron-Core hands each CP rank whole key and value heads of its TP share
+    (_build_head_perm_for_split_sections): Qwen3.8 has 16 key and 48 value heads."""
+    from tpcalc.calc.cp.linear import gdn_cp_problem
+    from tpcalc.calc.layout.groups import LayoutRun, ParallelLayout, layout_problems
+
+    q = load_model("qwen3.8")
+    assert gdn_cp_problem(q, 2, 8) is None  # 8 key, 24 value heads per TP rank
+    assert "linear_num_key_heads/tp = 8" in (gdn_cp_problem(q, 2, 16) or "")
+    assert "linear_num_key_heads/tp = 2" in (gdn_cp_problem(q, 8, 4) or "")
+    assert gdn_cp_problem(load_model("llama3-8b"), 8, 16) is None  # no linear-attention layer
+    problems = layout_problems(
+        q, ParallelLayout(gpus_per_node=8, tp=8, cp=4, dp=2), LayoutRun(seq=4096, microbatches=1)
+    )
+    assert any("use a cp in 1, 2 at tp=8" in p for p in problems), problems
+
+
+def test_gated_deltanet_cp_sends_in_proj_out_and_norm_out():
+    """Bytes per layer and micro-batch against Megatron-Core's in_proj sections (query, key,
+    value, z, beta, alpha) and the gated norm's output, counted here from the config."""
+    from tpcalc.calc.cp.linear import gdn_cp_send_bytes_per_layer
+
+    q = load_model("qwen3.8")
+    tp, cp, tokens = 2, 4, 4096 // 4
+    nk, nv = q.linear_num_key_heads // tp, q.linear_num_value_heads // tp
+    dk, dv = q.linear_key_head_dim, q.linear_value_head_dim
+    in_proj = nk * dk + nk * dk + nv * dv + nv * dv + nv + nv
+    norm_out = nv * dv
+    expected = 2 * (cp - 1) / cp * tokens * (in_proj + norm_out) * 2  # fwd + bwd, BF16
+    got = gdn_cp_send_bytes_per_layer(q, tokens=tokens, tp=tp, cp=cp, dtype=Dtype.bf16)
+    assert got == pytest.approx(expected, rel=1e-12)

@@ -130,7 +130,7 @@ from tpcalc.reports.tp import tp_comm_row
         ),
         (ZeroCommParts, zero_explain.parts_explanations()),
         (TpDetail, {**comm_explain.TP_EXPLANATIONS, **comm_explain.TP_INPUTS}),
-        (CpDetail, comm_explain.CP_INPUTS),
+        (CpDetail, {**comm_explain.CP_INPUTS, **comm_explain.GDN_CP_EXPLANATIONS}),
         (PpDetail, {**comm_explain.PP_EXPLANATIONS, **comm_explain.PP_INPUTS}),
         (DpShare, comm_explain.DP_SHARE_INPUTS),
         (DpDetail, {"dp_backward_time_s": comm_explain.DP_BACKWARD, **comm_explain.DP_INPUTS}),

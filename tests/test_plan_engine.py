@@ -1247,16 +1247,22 @@ def test_bounds_price_the_cp_ring_as_the_step_does(small):
     bounds of CP candidates fell as low as 0.49 of the exact step on Llama 3 8B at cp 16 and the
     DeepSeek-V3/256 search timed 8,211 layouts exactly (492 with it)."""
     _, s, picks, _, lbs = small
-    rng = random.Random(5)
+    ratios = _cp_bound_ratios(s, picks, lbs, seed=5, n=120)
+    assert ratios[len(ratios) // 2] > 0.9999  # the median CP candidate's bound is its step
+
+
+def _cp_bound_ratios(s, picks, lbs, *, seed: int, n: int) -> list[float]:
+    """Bound / exact step of up to ``n`` sampled candidates with cp > 1, sorted; each bound
+    at most its step."""
+    rng = random.Random(seed)
     cp_rows = [j for j in range(len(picks)) if s.layout_run(_pick(picks[j]))[0].cp > 1]
     assert cp_rows
     ratios = []
-    for j in rng.sample(cp_rows, min(120, len(cp_rows))):
+    for j in rng.sample(cp_rows, min(n, len(cp_rows))):
         t = s.exact(_pick(picks[j])).step_time_s
         assert lbs[j] <= t
         ratios.append(lbs[j] / t)
-    ratios.sort()
-    assert ratios[len(ratios) // 2] > 0.9999  # the median CP candidate's bound is its step
+    return sorted(ratios)
 
 
 # ---- groups bounded only when a search may need them (search._Search._defer) ----
@@ -1492,3 +1498,17 @@ def test_bounds_take_the_last_stages_copy_and_dualpipe_ranks(model):
             synced += 1
             assert sync > 0.0
     assert synced and dual
+
+
+def test_bounds_price_gated_deltanet_cp_as_the_step_does(h100):
+    """Qwen3.8's Gated DeltaNet layers under CP: their all-to-alls (``step.gdn_cp_a2a_s``) are
+    in the bound of each candidate as in its exact step, so the bound never exceeds the step and
+    the median CP candidate's bound is its step; cp that splits a TP rank's key or value heads
+    unevenly is refused by the rule ``layout_problems`` applies."""
+    req = _request(
+        "qwen3.8", h100, gpus=64, global_batch=64, pins={"recompute": ("none", "selective")}
+    )
+    s, picks, _, lbs = _search(req)
+    assert s.rejections["divisibility: Gated DeltaNet heads/tp by cp"] > 0
+    ratios = _cp_bound_ratios(s, picks, lbs, seed=3, n=80)
+    assert ratios[len(ratios) // 2] > 0.9999

@@ -780,3 +780,30 @@ def test_the_embedding_group_all_reduces_the_last_stages_copy_once_a_step():
         rates(H100, Dtype.bf16), Collective.all_reduce, 50_257 * 12_288 // 8 * 2, 2, 2
     )
     assert tied_s - untied_s == pytest.approx(want3, rel=1e-12)
+
+
+def test_gated_deltanet_layers_pay_their_cp_all_to_alls_in_both_passes():
+    """Under CP a Gated DeltaNet layer sends no K/V ring but two all-to-alls per pass
+    (Megatron-Core: in_proj's output to the heads, the gated norm's output back; the backward
+    their gradients): Qwen3.8's 48 such layers beside the ring of its 16 full-attention ones.
+    The elements per token are counted here from Megatron-Core's in_proj sections."""
+    from tpcalc.calc.time.step import cp_ring_s
+
+    spec, hw = load_model("qwen3.8"), load_hardware("h800")
+    tp, cp, m = 2, 2, 4
+    layout = ParallelLayout(gpus_per_node=8, tp=tp, cp=cp, dp=2)
+    run = LayoutRun(seq=4096, microbatches=m, recompute=Recompute.none)
+    st = step_time(spec, hw, layout, run, TimeOptions())
+    r = rates(hw, Dtype.bf16)
+    nk, nv = spec.linear_num_key_heads // tp, spec.linear_num_value_heads // tp
+    dk, dv = spec.linear_key_head_dim, spec.linear_value_head_dim
+    tokens = 4096 // cp
+    per_pass = sum(
+        collective_time_s(r, Collective.all_to_all, tokens * n * 2, cp, 1)
+        for n in (2 * nk * dk + 2 * nv * dv + 2 * nv, nv * dv)
+    )
+    gdn = spec.linear_attention_layers * 2 * per_pass
+    ring = cp_ring_s(spec, Shard(seq=4096, micro_batch=1, tp=tp, cp=cp), r, 1, 1.0)
+    full = spec.full_attention_layers * (1 + 2) * ring  # forward K,V; backward K,V and dK,dV
+    assert st.cp_comm_time_s == pytest.approx(m * (gdn + full), rel=1e-9)
+    assert st.cp_exposed_time_s >= m * gdn * (1 - 1e-9)  # nothing hides the all-to-alls

@@ -8,9 +8,11 @@ Transformers", arXiv 2310.01889, §3; seed 000 summary: "让 K、V 块沿环传�
 
 Only layers with softmax attention over the whole sequence need the ring. In a hybrid model
 (Qwen3.8: 16 full-attention layers of 64) the linear-attention layers pass no K/V, so tpcalc
-counts ``spec.full_attention_layers`` and says so. Block sizes, the FLOP of one ring step and
-Ulysses' head limit are in ``tpcalc.calc.cp.shapes``; ``cp_ring`` returns a ``CpRing``, and
-``tpcalc.calc.cp.ring_explain`` holds its explanations and the row ``tpcalc cp`` prints.
+counts ``spec.full_attention_layers`` and says so (what those layers send under CP instead, two
+all-to-alls to the heads and back, is ``tpcalc.calc.cp.linear``'s). Block sizes, the FLOP of one
+ring step and Ulysses' head limit are in ``tpcalc.calc.cp.shapes``; ``cp_ring`` returns a
+``CpRing``, and ``tpcalc.calc.cp.ring_explain`` holds its explanations and the row ``tpcalc cp``
+prints.
 """
 
 from __future__ import annotations

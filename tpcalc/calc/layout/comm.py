@@ -22,6 +22,7 @@ from typing import NamedTuple
 
 from msgspec import Struct, field
 
+from tpcalc.calc.cp.linear import GDN_CP_TENSORS, PASSES, gdn_cp_send_bytes_per_layer
 from tpcalc.calc.cp.ring import CpRing, cp_ring, ring_latency_steps_per_layer
 from tpcalc.calc.dp.zero import (
     ZeroCommParts,
@@ -68,7 +69,9 @@ class TpDetail(Struct, frozen=True):
 
 
 class CpDetail(Struct, frozen=True):
-    """The ring of one micro-batch (``cp_ring``) and the inputs it was computed from."""
+    """The ring of one micro-batch (``cp_ring``) and the inputs it was computed from; a hybrid
+    model's Gated DeltaNet layers on the busiest stage and what each sends in its all-to-alls
+    per micro-batch (``cp.linear``)."""
 
     ring: CpRing
     seq: int
@@ -77,6 +80,8 @@ class CpDetail(Struct, frozen=True):
     dtype: Dtype
     link: Link
     with_latency: bool
+    linear_layers: int = 0
+    gdn_a2a_bytes_per_layer: float = 0.0
 
 
 class PpDetail(Struct, frozen=True):
@@ -178,9 +183,10 @@ def tp_cost(
 
 def cp_cost(
     spec: ModelSpec, hw: HardwareSpec, layout: ParallelLayout, run: LayoutRun, group: Group,
-    full_layers: int,
+    full_layers: int, linear_layers: int = 0,
 ) -> DimCost:  # fmt: skip
-    """The K/V ring over the full-attention layers of the worst stage."""
+    """The K/V ring over the full-attention layers of the worst stage, and the all-to-alls of
+    its Gated DeltaNet layers (``cp.linear``: on the critical path, exposed)."""
     if layout.cp == 1:
         return DimCost()
     ring = cp_ring(
@@ -194,9 +200,20 @@ def cp_cost(
     )
     time = steps_time_s(total, steps, hw, group.link, with_latency=run.with_latency)
     exposed = time * max(0.0, 1 - 1 / ratio) if ratio > 0 else 0.0
+    gdn = gdn_cp_send_bytes_per_layer(
+        spec, tokens=run.seq // layout.cp * run.micro_batch, tp=layout.tp, cp=layout.cp,
+        dtype=run.dtype,
+    )  # fmt: skip
+    a2a = run.microbatches * linear_layers * gdn
+    if a2a:
+        count = PASSES * GDN_CP_TENSORS * run.microbatches * linear_layers
+        calls = ring_steps(Collective.all_to_all, layout.cp, group.nodes, count)
+        a2a_s = steps_time_s(a2a, calls, hw, group.link, with_latency=run.with_latency)
+        total, time, exposed, steps = total + a2a, time + a2a_s, exposed + a2a_s, steps + calls
     detail = CpDetail(
-        ring, run.seq, layout.cp, run.micro_batch, run.dtype, group.link, run.with_latency
-    )
+        ring, run.seq, layout.cp, run.micro_batch, run.dtype, group.link, run.with_latency,
+        linear_layers, gdn,
+    )  # fmt: skip
     return DimCost(total, time, exposed, OVERLAP["cp"], steps, detail)
 
 

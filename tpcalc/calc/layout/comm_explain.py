@@ -3,6 +3,7 @@ layer beside ``comm.py``), and their conversion to the terms of one ``tpcalc lay
 
 from __future__ import annotations
 
+from tpcalc.calc.cp.linear import SRC_GDN_CP
 from tpcalc.calc.cp.ring_explain import ring_terms
 from tpcalc.calc.dp.zero_explain import COMM_LABELS
 from tpcalc.calc.ep import all_to_all_explain as ep_explain
@@ -35,15 +36,18 @@ GROUP_FORMULA = {"tp": "tp", "cp": "cp", "pp": "pp", "dp": "dp·cp", "ep": "ep"}
 STRIDE_FORMULA = {"tp": "1", "cp": "tp", "pp": "tp·cp·dp", "dp": "tp", "ep": "etp"}
 SEND_FORMULA = {
     "tp": "m · (blocks/2) · collectives/layer · 2(t-1)/t · M",
-    "cp": "m · full-attention layers · send_bytes_per_layer (cp row)",
+    "cp": "m · (full-attention layers · send_bytes_per_layer + Gated DeltaNet layers · "
+    "gdn_a2a_bytes_per_layer) (cp row)",
     "pp": "sends per step · p2p bytes + embedding gradient all-reduce",
     "dp": "Σ ZeRO collectives of the dense (dp·cp) and expert (dp·cp·tp/(ep·etp)) parameters",
     "ep": "m · MoE layers · all-to-all bytes per layer (ep row)",
 }
-SEND_SOURCE = {"tp": SRC_TP, "cp": SRC_CP, "pp": SRC_PP, "dp": SRC_DP, "ep": SRC_EP}
+SEND_SOURCE = {
+    "tp": SRC_TP, "cp": f"{SRC_CP}; {SRC_GDN_CP}", "pp": SRC_PP, "dp": SRC_DP, "ep": SRC_EP
+}  # fmt: skip
 EXPOSED_FORMULA = {
     "tp": "comm_time",
-    "cp": "comm_time · max(0, 1 − attention/transfer)",
+    "cp": "ring time · max(0, 1 − attention/transfer) + Gated DeltaNet all-to-all time",
     "pp": "comm_time",
     "dp": "max(0, comm_time − last backward)",
     "ep": "comm_time (DualPipe: max(0, comm_time − compute))",
@@ -142,12 +146,28 @@ def tp_terms(d: TpDetail) -> tuple[Term, ...]:
     return terms(d, TP_EXPLANATIONS, symbols={"tp_message_bytes": {"s": d.seq, "cp": d.cp}})
 
 
+GDN_CP_EXPLANATIONS = {
+    "linear_layers": Explanation(
+        "Gated DeltaNet layers on the busiest stage", Unit.count, "max over PP ranks",
+        "pipeline.chunk_layer_counts",
+    ),
+    "gdn_a2a_bytes_per_layer": Explanation(
+        "Gated DeltaNet all-to-alls per layer", Unit.bytes,
+        "2 passes · (cp−1)/cp · (s/cp)·b · (in_proj out + norm out per token)·dtype", SRC_GDN_CP,
+    ),
+}  # fmt: skip
+
+
 def cp_terms(d: CpDetail, spec: ModelSpec, hw: HardwareSpec) -> tuple[Term, ...]:
-    """The K/V block, sends per layer and the transfer/attention ratio of the ring."""
-    return ring_terms(
+    """The K/V block, sends per layer and the transfer/attention ratio of the ring; a hybrid
+    model's Gated DeltaNet layers and their all-to-alls."""
+    ring = ring_terms(
         d.ring, spec, hw, seq=d.seq, cp=d.cp, micro_batch=d.micro_batch, dtype=d.dtype,
         link=d.link, with_latency=d.with_latency, only=CP_ROWS,
     )  # fmt: skip
+    if not d.linear_layers:
+        return ring
+    return (*ring, *terms(d, GDN_CP_EXPLANATIONS))
 
 
 def pp_terms(d: PpDetail) -> tuple[Term, ...]:

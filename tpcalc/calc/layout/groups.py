@@ -15,9 +15,12 @@ the placement.
 
 from __future__ import annotations
 
+import math
+
 from msgspec import Struct, field
 from msgspec.structs import force_setattr, replace
 
+from tpcalc.calc.cp.linear import gdn_cp_problem
 from tpcalc.calc.dp.stage import ZeroStage
 from tpcalc.calc.links.link import Link, link_for_group, nodes_spanned
 from tpcalc.calc.pipeline.schedule import check_pipeline
@@ -30,7 +33,7 @@ from tpcalc.choices import (
     Schedule,
     StateRecipe,
 )
-from tpcalc.errors import InputError, TpcalcError
+from tpcalc.errors import InputError, TpcalcError, divisors
 from tpcalc.specs import ModelSpec
 from tpcalc.terms import Scalar
 from tpcalc.units import Dtype
@@ -244,6 +247,8 @@ def layout_problems(
             f"passes K, V blocks between flash kernels; {run.memory.attention} attention has "
             "none): use --attention flash or --cp 1"
         )
+    if (why := gdn_cp_problem(spec, layout.tp, layout.cp)) is not None:
+        problems.append(f"{why}; {_gdn_cps(spec, layout.tp)}")
     try:
         check_pipeline(
             spec.num_hidden_layers, layout.pp, run.microbatches, run.vpp, run.schedule,
@@ -253,6 +258,13 @@ def layout_problems(
         problems.append(str(exc))
     problems += _ep_problems(spec, layout)
     return problems
+
+
+def _gdn_cps(spec: ModelSpec, tp: int) -> str:
+    """The cp sizes that split ``spec``'s Gated DeltaNet heads at ``tp``, as a hint."""
+    keys, values = spec.linear_num_key_heads or 0, spec.linear_num_value_heads or 0
+    heads = math.gcd(keys // tp, values // tp)
+    return f"use a cp in {', '.join(map(str, divisors(heads)))} at tp={tp}"
 
 
 def _world_problem(layout: ParallelLayout) -> str:

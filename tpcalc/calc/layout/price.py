@@ -57,15 +57,16 @@ class LayoutPrice(Struct, frozen=True):
 
 def _layer_counts(
     spec: ModelSpec, lay: ParallelLayout, run: LayoutRun, counts: tuple[int, ...] | None
-) -> tuple[int, int, int, int]:
-    """(layers, full-attention layers, MoE layers, TP blocks) of the pipeline rank with the most
-    of each (``tp.blocks.tp_blocks``)."""
+) -> tuple[int, int, int, int, int]:
+    """(layers, full-attention layers, linear-attention layers, MoE layers, TP blocks) of the
+    pipeline rank with the most of each (``tp.blocks.tp_blocks``)."""
     ranks = rank_layers(spec.num_hidden_layers, lay.pp, run.vpp, counts)
     types = spec.resolved_layer_types
     full = max(sum(1 for i in r if types[i] != "linear_attention") for r in ranks)
+    linear = max(sum(1 for i in r if types[i] == "linear_attention") for r in ranks)
     moe = max(sum(1 for i in r if spec.is_moe_layer(i)) for r in ranks)
     blocks = max(sum(tp_blocks(spec, spec.is_moe_layer(i)) for i in r) for r in ranks)
-    return max(len(r) for r in ranks), full, moe, blocks
+    return max(len(r) for r in ranks), full, linear, moe, blocks
 
 
 def price_layout(
@@ -104,12 +105,12 @@ def price_layout(
     achieved = hw.achieved_flop_per_s.value
     mb_s = slowest.total / achieved
     recompute_share = slowest.recompute_flop / slowest.total if slowest.total else 0.0
-    layers, full, moe, blocks = _layer_counts(spec, layout, run, counts)
+    layers, full, linear, moe, blocks = _layer_counts(spec, layout, run, counts)
     biggest = max(mem, key=lambda m: m.dense_params + m.expert_params)
     plain = stage_times(mb_s, 0.0, recompute_share)
     costs = DimCosts(
         tp=tp_cost(spec, hw, layout, run, groups["tp"], layers, blocks),
-        cp=cp_cost(spec, hw, layout, run, groups["cp"], full),
+        cp=cp_cost(spec, hw, layout, run, groups["cp"], full, linear),
         pp=pp_cost(spec, hw, layout, run, groups["pp"]),
         dp=dp_cost(
             hw, layout, run, (groups["dp"], expert_dp_group(layout)),

@@ -96,6 +96,7 @@ from tpcalc.calc.time.step import (
     cp_ring_s,
     embedding_sync_s,
     exposed_s,
+    gdn_cp_a2a_s,
     scatter_gather,
     scores_of,
     stage_layers,
@@ -207,6 +208,7 @@ class StepBounds:
         self._dense_kind: dict[tuple, tuple] = {}
         self._tp_passes: dict[tuple, float] = {}
         self._cp_rings: dict[tuple, float] = {}
+        self._gdn_a2as: dict[tuple, float] = {}
         self._attn: dict[tuple, tuple[float, float]] = {}
         self._end_lead: dict[tuple, tuple[float, float, float]] = {}
         self._ep_gaps: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
@@ -409,13 +411,20 @@ class StepBounds:
 
     def _cp_exposed(self, shard: Shard, first: int, nodes: int) -> tuple[float, float]:
         """A layer's exposed CP ring in F and in B (step._layer_work: (cp − 1) steps of the
-        rank's K and V chunk, dK and dV too in B, each pass hidden under its attention), 0 for
-        a linear-attention layer or cp = 1. The ring reads the shard's tokens, tp, dtype and cp
-        and the group's nodes; the attention times its tp, cp, SP and micro-batch only (a MoE
-        layer's experts do not change them)."""
-        if shard.cp == 1 or self.spec.resolved_layer_types[first] == "linear_attention":
+        rank's K and V chunk, dK and dV too in B, each pass hidden under its attention); a
+        Gated DeltaNet layer's all-to-alls, exposed in each pass (``step.gdn_cp_a2a_s``); 0 at
+        cp = 1. Both read the shard's tokens, tp, dtype and cp and the group's nodes; the
+        attention times its tp, cp, SP and micro-batch only (a MoE layer's experts do not
+        change them)."""
+        if shard.cp == 1:
             return 0.0, 0.0
         rkey = (shard.tokens, shard.tp, shard.dtype, shard.cp, nodes)
+        if self.spec.resolved_layer_types[first] == "linear_attention":
+            a2a = self._gdn_a2as.get(rkey)
+            if a2a is None:
+                a2a = gdn_cp_a2a_s(self.spec, shard, self.r, nodes, self.opts.comm_scale)
+                self._gdn_a2as[rkey] = a2a
+            return a2a, a2a
         ring = self._cp_rings.get(rkey)
         if ring is None:
             ring = cp_ring_s(self.spec, shard, self.r, nodes, self.opts.comm_scale)

@@ -634,8 +634,9 @@ class _Search:
         rejected: Counter[str] = Counter()
         n_mb = max(1, len(mbs))
         ok = []
+        heads = space.gdn_cp_rule(self.req.spec, shape.tp, shape.cp)
         for sp in sps:
-            why = space.cp_rule(self.req.seq, shape.tp, shape.cp, sp, self._flash)
+            why = space.cp_rule(self.req.seq, shape.tp, shape.cp, sp, self._flash) or heads
             if why:
                 rejected[why] += len(vs) * n_mb * inner
             else:

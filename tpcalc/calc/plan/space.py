@@ -31,6 +31,7 @@ import itertools
 from msgspec import Struct
 
 from tpcalc.calc.activations.paper import sp_seq_problem
+from tpcalc.calc.cp.linear import gdn_cp_problem
 from tpcalc.calc.dp.zero import ZeroStage
 from tpcalc.calc.ep.overlap import setup_problem
 from tpcalc.calc.plan.types import PlanRequest
@@ -258,6 +259,12 @@ def cp_rule(seq: int, tp: int, cp: int, sp: bool, flash: bool = True) -> str | N
     if cp > 1 and not flash:
         return "kernel: cp needs flash attention"
     return None
+
+
+def gdn_cp_rule(spec: ModelSpec, tp: int, cp: int) -> str | None:
+    """``layout_problems``' Gated DeltaNet rule: cp splits each TP rank's key and value heads
+    (``cp.linear.gdn_cp_problem``)."""
+    return "divisibility: Gated DeltaNet heads/tp by cp" if gdn_cp_problem(spec, tp, cp) else None
 
 
 def ep_rule(spec: ModelSpec, s: Shape) -> str | None:

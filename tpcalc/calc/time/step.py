@@ -27,6 +27,8 @@ What real frameworks overlap, each an explicit ``Overlap`` flag with its source:
   whatever exceeds the GEMM time is exposed.
 - CP: the ring sends of K, V (and dK, dV) run under the attention blocks (Liu et al. 2023, Ring
   Attention §3; Transformer Engine context parallelism): exposed only beyond the attention time.
+  A Gated DeltaNet layer has no ring: its two all-to-alls to the heads and back per pass
+  (``tpcalc.calc.cp.linear``, Megatron-Core) are exposed.
 - EP: the all-to-all is exposed unless ``ep_a2a`` (DualPipe, DeepSeek-V3 report §3.2.1, or
   Megatron's batch-level EP overlap where Megatron-Core allows it, ``ep.overlap``), then only
   beyond the expert compute; with expert TP the dispatcher's gather and scatter over the etp
@@ -59,6 +61,7 @@ from msgspec import Struct, field
 from msgspec.structs import astuple, replace
 
 from tpcalc.calc.activations.exact.options import model_dropout
+from tpcalc.calc.cp.linear import gdn_cp_elements_per_token
 from tpcalc.calc.dp.stage import ZeroStage
 from tpcalc.calc.ep.overlap import a2a_overlap_problem
 from tpcalc.calc.layout.groups import (
@@ -472,14 +475,20 @@ def _layer_work(ctx: _Ctx, i: int) -> tuple[Work, Work, Work, tuple[Op, ...]]:
         tp_pass, _gemm_s(ops, Pass.backward_input, r, TP_GEMMS), ov.tp_comm, tp_pass / tp,
         sm_share=sms,
     )  # fmt: skip
-    # CP: (cp−1) ring steps of this rank's K and V chunk; the backward also sends dK, dV.
-    cp_f = cp_b = cp_comm = 0.0
-    if ctx.layout.cp > 1 and spec.resolved_layer_types[i] != "linear_attention":
+    # CP: (cp−1) ring steps of this rank's K and V chunk; the backward also sends dK, dV. A
+    # Gated DeltaNet layer passes no ring: two all-to-alls per pass, on its critical path.
+    cp_f = cp_b = cp_comm = cp_comm_b = 0.0
+    if ctx.layout.cp > 1 and spec.resolved_layer_types[i] == "linear_attention":
+        cp_f = cp_b = cp_comm = cp_comm_b = gdn_cp_a2a_s(
+            spec, shard, r, ctx.links["cp"].nodes, scale
+        )
+    elif ctx.layout.cp > 1:
         cp_comm = cp_ring_s(spec, shard, r, ctx.links["cp"].nodes, scale)
+        cp_comm_b = KV_TENSORS * cp_comm
         attn_f = attention_pass_s(ops, Pass.forward, r)
         attn_b = attention_pass_s(ops, Pass.backward_input, r)
         cp_f = exposed_s(cp_comm, attn_f, ov.cp_ring, sm_share=sms)
-        cp_b = exposed_s(KV_TENSORS * cp_comm, attn_b, ov.cp_ring, sm_share=sms)
+        cp_b = exposed_s(cp_comm_b, attn_b, ov.cp_ring, sm_share=sms)
     # EP: dispatch and combine all-to-all of the k copies of this rank's T/t tokens; with
     # expert TP, the gather of those copies over the etp ranks and the scatter of the outputs.
     ep_f = ep_b = a2a = etp_s = 0.0
@@ -507,7 +516,7 @@ def _layer_work(ctx: _Ctx, i: int) -> tuple[Work, Work, Work, tuple[Op, ...]]:
     )  # fmt: skip
     b = b + Work(
         tp_s=tp_b, cp_s=cp_b, ep_s=ep_b,
-        tp_comm_s=tp_pass, cp_comm_s=KV_TENSORS * cp_comm, ep_comm_s=a2a, etp_comm_s=etp_s,
+        tp_comm_s=tp_pass, cp_comm_s=cp_comm_b, ep_comm_s=a2a, etp_comm_s=etp_s,
     )  # fmt: skip
     return f, b, w, ops
 
@@ -517,6 +526,19 @@ def cp_ring_s(spec: ModelSpec, shard: Shard, r: Rates, nodes: int, comm_scale: f
     2023 §3; the backward sends dK and dV too, KV_TENSORS times this)."""
     kv = shard.tokens * kv_width(spec, shard.tp) * shard.dtype.bytes * comm_scale
     return (shard.cp - 1) * collective_time_s(r, Collective.p2p, kv, 2, min(2, nodes))
+
+
+def gdn_cp_a2a_s(spec: ModelSpec, shard: Shard, r: Rates, nodes: int, comm_scale: float) -> float:
+    """One pass of a Gated DeltaNet layer's CP all-to-alls (``tpcalc.calc.cp.linear``): the
+    rank's s·b/cp tokens of in_proj's output to the heads, the gated norm's output back; the
+    backward sends their gradients the other way, the same bytes. Megatron-Core runs them
+    before the conv and after the norm, nothing beside them: exposed."""
+    into, back = gdn_cp_elements_per_token(spec, shard.tp)
+    token = shard.tokens * shard.dtype.bytes * comm_scale
+    return sum(
+        collective_time_s(r, Collective.all_to_all, token * n, shard.cp, nodes)
+        for n in (into, back)
+    )
 
 
 def kv_width(spec: ModelSpec, tp: int) -> int:
