@@ -76,6 +76,18 @@ def test_cp_seed_figures(cli):
     assert row["ulysses_max_cp"] == 4
 
 
+def test_cp_says_what_gated_deltanet_layers_send_and_when_they_cannot(cli):
+    """Qwen3.8's 48 Gated DeltaNet layers pass no ring (the seed's 16 ring layers stand) but
+    all-to-all under Megatron-Core's CP, which needs whole heads per CP rank: 16 key heads
+    split over cp 8, not over cp 32."""
+    ok = cli(*SEED_CP)
+    assert ok.code == 0, ok.err
+    assert "the 48 Gated DeltaNet layers pass no ring" in ok.out and "Warning" not in ok.err
+    bad = cli(*SEED_CP[:-1], "32")
+    assert bad.code == 0
+    assert "cp=32: linear_num_key_heads/tp = 16 is not divisible by cp=32" in bad.err
+
+
 def test_cp_causal_load(cli):
     (row,) = json_rows(cli, *SEED_CP[:-2], "--cp", "4", "--chunks", "16")
     # seed 000 summary: 16 chunks on 4 cards → 10 : 26 : 42 : 58; zig-zag → 34 each

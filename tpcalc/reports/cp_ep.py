@@ -107,6 +107,7 @@ def cp_report(
     """One row per cp (the ``cp`` sweep; ``layout`` gives tp and the node size): ring K/V bytes
     per layer and micro-batch, link time vs attention compute, causal work contiguous vs
     zig-zag, and whether Ulysses could split the heads instead."""
+    from tpcalc.calc.cp.linear import gdn_cp_problem
     from tpcalc.calc.cp.ring import cp_ring
     from tpcalc.reports.inputs import int_list, pick_link, pick_nodes, positive, tp_warnings
 
@@ -142,14 +143,23 @@ def cp_report(
                 f"cp={c}: a K,V block takes longer to send than its attention takes to compute; "
                 "the ring cannot hide it (use longer sequences per rank or a faster link)"
             )
+        if (why := gdn_cp_problem(spec, tp, c)) is not None:
+            warnings.append(f"cp={c}: {why}; Megatron-Core cannot run it")
+    notes = [
+        f"ring layers = full-attention layers only ({spec.full_attention_layers} of "
+        f"{spec.num_hidden_layers}); causal work counts block pairs"
+    ]
+    if spec.linear_attention_layers:
+        notes.append(
+            f"the {spec.linear_attention_layers} Gated DeltaNet layers pass no ring: under CP "
+            "each sends two all-to-alls per pass, to the heads and back (Megatron-Core; "
+            "tpcalc layout and plan count them)"
+        )
     return Report(
         title=f"Context parallelism (ring attention) per rank, one micro-batch: {spec.name}",
         rows=tuple(rows),
         warnings=tuple(warnings),
-        notes=(
-            f"ring layers = full-attention layers only ({spec.full_attention_layers} of "
-            f"{spec.num_hidden_layers}); causal work counts block pairs",
-        ),
+        notes=tuple(notes),
     )
 
 
