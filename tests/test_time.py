@@ -807,3 +807,18 @@ def test_gated_deltanet_layers_pay_their_cp_all_to_alls_in_both_passes():
     full = spec.full_attention_layers * (1 + 2) * ring  # forward K,V; backward K,V and dK,dV
     assert st.cp_comm_time_s == pytest.approx(m * (gdn + full), rel=1e-9)
     assert st.cp_exposed_time_s >= m * gdn * (1 - 1e-9)  # nothing hides the all-to-alls
+
+
+def test_the_causal_conv_is_one_pass_whatever_its_width():
+    """flash-linear-attention's causal_conv1d (Megatron-Core's GatedDeltaNet) reads each tile's
+    tokens and the W − 1 before them once: x -> y forward, x, dy -> dx backward, in the
+    activation dtype, for the 2·key + value channels of one TP rank."""
+    base = load_model("qwen3.8")
+    shard = Shard(seq=4096, micro_batch=1, tp=2)
+    channels = (2 * base.linear_num_key_heads * base.linear_key_head_dim
+                + base.linear_num_value_heads * base.linear_value_head_dim) // 2  # fmt: skip
+    for width in (base.linear_conv_kernel_dim, 2 * base.linear_conv_kernel_dim):
+        spec = base.model_copy(update={"linear_conv_kernel_dim": width})
+        conv = {o.phase: o.bytes for o in linear_attention_ops(spec, shard) if o.name == "conv1d"}
+        assert conv[Pass.forward] == 2 * 4096 * channels * 2
+        assert conv[Pass.backward_input] == 3 * 4096 * channels * 2

@@ -72,6 +72,11 @@ DROPOUT_RW = (2, 2)
 # recompute of the core re-runs every one of them.
 UNFUSED_PARTS = ("qk", "softmax", "dropout", "pv")
 GATE_RW = (3, 4)  # sigmoid output gate: o, g -> y; o, g, dy -> do, dg
+# Gated DeltaNet's short causal depthwise conv with fused SiLU, one tiled pass (flash-linear-
+# attention fla/modules/convolution.py causal_conv1d, which Megatron-Core's GatedDeltaNet calls:
+# each tile reads its tokens and the W − 1 before them): x -> y; x, dy -> dx (the W-tap weight
+# gradient is a reduction into W values per channel)
+CONV_RW = (2, 3)
 PERMUTE_RW = (2, 2)  # MoE token permute / unpermute: a gather and its scatter
 # The routed experts' fc2 bias (models with mlp_bias: GPT-OSS), added unfused after the grouped
 # GEMM, weighted by each copy's routing probability (Megatron-Core TEGroupedMLP._apply_bias,
@@ -406,7 +411,7 @@ def linear_attention_ops(spec: ModelSpec, shard: Shard) -> tuple[Op, ...]:
     conv = 2 * nk * dk + nv * dv
     ops = [*elementwise("attn_norm", t_sp * h, NORM_RW, dt)]
     ops += gemm("in_proj", t_all, conv + nv * dv + 2 * nv, h, shard.gemm_dtype)
-    ops += elementwise("conv1d", t_all * conv * (spec.linear_conv_kernel_dim or 1), NORM_RW, dt)
+    ops += elementwise("conv1d", t_all * conv, CONV_RW, dt)
     macs = t_all * nv * gdn_macs_per_token_head(dk, dv)
     fwd = GEMM_FLOP_PER_MAC * macs
     io = t_all * nv * gdn_fwd_bytes_per_token_head(dk, dv)
