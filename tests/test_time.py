@@ -822,3 +822,26 @@ def test_the_causal_conv_is_one_pass_whatever_its_width():
         conv = {o.phase: o.bytes for o in linear_attention_ops(spec, shard) if o.name == "conv1d"}
         assert conv[Pass.forward] == 2 * 4096 * channels * 2
         assert conv[Pass.backward_input] == 3 * 4096 * channels * 2
+
+
+def test_the_delta_rules_inputs_are_normed_repeated_and_copied():
+    """Megatron-Core's inputs to FLA's delta rule (_prepare_input_for_gated_delta_rule): q and k
+    L2-normed (x -> y; x, dy -> dx), repeated from Qwen3.8's 8 key heads per TP2 rank to its 24
+    value heads (the rows read plus written, each pass), v and z copied out of their views."""
+    spec = load_model("qwen3.8")
+    t, tp = 4096, 2
+    nk, nv = spec.linear_num_key_heads // tp, spec.linear_num_value_heads // tp
+    dk, dv = spec.linear_key_head_dim, spec.linear_value_head_dim
+
+    def by_name(s):
+        ops = linear_attention_ops(s, Shard(seq=t, micro_batch=1, tp=tp))
+        return {(o.name, o.phase): o.bytes for o in ops}
+
+    got = by_name(spec)
+    assert got["qk_l2norm", Pass.forward] == 2 * t * 2 * nk * dk * 2
+    assert got["qk_l2norm", Pass.backward_input] == 3 * t * 2 * nk * dk * 2
+    assert got["qk_repeat", Pass.forward] == t * 2 * dk * (nk + nv) * 2
+    assert got["qk_repeat", Pass.backward_input] == t * 2 * dk * (nk + nv) * 2
+    assert got["vz_copy", Pass.forward] == 2 * t * 2 * nv * dv * 2
+    as_many = spec.model_copy(update={"linear_num_key_heads": spec.linear_num_value_heads})
+    assert not any(name == "qk_repeat" for name, _ in by_name(as_many))  # nothing to repeat

@@ -77,6 +77,13 @@ GATE_RW = (3, 4)  # sigmoid output gate: o, g -> y; o, g, dy -> do, dg
 # each tile reads its tokens and the W − 1 before them): x -> y; x, dy -> dx (the W-tap weight
 # gradient is a reduction into W values per channel)
 CONV_RW = (2, 3)
+# Megatron-Core's inputs to the delta rule (gated_delta_net/common.py
+# _prepare_input_for_gated_delta_rule @ d98e8a6): q and k L2-normed by FLA's l2norm (a norm:
+# NORM_RW), repeated from the key heads to the value heads where there are more value heads
+# (repeat_interleave: reads the key-head rows, writes the value-head rows; its backward sums
+# back), v and the output gate made contiguous out of their split views (a copy each way)
+REPEAT_RW = (1, 1)  # per element read or written: key-head rows in, value-head rows out
+COPY_RW = (2, 2)  # x -> y; dy -> dx
 PERMUTE_RW = (2, 2)  # MoE token permute / unpermute: a gather and its scatter
 # The routed experts' fc2 bias (models with mlp_bias: GPT-OSS), added unfused after the grouped
 # GEMM, weighted by each copy's routing probability (Megatron-Core TEGroupedMLP._apply_bias,
@@ -412,6 +419,10 @@ def linear_attention_ops(spec: ModelSpec, shard: Shard) -> tuple[Op, ...]:
     ops = [*elementwise("attn_norm", t_sp * h, NORM_RW, dt)]
     ops += gemm("in_proj", t_all, conv + nv * dv + 2 * nv, h, shard.gemm_dtype)
     ops += elementwise("conv1d", t_all * conv, CONV_RW, dt)
+    ops += elementwise("qk_l2norm", t_all * 2 * nk * dk, NORM_RW, dt)
+    if nv > nk:
+        ops += elementwise("qk_repeat", t_all * 2 * dk * (nk + nv), REPEAT_RW, dt)
+    ops += elementwise("vz_copy", t_all * 2 * nv * dv, COPY_RW, dt)
     macs = t_all * nv * gdn_macs_per_token_head(dk, dv)
     fwd = GEMM_FLOP_PER_MAC * macs
     io = t_all * nv * gdn_fwd_bytes_per_token_head(dk, dv)
