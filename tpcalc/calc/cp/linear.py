@@ -13,7 +13,10 @@ s tokens × heads/cp is (s/cp) tokens × heads.
 
 from __future__ import annotations
 
+import math
+
 from tpcalc.calc.links.collectives import Collective, ring_factor
+from tpcalc.errors import divisors
 from tpcalc.specs import ModelSpec
 from tpcalc.units import Dtype
 
@@ -53,6 +56,13 @@ def gdn_cp_problem(spec: ModelSpec, tp: int, cp: int) -> str | None:
     return None
 
 
+def gdn_cps(spec: ModelSpec, tp: int) -> list[int]:
+    """Every cp that splits ``spec``'s Gated DeltaNet heads at ``tp`` (``gdn_cp_problem``):
+    the divisors of both head counts per TP rank."""
+    keys, values = spec.linear_num_key_heads or 0, spec.linear_num_value_heads or 0
+    return divisors(math.gcd(keys // tp, values // tp))
+
+
 def gdn_cp_elements_per_token(spec: ModelSpec, tp: int) -> tuple[int, int]:
     """(into the heads, back to the sequence): elements per token of one TP rank's in_proj
     output and of its gated norm's output, the two tensors the layer's all-to-alls carry.
@@ -65,12 +75,18 @@ def gdn_cp_elements_per_token(spec: ModelSpec, tp: int) -> tuple[int, int]:
     return into, back
 
 
+def gdn_cp_messages(spec: ModelSpec, *, tokens: int, tp: int, dtype: Dtype) -> tuple[float, float]:
+    """The two tensors one rank's all-to-alls carry in one pass, in bytes: its ``tokens``
+    (s·b/cp) of each of ``gdn_cp_elements_per_token``. Source: ``SRC_GDN_CP``."""
+    into, back = gdn_cp_elements_per_token(spec, tp)
+    return tokens * into * dtype.bytes, tokens * back * dtype.bytes
+
+
 def gdn_cp_send_bytes_per_layer(
     spec: ModelSpec, *, tokens: int, tp: int, cp: int, dtype: Dtype
 ) -> float:
     """Bytes one rank sends in one Gated DeltaNet layer's CP all-to-alls for one micro-batch,
-    forward and backward: its ``tokens`` (s·b/cp) of both tensors (``gdn_cp_elements_per_token``),
-    (cp − 1)/cp of each sent, in both passes. Source: ``SRC_GDN_CP``."""
-    into, back = gdn_cp_elements_per_token(spec, tp)
-    per_pass = ring_factor(Collective.all_to_all, cp) * tokens * (into + back) * dtype.bytes
-    return PASSES * per_pass
+    forward and backward: (cp − 1)/cp of each message (``gdn_cp_messages``), in both passes.
+    Source: ``SRC_GDN_CP``."""
+    messages = gdn_cp_messages(spec, tokens=tokens, tp=tp, dtype=dtype)
+    return PASSES * ring_factor(Collective.all_to_all, cp) * sum(messages)

@@ -15,12 +15,10 @@ the placement.
 
 from __future__ import annotations
 
-import math
-
 from msgspec import Struct, field
 from msgspec.structs import force_setattr, replace
 
-from tpcalc.calc.cp.linear import gdn_cp_problem
+from tpcalc.calc.cp.linear import gdn_cp_problem, gdn_cps
 from tpcalc.calc.dp.stage import ZeroStage
 from tpcalc.calc.links.link import Link, link_for_group, nodes_spanned
 from tpcalc.calc.pipeline.schedule import check_pipeline
@@ -33,7 +31,7 @@ from tpcalc.choices import (
     Schedule,
     StateRecipe,
 )
-from tpcalc.errors import InputError, TpcalcError, divisors
+from tpcalc.errors import InputError, TpcalcError
 from tpcalc.specs import ModelSpec
 from tpcalc.terms import Scalar
 from tpcalc.units import Dtype
@@ -248,7 +246,8 @@ def layout_problems(
             "none): use --attention flash or --cp 1"
         )
     if (why := gdn_cp_problem(spec, layout.tp, layout.cp)) is not None:
-        problems.append(f"{why}; {_gdn_cps(spec, layout.tp)}")
+        valid = ", ".join(map(str, gdn_cps(spec, layout.tp)))
+        problems.append(f"{why}; use a cp in {valid} at tp={layout.tp}")
     try:
         check_pipeline(
             spec.num_hidden_layers, layout.pp, run.microbatches, run.vpp, run.schedule,
@@ -258,13 +257,6 @@ def layout_problems(
         problems.append(str(exc))
     problems += _ep_problems(spec, layout)
     return problems
-
-
-def _gdn_cps(spec: ModelSpec, tp: int) -> str:
-    """The cp sizes that split ``spec``'s Gated DeltaNet heads at ``tp``, as a hint."""
-    keys, values = spec.linear_num_key_heads or 0, spec.linear_num_value_heads or 0
-    heads = math.gcd(keys // tp, values // tp)
-    return f"use a cp in {', '.join(map(str, divisors(heads)))} at tp={tp}"
 
 
 def _world_problem(layout: ParallelLayout) -> str:

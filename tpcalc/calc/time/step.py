@@ -61,7 +61,7 @@ from msgspec import Struct, field
 from msgspec.structs import astuple, replace
 
 from tpcalc.calc.activations.exact.options import model_dropout
-from tpcalc.calc.cp.linear import gdn_cp_elements_per_token
+from tpcalc.calc.cp.linear import gdn_cp_messages
 from tpcalc.calc.dp.stage import ZeroStage
 from tpcalc.calc.ep.overlap import a2a_overlap_problem
 from tpcalc.calc.layout.groups import (
@@ -533,11 +533,10 @@ def gdn_cp_a2a_s(spec: ModelSpec, shard: Shard, r: Rates, nodes: int, comm_scale
     rank's s·b/cp tokens of in_proj's output to the heads, the gated norm's output back; the
     backward sends their gradients the other way, the same bytes. Megatron-Core runs them
     before the conv and after the norm, nothing beside them: exposed."""
-    into, back = gdn_cp_elements_per_token(spec, shard.tp)
-    token = shard.tokens * shard.dtype.bytes * comm_scale
+    messages = gdn_cp_messages(spec, tokens=shard.tokens, tp=shard.tp, dtype=shard.dtype)
     return sum(
-        collective_time_s(r, Collective.all_to_all, token * n, shard.cp, nodes)
-        for n in (into, back)
+        collective_time_s(r, Collective.all_to_all, m * comm_scale, shard.cp, nodes)
+        for m in messages
     )
 
 
