@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 
 from tpcalc.calc.links.collectives import Collective, ring_factor
+from tpcalc.calc.params.counts import deltanet_in_proj_width
 from tpcalc.errors import divisors
 from tpcalc.specs import ModelSpec
 from tpcalc.units import Dtype
@@ -27,12 +28,6 @@ SRC_GDN_CP = (
     "sequence to the heads, the gated norm's output back"
 )
 
-# in_proj's output per token: q and k (key heads), v and the output gate z (value heads), and
-# the two per-value-head scalars beta and alpha (megatron/core/ssm/gated_delta_net/gdn.py
-# in_proj_split_sections: query, key, value, z, beta, alpha)
-QK_PROJECTIONS = 2
-VZ_PROJECTIONS = 2
-GATE_SCALARS_PER_VALUE_HEAD = 2
 PASSES = 2  # the forward's all-to-alls, and the backward's of their gradients
 GDN_CP_TENSORS = 2  # in_proj's output to the heads, the gated norm's output back
 
@@ -65,14 +60,11 @@ def gdn_cps(spec: ModelSpec, tp: int) -> list[int]:
 
 def gdn_cp_elements_per_token(spec: ModelSpec, tp: int) -> tuple[int, int]:
     """(into the heads, back to the sequence): elements per token of one TP rank's in_proj
-    output and of its gated norm's output, the two tensors the layer's all-to-alls carry.
-    Source: ``SRC_GDN_CP``."""
-    nk = (spec.linear_num_key_heads or 0) // tp
+    output (q, k, v, z, beta, alpha: Megatron-Core's in_proj_split_sections,
+    ``params.counts.deltanet_in_proj_width``) and of its gated norm's output, the two tensors
+    the layer's all-to-alls carry. Source: ``SRC_GDN_CP``."""
     nv = (spec.linear_num_value_heads or 0) // tp
-    dk, dv = spec.linear_key_head_dim or 0, spec.linear_value_head_dim or 0
-    into = QK_PROJECTIONS * nk * dk + VZ_PROJECTIONS * nv * dv + GATE_SCALARS_PER_VALUE_HEAD * nv
-    back = nv * dv
-    return into, back
+    return deltanet_in_proj_width(spec, tp), nv * (spec.linear_value_head_dim or 0)
 
 
 def gdn_cp_messages(spec: ModelSpec, *, tokens: int, tp: int, dtype: Dtype) -> tuple[float, float]:

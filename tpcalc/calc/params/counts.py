@@ -23,6 +23,7 @@ QK_NORMS = 2  # q_norm and k_norm, one head_dim-wide RMSNorm each
 OUTPUT_GATE_FACTOR = 2  # attn_output_gate: q_proj also emits a gate as wide as the queries
 DELTANET_QK = 2  # Gated DeltaNet q and k are both key_dim wide
 DELTANET_BA = 2  # in_proj_b and in_proj_a: one scalar per value head each
+DELTANET_VZ = 2  # in_proj's v and in_proj_z: value-head rows each
 DELTANET_DECAY = 2  # dt_bias and A_log: one scalar per value head each
 MTP_FC_INPUTS = 2  # MTP fc / eh_proj maps [norm(embedding); norm(hidden)] (2h) to h
 MTP_PRE_NORMS = 2  # enorm + hnorm (DeepSeek) = pre_fc_norm_embedding + pre_fc_norm_hidden (Qwen3.5)
@@ -94,6 +95,14 @@ def _mla_params(spec: ModelSpec) -> int:
     return q + kv + n * v * h + bias
 
 
+def deltanet_in_proj_width(spec: ModelSpec, tp: int = 1) -> int:
+    """Outputs of a Gated DeltaNet block's input projections on one of ``tp`` ranks: q and k
+    (key heads), v and the output gate z (value heads), and b and a (a scalar per value head)."""
+    nk, nv = (spec.linear_num_key_heads or 0) // tp, (spec.linear_num_value_heads or 0) // tp
+    dk, dv = spec.linear_key_head_dim or 0, spec.linear_value_head_dim or 0
+    return DELTANET_QK * nk * dk + DELTANET_VZ * nv * dv + DELTANET_BA * nv
+
+
 def linear_attention_params(spec: ModelSpec) -> int:
     """One Gated DeltaNet block: in_proj_qkv/z/b/a, depthwise conv1d (no bias), dt_bias, A_log,
     gated RMSNorm over head_v_dim, out_proj; Gated DeltaNet (arXiv 2412.06464), Qwen3.5."""
@@ -102,9 +111,7 @@ def linear_attention_params(spec: ModelSpec) -> int:
     value_dim = nv * dv
     conv_dim = DELTANET_QK * key_dim + value_dim
     return (
-        h * conv_dim
-        + h * value_dim
-        + DELTANET_BA * h * nv
+        h * deltanet_in_proj_width(spec)
         + conv_dim * (spec.linear_conv_kernel_dim or 0)
         + DELTANET_DECAY * nv
         + dv

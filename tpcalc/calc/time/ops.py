@@ -23,6 +23,7 @@ from enum import Enum
 from msgspec import Struct
 from msgspec.structs import replace
 
+from tpcalc.calc.params.counts import deltanet_in_proj_width
 from tpcalc.specs import ModelSpec
 from tpcalc.units import Dtype
 
@@ -417,7 +418,7 @@ def linear_attention_ops(spec: ModelSpec, shard: Shard) -> tuple[Op, ...]:
     dk, dv = spec.linear_key_head_dim or 0, spec.linear_value_head_dim or 0
     conv = 2 * nk * dk + nv * dv
     ops = [*elementwise("attn_norm", t_sp * h, NORM_RW, dt)]
-    ops += gemm("in_proj", t_all, conv + nv * dv + 2 * nv, h, shard.gemm_dtype)
+    ops += gemm("in_proj", t_all, deltanet_in_proj_width(spec, shard.tp), h, shard.gemm_dtype)
     ops += elementwise("conv1d", t_all * conv, CONV_RW, dt)
     ops += elementwise("qk_l2norm", t_all * 2 * nk * dk, NORM_RW, dt)
     if nv > nk:
